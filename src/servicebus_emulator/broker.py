@@ -1,0 +1,451 @@
+"""The AMQP 1.0 side of the emulator: connections, links, transfers and settlement, on qpid-proton.
+
+It answers the azure-servicebus SDK the way Service Bus does (see the README's emulator section):
+SASL ANONYMOUS, claims-based security on ``$cbs`` (any token is accepted), queue links at
+``amqps://host:port/<queue>`` and ``<queue>/$DeadLetterQueue``, a ``$management`` node per queue,
+lock tokens as delivery tags, and a settled disposition with the same outcome for every settlement.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from proton import Condition, Delivery, Disposition, Endpoint, Handler, Link, Message, Sender
+from proton.reactor import ApplicationEvent, Container, EventInjector
+
+from .codec import MessageFormatError, encode_delivery, parse_message, split_batch, to_timestamp
+from .config import EmulatorConfig
+from .entity import LockLost, Outcome, Queue, Subqueue
+from .management import LOCK_LOST, ManagementNode
+
+log = logging.getLogger("servicebus_emulator.broker")
+
+MAX_MESSAGE_SIZE = 256 * 1024  # the Standard tier's limit
+CREDIT_WINDOW = 200
+DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
+NOT_FOUND = "amqp:not-found"
+
+
+@dataclass
+class ConnectionState:
+    """What the broker keeps per client connection."""
+
+    peer: str
+    cbs_reply: Sender | None = None
+    management_replies: dict[str, Sender] = field(default_factory=dict)
+    links: set[Link] = field(default_factory=set)
+
+
+@dataclass
+class LinkState:
+    """What a link is attached to."""
+
+    kind: str  # "queue" | "cbs" | "management"
+    queue: Queue | None = None
+    subqueue: Subqueue | None = None
+    receive_and_delete: bool = False
+    management: ManagementNode | None = None
+    address: str = ""
+
+
+def entity_path(address: str | None) -> str:
+    """``amqps://host:port/orders/$DeadLetterQueue`` -> ``orders/$DeadLetterQueue``."""
+    if not address:
+        return ""
+    if "://" in address:
+        rest = address.split("://", 1)[1]
+        address = rest.split("/", 1)[1] if "/" in rest else ""
+    return address.strip("/")
+
+
+class Broker(Handler):
+    """A proton event handler that is the whole broker. Single-threaded: proton calls it in turn."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        tick_interval: float = 0.05,
+    ) -> None:
+        super().__init__()
+        self.queues = {name: Queue(name, props) for name, props in config.queues.items()}
+        self._display_names = {q.name.lower(): q.name for q in config.namespace.queues}
+        self._clock = clock
+        self._tick_interval = tick_interval
+        self._consumers: dict[Subqueue, list[Sender]] = {}
+        self._round_robin: dict[Subqueue, int] = {}
+        self._container: Container | None = None
+        self._injector = EventInjector()
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def run(self, host: str, port: int, on_listening: Callable[[], None] | None = None) -> None:
+        """Listen and serve until :meth:`request_stop` is called."""
+        container = Container(self)
+        self._container = container
+        container.selectable(self._injector)
+        container.listen(f"{host}:{port}")
+        log.info("listening on %s:%d with queues: %s", host, port, ", ".join(sorted(self._display_names.values())))
+        if on_listening is not None:
+            on_listening()
+        container.run()
+        log.info("stopped")
+
+    def request_stop(self) -> None:
+        """Ask the broker to close every connection and return from :meth:`run`; signal-safe."""
+        self._injector.trigger(ApplicationEvent("stop_broker"))
+
+    def on_stop_broker(self, event: Any) -> None:
+        log.info("shutting down")
+        self._injector.close()
+        if self._container is not None:
+            self._container.stop()
+
+    def on_reactor_init(self, event: Any) -> None:
+        event.container.schedule(self._tick_interval, self)
+
+    def on_timer_task(self, event: Any) -> None:
+        now = self._clock()
+        for queue in self.queues.values():
+            for subqueue in queue.tick(now):
+                self._dispatch(subqueue)
+        event.container.schedule(self._tick_interval, self)
+
+    # ---- connections and sessions --------------------------------------------------------------
+    def on_connection_bound(self, event: Any) -> None:
+        sasl = event.transport.sasl()
+        sasl.allowed_mechs("ANONYMOUS")
+
+    def on_connection_remote_open(self, event: Any) -> None:
+        connection = event.connection
+        url = getattr(connection, "url", None)
+        peer = f"{url.host}:{url.port}" if url is not None else "?"
+        connection.emulator = ConnectionState(peer=peer)
+        if connection.state & Endpoint.LOCAL_UNINIT:
+            connection.open()
+        log.debug("connection opened from %s (container %s)", peer, connection.remote_container)
+
+    def on_session_remote_open(self, event: Any) -> None:
+        if event.session.state & Endpoint.LOCAL_UNINIT:
+            event.session.open()
+
+    def on_session_remote_close(self, event: Any) -> None:
+        event.session.close()
+
+    def on_connection_remote_close(self, event: Any) -> None:
+        self._forget_connection(event.connection, "closed")
+        event.connection.close()
+
+    def on_transport_closed(self, event: Any) -> None:
+        if event.connection is not None:
+            self._forget_connection(event.connection, "dropped")
+
+    def _forget_connection(self, connection: Any, how: str) -> None:
+        state: ConnectionState | None = getattr(connection, "emulator", None)
+        if state is None:
+            return
+        for link in list(state.links):
+            self._forget_link(link)
+        log.debug("connection from %s %s", state.peer, how)
+        del connection.emulator
+
+    # ---- links ---------------------------------------------------------------------------------
+    def on_link_remote_open(self, event: Any) -> None:
+        link = event.link
+        if not link.state & Endpoint.LOCAL_UNINIT:
+            return
+        address = link.remote_source.address if link.is_sender else link.remote_target.address
+        path = entity_path(address)
+        lowered = path.lower()
+        conn_state: ConnectionState = event.connection.emulator
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
+
+        if lowered == "$cbs":
+            state = LinkState(kind="cbs", address=path)
+            if link.is_sender:
+                conn_state.cbs_reply = link
+        elif lowered.endswith("/$management"):
+            queue, dead_letter = self._lookup(lowered.removesuffix("/$management"))
+            if queue is None:
+                self._refuse(link, address)
+                return
+            state = LinkState(kind="management", queue=queue, address=path)
+            if link.is_sender:
+                conn_state.management_replies[lowered] = link
+            else:
+                state.management = ManagementNode(queue, dead_letter, self._encode)
+        else:
+            queue, dead_letter = self._lookup(lowered)
+            if queue is None:
+                self._refuse(link, address)
+                return
+            if dead_letter and link.is_receiver:
+                self._refuse(link, address, "Sending to a dead-letter queue is not allowed.", "amqp:not-allowed")
+                return
+            subqueue = queue.subqueue(dead_letter)
+            state = LinkState(
+                kind="queue",
+                queue=queue,
+                subqueue=subqueue,
+                receive_and_delete=link.remote_snd_settle_mode == Link.SND_SETTLED,
+                address=path,
+            )
+            if link.is_sender:
+                self._consumers.setdefault(subqueue, []).append(link)
+            else:
+                link.max_message_size = MAX_MESSAGE_SIZE
+        link.emulator = state
+        conn_state.links.add(link)
+        link.open()
+        if link.is_receiver:
+            link.flow(CREDIT_WINDOW)
+        log.debug(
+            "link attached: %s %s %s",
+            "receiver" if link.is_sender else "sender",
+            "RECEIVE_AND_DELETE" if state.receive_and_delete else "",
+            path,
+        )
+
+    def _lookup(self, lowered_path: str) -> tuple[Queue | None, bool]:
+        dead_letter = lowered_path.endswith("/$deadletterqueue")
+        name = lowered_path.removesuffix("/$deadletterqueue")
+        return self.queues.get(name), dead_letter
+
+    def _refuse(self, link: Link, address: str | None, description: str | None = None, name: str = NOT_FOUND) -> None:
+        """Attach, then detach at once with an error, as Service Bus does for a missing entity."""
+        text = description or f"The messaging entity '{address}' could not be found."
+        log.warning("refused link to %s: %s", address, text)
+        link.open()
+        link.condition = Condition(name, text)
+        link.close()
+
+    def on_link_remote_close(self, event: Any) -> None:
+        self._forget_link(event.link)
+        event.link.close()
+
+    def _forget_link(self, link: Link) -> None:
+        state: LinkState | None = getattr(link, "emulator", None)
+        if state is None:
+            return
+        if state.subqueue is not None and link.is_sender:
+            consumers = self._consumers.get(state.subqueue, [])
+            if link in consumers:
+                consumers.remove(link)
+        connection = link.connection
+        conn_state: ConnectionState | None = getattr(connection, "emulator", None)
+        if conn_state is not None:
+            conn_state.links.discard(link)
+            if conn_state.cbs_reply == link:
+                conn_state.cbs_reply = None
+            for key, reply_link in list(conn_state.management_replies.items()):
+                if reply_link == link:
+                    del conn_state.management_replies[key]
+        del link.emulator
+        log.debug("link detached: %s", state.address)
+
+    def on_link_flow(self, event: Any) -> None:
+        link = event.link
+        state: LinkState | None = getattr(link, "emulator", None)
+        if link.is_sender and state is not None and state.subqueue is not None:
+            self._dispatch(state.subqueue)
+            if link.drain_mode and link.credit > 0:
+                link.drained()
+
+    # ---- deliveries ----------------------------------------------------------------------------
+    def on_delivery(self, event: Any) -> None:
+        link = event.link
+        state: LinkState | None = getattr(link, "emulator", None)
+        delivery: Delivery = event.delivery
+        if state is None:
+            delivery.settle()
+            return
+        if link.is_receiver:
+            if delivery.readable and not delivery.partial:
+                self._on_transfer(link, state, delivery)
+        elif state.kind == "queue":
+            self._on_settlement(state, delivery)
+        elif delivery.remote_state or delivery.settled:
+            delivery.settle()
+
+    def _on_transfer(self, link: Any, state: LinkState, delivery: Delivery) -> None:
+        raw = link.recv(delivery.pending)
+        link.advance()
+        if link.credit < CREDIT_WINDOW // 2:
+            link.flow(CREDIT_WINDOW - link.credit)
+        if state.kind == "queue":
+            self._enqueue(state, delivery, raw)
+        elif state.kind == "cbs":
+            request = _decode_request(raw)
+            self._answer(delivery, Disposition.ACCEPTED)
+            if request is not None:
+                conn_state: ConnectionState = link.connection.emulator
+                reply = Message(
+                    correlation_id=request.id,
+                    properties={"status-code": 202, "status-description": "Accepted"},
+                )
+                self._reply(conn_state.cbs_reply, reply)
+        elif state.kind == "management" and state.management is not None:
+            request = _decode_request(raw)
+            self._answer(delivery, Disposition.ACCEPTED)
+            if request is None:
+                return
+            reply = state.management.handle(request, self._clock()).to_message(request.id)
+            conn_state = link.connection.emulator
+            reply_to = entity_path(request.reply_to).lower() or state.address.lower()
+            self._reply(conn_state.management_replies.get(reply_to), reply)
+            self._dispatch_queue(state.queue)
+
+    def _enqueue(self, state: LinkState, delivery: Delivery, raw: bytes) -> None:
+        assert state.subqueue is not None
+        if len(raw) > MAX_MESSAGE_SIZE:
+            self._answer(
+                delivery,
+                Disposition.REJECTED,
+                Condition("amqp:link:message-size-exceeded", f"The message is larger than {MAX_MESSAGE_SIZE} bytes."),
+            )
+            return
+        try:
+            parts = split_batch(raw) or [raw]
+            parsed = [parse_message(p) for p in parts]
+        except MessageFormatError as exc:
+            log.warning("%s: rejected an undecodable message: %s", state.subqueue.path, exc)
+            self._answer(delivery, Disposition.REJECTED, Condition("amqp:decode-error", str(exc)))
+            return
+        now = self._clock()
+        for sections in parsed:
+            state.subqueue.send(sections, now)
+        self._answer(delivery, Disposition.ACCEPTED)
+        self._dispatch(state.subqueue)
+
+    def _on_settlement(self, state: LinkState, delivery: Delivery) -> None:
+        """A receiver settled a peek-locked message: apply it and answer with the same outcome."""
+        assert state.subqueue is not None
+        remote = delivery.remote_state
+        if delivery.local_state or not remote:
+            if delivery.settled:
+                delivery.settle()
+            return
+        token = uuid.UUID(bytes_le=bytes(delivery.tag))
+        reason = description = None
+        if remote == Disposition.ACCEPTED:
+            outcome = Outcome.COMPLETE
+        elif remote == Disposition.REJECTED:
+            outcome = Outcome.DEAD_LETTER
+            reason, description = _dead_letter_info(delivery.remote.condition)
+        elif remote == Disposition.MODIFIED:
+            outcome = Outcome.DEFER if delivery.remote.undeliverable else Outcome.ABANDON
+        elif remote == Disposition.RELEASED:
+            outcome = Outcome.RELEASE
+        else:
+            delivery.settle()
+            return
+        try:
+            state.subqueue.settle(token, outcome, self._clock(), reason, description)
+        except LockLost as exc:
+            self._answer(delivery, Disposition.REJECTED, Condition(LOCK_LOST, str(exc)))
+            return
+        if remote == Disposition.MODIFIED:
+            delivery.local.failed = bool(delivery.remote.failed)
+            delivery.local.undeliverable = bool(delivery.remote.undeliverable)
+        self._answer(delivery, remote)
+        self._dispatch_queue(state.queue)
+
+    @staticmethod
+    def _answer(delivery: Delivery, outcome: int, condition: Condition | None = None) -> None:
+        if condition is not None:
+            delivery.local.condition = condition
+        delivery.update(outcome)
+        delivery.settle()
+
+    @staticmethod
+    def _reply(link: Sender | None, message: Message) -> None:
+        if link is None:
+            log.warning("no reply link for a request; the reply is dropped")
+            return
+        delivery = link.delivery(uuid.uuid4().bytes)
+        link.send(message.encode())
+        link.advance()
+        if link.snd_settle_mode == Link.SND_SETTLED:
+            delivery.settle()
+
+    # ---- handing messages to receivers ---------------------------------------------------------
+    def _dispatch_queue(self, queue: Queue | None) -> None:
+        if queue is not None:
+            self._dispatch(queue.main)
+            self._dispatch(queue.dead_letter)
+
+    def _dispatch(self, subqueue: Subqueue) -> None:
+        """Give available messages to receivers with credit, round-robin across competing links."""
+        consumers = self._consumers.get(subqueue)
+        if not consumers or not subqueue.has_available:
+            return
+        now = self._clock()
+        start = self._round_robin.get(subqueue, 0)
+        while subqueue.has_available:
+            ready = [link for link in consumers if link.credit > 0]
+            if not ready:
+                break
+            delivered = False
+            for i in range(len(ready)):
+                link = ready[(start + i) % len(ready)]
+                state: LinkState = link.emulator
+                message = subqueue.acquire(now, lock=not state.receive_and_delete)
+                if message is None:
+                    break
+                payload = self._encode(message, subqueue, not state.receive_and_delete)
+                tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
+                delivery = link.delivery(tag)
+                link.send(payload)
+                link.advance()
+                if state.receive_and_delete:
+                    delivery.settle()
+                delivered = True
+            start += 1
+            if not delivered:
+                break
+        self._round_robin[subqueue] = start % max(len(consumers), 1)
+        for link in consumers:
+            if link.drain_mode and link.credit > 0 and not subqueue.has_available:
+                link.drained()
+
+    @staticmethod
+    def _encode(message: Any, subqueue: Subqueue, locked: bool) -> bytes:
+        annotations: dict[str, Any] = {
+            "x-opt-sequence-number": int(message.sequence_number),
+            "x-opt-enqueued-time": to_timestamp(message.enqueued_time),
+        }
+        if locked and message.locked_until is not None:
+            annotations["x-opt-locked-until"] = to_timestamp(message.locked_until)
+        return encode_delivery(
+            message.sections,
+            delivery_count=message.delivery_count,
+            annotations=annotations,
+            application_properties=message.dead_letter_properties or None,
+        )
+
+
+def _decode_request(raw: bytes) -> Message | None:
+    message = Message()
+    try:
+        message.decode(raw)
+    except Exception as exc:  # a bad request must not take the broker down
+        log.warning("undecodable request message: %s", exc)
+        return None
+    return message
+
+
+def _dead_letter_info(condition: Condition | None) -> tuple[str | None, str | None]:
+    if condition is None or not condition.info:
+        return None, None
+    info = {str(k): v for k, v in dict(condition.info).items()}
+    reason = info.get("DeadLetterReason")
+    description = info.get("DeadLetterErrorDescription")
+    return (None if reason is None else str(reason)), (None if description is None else str(description))
