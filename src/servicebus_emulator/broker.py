@@ -8,6 +8,7 @@ lock tokens as delivery tags, and a settled disposition with the same outcome fo
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -63,6 +64,19 @@ def entity_path(address: str | None) -> str:
     return address.strip("/")
 
 
+def _guarded(method: Callable[..., None]) -> Callable[..., None]:
+    """Log and survive an error in one event: one bad client must not take the broker down."""
+
+    @functools.wraps(method)
+    def wrapper(self: Broker, event: Any) -> None:
+        try:
+            method(self, event)
+        except Exception:
+            log.exception("error while handling %s", method.__name__)
+
+    return wrapper
+
+
 class Broker(Handler):
     """A proton event handler that is the whole broker. Single-threaded: proton calls it in turn."""
 
@@ -90,7 +104,9 @@ class Broker(Handler):
         self._container = container
         container.selectable(self._injector)
         container.listen(f"{host}:{port}")
-        log.info("listening on %s:%d with queues: %s", host, port, ", ".join(sorted(self._display_names.values())))
+        log.info(
+            "listening on %s:%d with queues: %s", host, port, ", ".join(sorted(self._display_names.values()))
+        )
         if on_listening is not None:
             on_listening()
         container.run()
@@ -100,15 +116,18 @@ class Broker(Handler):
         """Ask the broker to close every connection and return from :meth:`run`; signal-safe."""
         self._injector.trigger(ApplicationEvent("stop_broker"))
 
+    @_guarded
     def on_stop_broker(self, event: Any) -> None:
         log.info("shutting down")
         self._injector.close()
         if self._container is not None:
             self._container.stop()
 
+    @_guarded
     def on_reactor_init(self, event: Any) -> None:
         event.container.schedule(self._tick_interval, self)
 
+    @_guarded
     def on_timer_task(self, event: Any) -> None:
         now = self._clock()
         for queue in self.queues.values():
@@ -117,10 +136,12 @@ class Broker(Handler):
         event.container.schedule(self._tick_interval, self)
 
     # ---- connections and sessions --------------------------------------------------------------
+    @_guarded
     def on_connection_bound(self, event: Any) -> None:
         sasl = event.transport.sasl()
         sasl.allowed_mechs("ANONYMOUS")
 
+    @_guarded
     def on_connection_remote_open(self, event: Any) -> None:
         connection = event.connection
         url = getattr(connection, "url", None)
@@ -130,17 +151,21 @@ class Broker(Handler):
             connection.open()
         log.debug("connection opened from %s (container %s)", peer, connection.remote_container)
 
+    @_guarded
     def on_session_remote_open(self, event: Any) -> None:
         if event.session.state & Endpoint.LOCAL_UNINIT:
             event.session.open()
 
+    @_guarded
     def on_session_remote_close(self, event: Any) -> None:
         event.session.close()
 
+    @_guarded
     def on_connection_remote_close(self, event: Any) -> None:
         self._forget_connection(event.connection, "closed")
         event.connection.close()
 
+    @_guarded
     def on_transport_closed(self, event: Any) -> None:
         if event.connection is not None:
             self._forget_connection(event.connection, "dropped")
@@ -155,6 +180,7 @@ class Broker(Handler):
         del connection.emulator
 
     # ---- links ---------------------------------------------------------------------------------
+    @_guarded
     def on_link_remote_open(self, event: Any) -> None:
         link = event.link
         if not link.state & Endpoint.LOCAL_UNINIT:
@@ -188,7 +214,9 @@ class Broker(Handler):
                 self._refuse(link, address)
                 return
             if dead_letter and link.is_receiver:
-                self._refuse(link, address, "Sending to a dead-letter queue is not allowed.", "amqp:not-allowed")
+                self._refuse(
+                    link, address, "Sending to a dead-letter queue is not allowed.", "amqp:not-allowed"
+                )
                 return
             subqueue = queue.subqueue(dead_letter)
             state = LinkState(
@@ -219,7 +247,9 @@ class Broker(Handler):
         name = lowered_path.removesuffix("/$deadletterqueue")
         return self.queues.get(name), dead_letter
 
-    def _refuse(self, link: Link, address: str | None, description: str | None = None, name: str = NOT_FOUND) -> None:
+    def _refuse(
+        self, link: Link, address: str | None, description: str | None = None, name: str = NOT_FOUND
+    ) -> None:
         """Attach, then detach at once with an error, as Service Bus does for a missing entity."""
         text = description or f"The messaging entity '{address}' could not be found."
         log.warning("refused link to %s: %s", address, text)
@@ -227,6 +257,7 @@ class Broker(Handler):
         link.condition = Condition(name, text)
         link.close()
 
+    @_guarded
     def on_link_remote_close(self, event: Any) -> None:
         self._forget_link(event.link)
         event.link.close()
@@ -251,6 +282,7 @@ class Broker(Handler):
         del link.emulator
         log.debug("link detached: %s", state.address)
 
+    @_guarded
     def on_link_flow(self, event: Any) -> None:
         link = event.link
         state: LinkState | None = getattr(link, "emulator", None)
@@ -260,6 +292,7 @@ class Broker(Handler):
                 link.drained()
 
     # ---- deliveries ----------------------------------------------------------------------------
+    @_guarded
     def on_delivery(self, event: Any) -> None:
         link = event.link
         state: LinkState | None = getattr(link, "emulator", None)
@@ -309,7 +342,9 @@ class Broker(Handler):
             self._answer(
                 delivery,
                 Disposition.REJECTED,
-                Condition("amqp:link:message-size-exceeded", f"The message is larger than {MAX_MESSAGE_SIZE} bytes."),
+                Condition(
+                    "amqp:link:message-size-exceeded", f"The message is larger than {MAX_MESSAGE_SIZE} bytes."
+                ),
             )
             return
         try:
@@ -333,7 +368,8 @@ class Broker(Handler):
             if delivery.settled:
                 delivery.settle()
             return
-        token = uuid.UUID(bytes_le=bytes(delivery.tag))
+        # proton's binding decodes tags as UTF-8, so the lock token is kept on the delivery instead.
+        token: uuid.UUID = delivery.lock_token
         reason = description = None
         if remote == Disposition.ACCEPTED:
             outcome = Outcome.COMPLETE
@@ -403,6 +439,7 @@ class Broker(Handler):
                 payload = self._encode(message, subqueue, not state.receive_and_delete)
                 tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
                 delivery = link.delivery(tag)
+                delivery.lock_token = message.lock_token
                 link.send(payload)
                 link.advance()
                 if state.receive_and_delete:

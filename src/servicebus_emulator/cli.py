@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # proton logs every reactor event at DEBUG; keep the emulator's own lines readable.
+    logging.getLogger("proton").setLevel(logging.WARNING)
     try:
         config = load_config(args.config)
     except ConfigError as exc:

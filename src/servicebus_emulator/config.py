@@ -55,7 +55,9 @@ class QueueProperties(BaseModel):
     )
     requires_session: bool = Field(default=False, alias="RequiresSession")
 
-    @field_validator("lock_duration", "default_message_time_to_live", "duplicate_detection_history_time_window")
+    @field_validator(
+        "lock_duration", "default_message_time_to_live", "duplicate_detection_history_time_window"
+    )
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

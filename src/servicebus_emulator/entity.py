@@ -200,7 +200,9 @@ class Subqueue:
         message = self._held(token, now)
         message.locked_until = now + self.properties.lock_duration.total_seconds()
         heapq.heappush(self._lock_expiries, (message.locked_until, token))
-        log.debug("%s: renewed lock seq=%d until %.3f", self.path, message.sequence_number, message.locked_until)
+        log.debug(
+            "%s: renewed lock seq=%d until %.3f", self.path, message.sequence_number, message.locked_until
+        )
         return message.locked_until
 
     def _held(self, token: uuid.UUID, now: float) -> BrokerMessage:
@@ -314,10 +316,10 @@ class Subqueue:
         while self._expiries and self._expiries[0][0] <= now:
             _, seq = heapq.heappop(self._expiries)
             message = self.messages.get(seq)
-            if message is not None and message.state is State.ACTIVE and message.expires_at is not None:
-                if message.expires_at <= now:
-                    self.active_count -= 1
-                    self._expire(message, now)
+            expired = message is not None and message.expires_at is not None and message.expires_at <= now
+            if expired and message is not None and message.state is State.ACTIVE:
+                self.active_count -= 1
+                self._expire(message, now)
         window = self.properties.duplicate_detection_history_time_window.total_seconds()
         while self._seen_ids:
             key, (seen, _) = next(iter(self._seen_ids.items()))

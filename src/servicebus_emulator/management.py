@@ -133,7 +133,9 @@ class ManagementNode:
         wanted = [int(s) for s in _elements(body["sequence-numbers"])]
         taken = self.subqueue.take_deferred(wanted, now, lock)
         if not taken:
-            return Reply(404, f"No deferred messages with sequence numbers {wanted}.", condition=MESSAGE_NOT_FOUND)
+            return Reply(
+                404, f"No deferred messages with sequence numbers {wanted}.", condition=MESSAGE_NOT_FOUND
+            )
         entries = []
         for message in taken:
             entry: dict[str, Any] = {"message": self._encode(message, self.subqueue, lock)}
