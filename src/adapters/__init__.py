@@ -1,0 +1,1 @@
+"""Adapters from the engine's ports to Azure services: Table Storage, Service Bus, HTTP."""

@@ -1,0 +1,311 @@
+"""The state store on Azure Table Storage (Azurite locally).
+
+Layout, one table:
+
+- PartitionKey is a shard (``s00``..``s{N-1}``) derived from the OrderID, so a task's records share a
+  partition and can change together in one entity-group transaction.
+- ``order|<id>|state`` - the task state record (``OrderID``, ``LockedBy``, ``CompleteBy``,
+  ``ProcessState``, ``FailureCount``, ...); ``order|<id>|input`` - the submitted body;
+  ``order|<id>|step|NN`` - one record per step.
+- ``inflight|<id>`` - an index entry for each in-flight task, holding its ``CompleteBy``. It is written
+  and removed in the same transaction as the state record, so the Supervisor's sweep reads a key range
+  per shard whose size is the in-flight work, however much completed history the table holds.
+
+Loading a task is one query (its key range); saving a change is one transaction: two table operations
+per step transition.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import threading
+import zlib
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError
+from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, UpdateMode
+
+from engine.ports import ConcurrencyError, CreateOutcome, ExpiredEntry, Page
+from engine.state import ProcessState, StepState, TaskRecord, TaskState
+
+_BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
+_STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
+_STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
+
+
+class OperationCounter:
+    """Counts requests to the table service (a transaction or a query page is one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def add(self, n: int = 1) -> None:
+        """Count ``n`` operations."""
+        with self._lock:
+            self.count += n
+
+
+def shard_of(order_id: str, shards: int) -> str:
+    """The partition a task lives in: stable for an id, spread evenly."""
+    return f"s{zlib.crc32(order_id.encode()) % shards:02d}"
+
+
+def _state_key(order_id: str) -> str:
+    return f"order|{order_id}|state"
+
+
+def _input_key(order_id: str) -> str:
+    return f"order|{order_id}|input"
+
+
+def _step_key(order_id: str, index: int) -> str:
+    return f"order|{order_id}|step|{index:02d}"
+
+
+def _index_key(order_id: str) -> str:
+    return f"inflight|{order_id}"
+
+
+class TableStateStore:
+    """:class:`engine.ports.StateStore` on one Azure table."""
+
+    def __init__(self, table: TableClient, shards: int = 8, counter: OperationCounter | None = None) -> None:
+        if not 1 <= shards <= 100:
+            raise ValueError("shards must be between 1 and 100")
+        self.table = table
+        self.shards = shards
+        self.counter = counter or OperationCounter()
+
+    @classmethod
+    def from_connection_string(
+        cls, connection_string: str, table_name: str, shards: int = 8
+    ) -> TableStateStore:
+        """A store using a connection string (Azurite locally)."""
+        return cls(TableClient.from_connection_string(connection_string, table_name), shards)
+
+    @staticmethod
+    def create_table(service: TableServiceClient, table_name: str) -> None:
+        """Create the table if it does not exist (Bicep creates it in Azure)."""
+        with contextlib.suppress(ResourceExistsError):
+            service.create_table(table_name)
+
+    # ---- entity mapping --------------------------------------------------------------------------
+    def _pk(self, order_id: str) -> str:
+        return shard_of(order_id, self.shards)
+
+    def _state_entity(self, record: TaskRecord) -> dict[str, Any]:
+        state = record.state
+        entity: dict[str, Any] = {
+            "PartitionKey": self._pk(state.order_id),
+            "RowKey": _state_key(state.order_id),
+            "Kind": "state",
+            "Indexed": state.process_state.in_flight and state.complete_by is not None,
+        }
+        for name, alias in _STATE_FIELDS.items():
+            value = getattr(state, name)
+            if value is None:
+                continue  # Table storage has no nulls: a missing property reads back as None
+            entity[alias] = value.value if hasattr(value, "value") else value
+        return entity
+
+    def _step_entity(self, order_id: str, step: StepState) -> dict[str, Any]:
+        entity: dict[str, Any] = {
+            "PartitionKey": self._pk(order_id),
+            "RowKey": _step_key(order_id, step.index),
+            "Kind": "step",
+            "OrderID": order_id,
+        }
+        for name, alias in _STEP_FIELDS.items():
+            value = getattr(step, name)
+            if value is None:
+                continue
+            if name == "result":
+                value = json.dumps(value, separators=(",", ":"))
+            entity[alias] = value.value if hasattr(value, "value") else value
+        return entity
+
+    def _input_entity(self, record: TaskRecord) -> dict[str, Any]:
+        body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
+        chunks = [body[i : i + _BODY_CHUNK] for i in range(0, len(body), _BODY_CHUNK)] or [""]
+        entity: dict[str, Any] = {
+            "PartitionKey": self._pk(record.order_id),
+            "RowKey": _input_key(record.order_id),
+            "Kind": "input",
+            "OrderID": record.order_id,
+            "BodyHash": record.input_hash,
+            "BodyChunks": len(chunks),
+        }
+        for i, chunk in enumerate(chunks):
+            entity[f"Body{i}"] = chunk
+        return entity
+
+    def _index_entity(self, state: TaskState) -> dict[str, Any]:
+        return {
+            "PartitionKey": self._pk(state.order_id),
+            "RowKey": _index_key(state.order_id),
+            "OrderID": state.order_id,
+            "CompleteBy": state.complete_by,
+            "ProcessState": state.process_state.value,
+        }
+
+    @staticmethod
+    def _to_state(entity: dict[str, Any]) -> TaskState:
+        values = {alias: entity[alias] for alias in _STATE_FIELDS.values() if entity.get(alias) is not None}
+        return TaskState.model_validate(values)
+
+    @staticmethod
+    def _to_step(entity: dict[str, Any]) -> StepState:
+        values = {alias: entity[alias] for alias in _STEP_FIELDS.values() if entity.get(alias) is not None}
+        if "Result" in values:
+            values["Result"] = json.loads(values["Result"])
+        return StepState.model_validate(values)
+
+    # ---- operations ------------------------------------------------------------------------------
+    def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
+        """Write input, state, steps and the in-flight index entry in one transaction."""
+        state_entity = self._state_entity(record)
+        operations: list[Any] = [
+            ("create", self._input_entity(record)),
+            ("create", state_entity),
+            *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
+        ]
+        if state_entity["Indexed"]:
+            operations.append(("create", self._index_entity(record.state)))
+        try:
+            self.counter.add()
+            self.table.submit_transaction(operations)
+        except TableTransactionError as exc:
+            if exc.status_code != 409:
+                raise
+            existing = self.load(record.order_id)
+            if existing is None:  # deleted in between: extremely unlikely; report as a conflict
+                return CreateOutcome.EXISTS_DIFFERENT, record
+            same = existing.input_hash == record.input_hash
+            return (CreateOutcome.EXISTS_SAME if same else CreateOutcome.EXISTS_DIFFERENT), existing
+        loaded = self.load(record.order_id)
+        assert loaded is not None
+        return CreateOutcome.CREATED, loaded
+
+    def load(self, order_id: str) -> TaskRecord | None:
+        """One query over the task's key range."""
+        self.counter.add()
+        entities = list(
+            self.table.query_entities(
+                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                parameters={
+                    "pk": self._pk(order_id),
+                    "lo": f"order|{order_id}|",
+                    "hi": f"order|{order_id}|~",
+                },
+            )
+        )
+        state_entity = next((e for e in entities if e.get("Kind") == "state"), None)
+        input_entity = next((e for e in entities if e.get("Kind") == "input"), None)
+        if state_entity is None or input_entity is None:
+            return None
+        steps = sorted((self._to_step(e) for e in entities if e.get("Kind") == "step"), key=lambda s: s.index)
+        body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
+        etags = {_state_key(order_id): state_entity.metadata["etag"]}
+        for e in entities:
+            if e.get("Kind") == "step":
+                etags[e["RowKey"]] = e.metadata["etag"]
+        return TaskRecord(
+            state=self._to_state(state_entity),
+            steps=steps,
+            input=json.loads(body) if body else {},
+            input_hash=input_entity["BodyHash"],
+            etags=etags,
+            indexed=bool(state_entity.get("Indexed")),
+        )
+
+    def save(self, record: TaskRecord) -> TaskRecord:
+        """The state, the changed steps and the index entry, in one ETag-conditional transaction."""
+        order_id = record.order_id
+        state_entity = self._state_entity(record)
+        conditional = {"mode": UpdateMode.REPLACE, "match_condition": MatchConditions.IfNotModified}
+        operations: list[Any] = [
+            ("update", state_entity, {**conditional, "etag": record.etags[_state_key(order_id)]})
+        ]
+        for index in sorted(record.dirty_steps):
+            entity = self._step_entity(order_id, record.steps[index])
+            operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
+        if state_entity["Indexed"]:
+            operations.append(("upsert", self._index_entity(record.state), {"mode": UpdateMode.REPLACE}))
+        elif record.indexed:
+            operations.append(
+                ("delete", {"PartitionKey": self._pk(order_id), "RowKey": _index_key(order_id)})
+            )
+        try:
+            self.counter.add()
+            results = self.table.submit_transaction(operations)
+        except TableTransactionError as exc:
+            if exc.status_code in (404, 409, 412):
+                raise ConcurrencyError(f"order {order_id} changed since it was loaded") from exc
+            raise
+        for (_, entity, *_), result in zip(operations, results, strict=False):
+            if entity["RowKey"] in record.etags and result.get("etag"):
+                record.etags[entity["RowKey"]] = result["etag"]
+        record.indexed = bool(state_entity["Indexed"])
+        record.dirty_steps.clear()
+        return record
+
+    def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
+        """One key-range query per shard over the in-flight index."""
+        for shard in range(self.shards):
+            pages = self.table.query_entities(
+                "PartitionKey eq @pk and RowKey ge 'inflight|' and RowKey lt 'inflight}' "
+                "and CompleteBy le @now",
+                parameters={"pk": f"s{shard:02d}", "now": now},
+                results_per_page=1000,
+            ).by_page()
+            for page in pages:
+                self.counter.add()
+                for entity in page:
+                    yield ExpiredEntry(
+                        order_id=entity["OrderID"],
+                        complete_by=entity["CompleteBy"],
+                        process_state=ProcessState(entity["ProcessState"]),
+                    )
+
+    def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
+        """Tasks in one state, shard by shard; the continuation token carries the shard and the
+        table's own token."""
+        shard, token = _decode_token(continuation)
+        while shard < self.shards:
+            pages = self.table.query_entities(
+                "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' "
+                "and Kind eq 'state' and ProcessState eq @state",
+                parameters={"pk": f"s{shard:02d}", "state": state.value},
+                results_per_page=page_size,
+            ).by_page(continuation_token=token)
+            self.counter.add()
+            items = [self._to_state(e) for e in next(pages, [])]
+            token = pages.continuation_token
+            if token is None:
+                shard += 1
+            if items:
+                more = shard < self.shards
+                return Page(items, _encode_token(shard, token) if more else None)
+        return Page([], None)
+
+
+def _encode_token(shard: int, token: Any) -> str:
+    raw = json.dumps({"s": shard, "t": token}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_token(value: str | None) -> tuple[int, Any]:
+    if not value:
+        return 0, None
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        data = json.loads(raw)
+        return int(data["s"]), data.get("t")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError("invalid continuation token") from exc

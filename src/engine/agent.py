@@ -1,0 +1,173 @@
+"""The Agent runtime: wraps calls to one remote service with retries, a circuit breaker and a hard stop.
+
+An Agent retries transient faults with exponential backoff and jitter, opens a circuit breaker on
+repeated failure, reports a lasting (nontransient) fault as a failed reply, and never outlives the
+request's complete-by: past it, it stops and sends nothing back, not even an error, because another
+Agent instance may already be retrying the step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import pybreaker
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from . import queues, telemetry
+from .clock import Clock
+from .messages import AgentReply, AgentRequest, ReplyOutcome
+from .ports import MessageSender
+from .workflow import RetryPolicy
+
+log = logging.getLogger("engine.agent")
+
+
+class TransientError(Exception):
+    """A fault worth retrying: timeouts, 5xx, connection errors."""
+
+
+class PermanentError(Exception):
+    """A lasting fault: retrying cannot help (the service rejected the request)."""
+
+
+class DeadlineReached(Exception):
+    """Complete-by passed: the Agent stops silently."""
+
+
+# An action gets the request and the seconds it may spend on one call; it returns the result to record.
+Action = Callable[[AgentRequest, float], dict[str, Any]]
+
+
+class Agent:
+    """Runs the actions of one remote service for the Scheduler."""
+
+    def __init__(
+        self,
+        name: str,
+        actions: Mapping[str, Action],
+        sender: MessageSender,
+        clock: Clock,
+        policy: RetryPolicy,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.actions = dict(actions)
+        self.sender = sender
+        self.clock = clock
+        self.policy = policy
+        self._sleep = sleep
+        # One breaker per agent per process: a service that keeps failing is left alone for a while
+        # instead of being hammered by every retry of every order.
+        self.breaker = pybreaker.CircuitBreaker(
+            fail_max=policy.breaker_fail_max,
+            reset_timeout=policy.breaker_reset_seconds,
+            exclude=[PermanentError],
+            name=f"agent-{name}",
+        )
+
+    def _seconds_left(self, deadline: datetime) -> float:
+        return (deadline - self.clock.now()).total_seconds()
+
+    def handle(self, request: AgentRequest) -> AgentReply | None:
+        """Run the request; send and return the reply, or None if complete-by passed (nothing sent)."""
+        fields = telemetry.context(
+            request.order_id, request.step, request.attempt, action=request.action, agent=self.name
+        )
+        action = self.actions.get(request.action)
+        if action is None:
+            reply = self._reply(
+                request, ReplyOutcome.FAILED, error=f"agent {self.name} has no action {request.action!r}"
+            )
+            return self._send(request, reply, fields)
+        if self._seconds_left(request.complete_by) <= 0:
+            telemetry.info(log, "request arrived after complete-by; nothing sent", **fields)
+            return None
+        try:
+            result = self._call_with_retries(action, request)
+        except PermanentError as exc:
+            reply = self._reply(request, ReplyOutcome.FAILED, error=str(exc) or type(exc).__name__)
+        except (TransientError, pybreaker.CircuitBreakerError, DeadlineReached) as exc:
+            telemetry.warning(log, "gave up within complete-by; nothing sent", **fields, error=str(exc))
+            return None
+        else:
+            reply = self._reply(request, ReplyOutcome.SUCCEEDED, result=result)
+        return self._send(request, reply, fields)
+
+    def _call_with_retries(self, action: Action, request: AgentRequest) -> dict[str, Any]:
+        deadline = request.complete_by
+        policy = self.policy
+
+        def before_sleep_within_deadline(state: RetryCallState) -> None:
+            # Never sleep past complete-by: stop instead.
+            wait = state.next_action.sleep if state.next_action else 0.0
+            if self._seconds_left(deadline) <= wait:
+                raise DeadlineReached(f"complete-by {deadline.isoformat()} passed during retries")
+            telemetry.info(
+                log,
+                "retrying",
+                **telemetry.context(request.order_id, request.step, request.attempt),
+                tryNumber=state.attempt_number,
+                waitSeconds=round(wait, 3),
+                error=str(state.outcome.exception()) if state.outcome else "",
+            )
+
+        retrying = Retrying(
+            stop=stop_after_attempt(policy.max_tries),
+            wait=wait_exponential_jitter(
+                initial=policy.initial_backoff_seconds, max=policy.max_backoff_seconds
+            ),
+            retry=retry_if_exception_type((TransientError, pybreaker.CircuitBreakerError)),
+            before_sleep=before_sleep_within_deadline,
+            reraise=True,
+            **({"sleep": self._sleep} if self._sleep else {}),
+        )
+
+        def one_call() -> dict[str, Any]:
+            left = self._seconds_left(deadline)
+            if left <= 0:
+                raise DeadlineReached(f"complete-by {deadline.isoformat()} passed")
+            # Per-call timeout: the policy's, but never beyond complete-by.
+            return self.breaker.call(action, request, min(policy.call_timeout_seconds, left))
+
+        return retrying(one_call)
+
+    def _reply(
+        self,
+        request: AgentRequest,
+        outcome: ReplyOutcome,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> AgentReply:
+        return AgentReply(
+            order_id=request.order_id,
+            step_index=request.step_index,
+            attempt=request.attempt,
+            compensating=request.compensating,
+            outcome=outcome,
+            result=result or {},
+            error=error,
+        )
+
+    def _send(self, request: AgentRequest, reply: AgentReply, fields: dict[str, Any]) -> AgentReply | None:
+        # The hard stop: a reply finished after complete-by is not sent.
+        if self._seconds_left(request.complete_by) <= 0:
+            telemetry.info(log, "finished after complete-by; nothing sent", **fields)
+            return None
+        phase = "c" if request.compensating else "f"
+        self.sender.send(
+            queues.REPLY_QUEUE,
+            reply,
+            message_id=f"{request.order_id}:{request.step_index}:{phase}:{request.attempt}:reply",
+            correlation_id=request.order_id,
+        )
+        telemetry.info(log, "replied", **fields, outcome=reply.outcome.value)
+        return reply

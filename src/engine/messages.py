@@ -1,0 +1,86 @@
+"""Messages between the Scheduler, the Agents, the Supervisor and the submitting application."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+class CommandKind(StrEnum):
+    """Why the Scheduler is asked to look at a task."""
+
+    START = "start"  # a new task, or one the Supervisor reset to Pending
+    RESUME = "resume"  # continue whatever the task is doing (compensation retries, cancel)
+
+
+class SchedulerCommand(_Message):
+    """On the Scheduler's queue: look at this task and move it on."""
+
+    order_id: str = Field(alias="orderId", min_length=1, max_length=64)
+    kind: CommandKind
+    reason: str = Field(default="", max_length=200)
+
+
+class AgentRequest(_Message):
+    """On an agent's queue: run one action of one step, before ``complete_by``."""
+
+    order_id: str = Field(alias="orderId")
+    step: str
+    step_index: int = Field(alias="stepIndex", ge=0)
+    attempt: int = Field(ge=1)
+    compensating: bool = False
+    action: str
+    idempotency_key: str = Field(
+        alias="idempotencyKey", description="the same on every retry and re-dispatch"
+    )
+    complete_by: datetime = Field(alias="completeBy")
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplyOutcome(StrEnum):
+    """What an Agent reports. A timeout is never reported: the Agent stays silent."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # a lasting (nontransient) fault
+
+
+class AgentReply(_Message):
+    """On the Scheduler's reply queue: the outcome of one attempt, fenced by step and attempt."""
+
+    order_id: str = Field(alias="orderId")
+    step_index: int = Field(alias="stepIndex", ge=0)
+    attempt: int = Field(ge=1)
+    compensating: bool = False
+    outcome: ReplyOutcome
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class StatusEvent(StrEnum):
+    """Status changes the Scheduler publishes for the submitting application."""
+
+    RECEIVED = "received"
+    STEP_COMPLETED = "step-completed"
+    PROCESSED = "processed"
+    COMPENSATING = "compensating"
+    STEP_COMPENSATED = "step-compensated"
+    COMPENSATED = "compensated"
+    ERROR = "error"
+
+
+class StatusMessage(_Message):
+    """On the status queue, with the order id as correlation id."""
+
+    order_id: str = Field(alias="orderId")
+    event: StatusEvent
+    process_state: str = Field(alias="processState")
+    step: str | None = None
+    detail: str | None = None
+    at: datetime

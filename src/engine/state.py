@@ -1,0 +1,116 @@
+"""Task and step state records, with the pattern's own property names.
+
+The pattern's worked example calls the task id ``OrderID``; the records keep that name (and
+``LockedBy``, ``CompleteBy``, ``ProcessState``, ``FailureCount``) so anyone who read the pattern
+recognises them in the state store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ProcessState(StrEnum):
+    """Task-level state (see the state machine in the README)."""
+
+    PENDING = "Pending"
+    PROCESSING = "Processing"
+    PROCESSED = "Processed"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    ERROR = "Error"
+
+    @property
+    def terminal(self) -> bool:
+        """Processed, Compensated and Error need nothing more from the Scheduler or Supervisor."""
+        return self in (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.ERROR)
+
+    @property
+    def in_flight(self) -> bool:
+        """Work the Supervisor must watch."""
+        return not self.terminal
+
+
+class StepStatus(StrEnum):
+    """Step-level state."""
+
+    NOT_STARTED = "NotStarted"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+
+
+class Phase(StrEnum):
+    """Whether the task is running its steps forward or undoing them."""
+
+    FORWARD = "forward"
+    COMPENSATE = "compensate"
+
+
+class TaskState(BaseModel):
+    """The task's state record."""
+
+    model_config = ConfigDict(populate_by_name=True, validate_assignment=True)
+
+    order_id: str = Field(alias="OrderID")
+    locked_by: str | None = Field(default=None, alias="LockedBy")
+    complete_by: datetime | None = Field(default=None, alias="CompleteBy")
+    process_state: ProcessState = Field(default=ProcessState.PENDING, alias="ProcessState")
+    failure_count: int = Field(default=0, ge=0, alias="FailureCount")
+    workflow: str = Field(alias="Workflow")
+    phase: Phase = Field(default=Phase.FORWARD, alias="Phase")
+    current_step: int = Field(default=0, ge=0, alias="CurrentStep")
+    attempt: int = Field(default=0, ge=0, alias="Attempt", description="the current step's dispatch number")
+    next_attempt_at: datetime | None = Field(default=None, alias="NextAttemptAt")
+    last_error: str | None = Field(default=None, alias="LastError")
+    created_at: datetime = Field(alias="CreatedAt")
+    updated_at: datetime = Field(alias="UpdatedAt")
+
+
+class StepState(BaseModel):
+    """One step's state record; ``result`` keeps what is needed to compensate the step."""
+
+    model_config = ConfigDict(populate_by_name=True, validate_assignment=True)
+
+    index: int = Field(alias="StepIndex", ge=0)
+    name: str = Field(alias="StepName")
+    status: StepStatus = Field(default=StepStatus.NOT_STARTED, alias="StepState")
+    attempts: int = Field(default=0, ge=0, alias="Attempts")
+    compensation_attempts: int = Field(default=0, ge=0, alias="CompensationAttempts")
+    complete_by: datetime | None = Field(default=None, alias="CompleteBy")
+    last_error: str | None = Field(default=None, alias="LastError")
+    result: dict[str, Any] | None = Field(default=None, alias="Result")
+
+
+class TaskRecord(BaseModel):
+    """A task as loaded from the state store: its state, its steps, its input and their ETags.
+
+    ``dirty_steps`` lists the steps changed since loading; the store writes those and the state in one
+    conditional transaction.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    state: TaskState
+    steps: list[StepState]
+    input: dict[str, Any]
+    input_hash: str
+    etags: dict[str, str] = Field(default_factory=dict)
+    indexed: bool = Field(default=False, description="an in-flight index entry exists in the store")
+    dirty_steps: set[int] = Field(default_factory=set)
+
+    def step(self, index: int) -> StepState:
+        """A step, marked as changed so it is saved with the state."""
+        self.dirty_steps.add(index)
+        return self.steps[index]
+
+    @property
+    def order_id(self) -> str:
+        """The task's id."""
+        return self.state.order_id
