@@ -123,7 +123,9 @@ class Agent:
         retrying = Retrying(
             stop=stop_after_attempt(policy.max_tries),
             wait=wait_exponential_jitter(
-                initial=policy.initial_backoff_seconds, max=policy.max_backoff_seconds
+                multiplier=policy.initial_backoff_seconds,
+                max=policy.max_backoff_seconds,
+                jitter=policy.initial_backoff_seconds,
             ),
             retry=retry_if_exception_type((TransientError, pybreaker.CircuitBreakerError)),
             before_sleep=before_sleep_within_deadline,

@@ -1,0 +1,83 @@
+"""Start Azurite's Table service from the project's own npm install."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Azurite's well-known development account; the key is public and only valid against the emulator.
+DEV_ACCOUNT = "devstoreaccount1"
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def table_connection_string(port: int, host: str = "127.0.0.1") -> str:
+    """The connection string for Azurite's Table service on ``host:port``."""
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
+        f"TableEndpoint=http://{host}:{port}/{DEV_ACCOUNT};"
+    )
+
+
+def azurite_table_binary() -> Path:
+    """``node_modules/.bin/azurite-table``; installed by ``make install`` (npm ci)."""
+    path = REPO_ROOT / "node_modules" / ".bin" / "azurite-table"
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing: run `make install` (it runs npm ci)")
+    if shutil.which("node") is None:
+        raise RuntimeError("node is not on PATH; Azurite needs Node.js")
+    return path
+
+
+def _listening(port: int, host: str) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def launch(
+    data_dir: Path,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    in_memory: bool = False,
+    log: IO[bytes] | None = None,
+    timeout: float = 30.0,
+) -> subprocess.Popen[bytes]:
+    """Start Azurite (Table service only) and return once it accepts connections.
+
+    Data lives under ``data_dir`` so it survives a restart, unless ``in_memory``.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        str(azurite_table_binary()),
+        "--tableHost",
+        host,
+        "--tablePort",
+        str(port),
+        "--location",
+        str(data_dir),
+        "--disableTelemetry",
+        "--skipApiVersionCheck",
+        "--silent",
+    ]
+    if in_memory:
+        command.append("--inMemoryPersistence")
+    process = subprocess.Popen(command, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while not _listening(port, host):
+        if process.poll() is not None:
+            raise RuntimeError(f"Azurite exited with code {process.returncode}")
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise RuntimeError(f"Azurite did not listen on {host}:{port} within {timeout}s")
+        time.sleep(0.05)  # polling a port: there is no event to wait on
+    return process

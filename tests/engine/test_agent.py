@@ -1,0 +1,145 @@
+"""The Agent runtime: retries, circuit breaker, nontransient errors and the hard stop at complete-by."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from engine import queues
+from engine.agent import Agent, PermanentError, TransientError
+from engine.clock import ManualClock
+from engine.messages import AgentReply, AgentRequest, ReplyOutcome
+from engine.workflow import RetryPolicy
+from tests.engine.fakes import RecordingSender
+
+POLICY = RetryPolicy(
+    max_tries=5,
+    initial_backoff_seconds=0.5,
+    max_backoff_seconds=2,
+    call_timeout_seconds=3,
+    breaker_fail_max=3,
+    breaker_reset_seconds=30,
+)
+
+
+class Scripted:
+    """An action that fails as scripted, then succeeds; records the timeouts it was given."""
+
+    def __init__(self, clock: ManualClock, failures: list[Exception], call_seconds: float = 0.0) -> None:
+        self.clock = clock
+        self.failures = list(failures)
+        self.call_seconds = call_seconds
+        self.timeouts: list[float] = []
+        self.keys: list[str] = []
+
+    def __call__(self, request: AgentRequest, timeout: float) -> dict[str, Any]:
+        self.timeouts.append(timeout)
+        self.keys.append(request.idempotency_key)
+        self.clock.advance(self.call_seconds)
+        if self.failures:
+            raise self.failures.pop(0)
+        return {"id": request.idempotency_key}
+
+
+def make(clock: ManualClock, action: Scripted) -> tuple[Agent, RecordingSender]:
+    sender = RecordingSender()
+    agent = Agent("alpha", {"do": action}, sender, clock, POLICY, sleep=clock.advance)
+    return agent, sender
+
+
+def request(clock: ManualClock, seconds: float = 10, attempt: int = 1) -> AgentRequest:
+    return AgentRequest(
+        order_id="o-1",
+        step="first",
+        step_index=0,
+        attempt=attempt,
+        action="do",
+        idempotency_key="o-1:first",
+        complete_by=clock.now() + timedelta(seconds=seconds),
+    )
+
+
+def test_transient_faults_are_retried_with_the_same_key_then_succeed() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("503"), TransientError("503")])
+    agent, sender = make(clock, action)
+    reply = agent.handle(request(clock))
+    assert reply is not None and reply.outcome is ReplyOutcome.SUCCEEDED
+    assert action.keys == ["o-1:first"] * 3
+    (sent,) = sender.sent
+    assert sent.queue == queues.REPLY_QUEUE and isinstance(sent.body, AgentReply)
+    assert sent.correlation_id == "o-1" and sent.body.result == {"id": "o-1:first"}
+
+
+def test_a_permanent_fault_is_reported_at_once() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [PermanentError("card declined")])
+    agent, sender = make(clock, action)
+    reply = agent.handle(request(clock))
+    assert reply is not None and reply.outcome is ReplyOutcome.FAILED and reply.error == "card declined"
+    assert len(action.timeouts) == 1 and len(sender.sent) == 1
+
+
+def test_per_call_timeout_never_exceeds_the_time_left() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("slow")], call_seconds=1.5)
+    agent, _ = make(clock, action)
+    agent.handle(request(clock, seconds=2))
+    assert action.timeouts[0] == 2
+    assert all(t <= 2 for t in action.timeouts)
+
+
+def test_nothing_is_sent_when_complete_by_passes_during_retries() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("503")] * 10, call_seconds=1)
+    agent, sender = make(clock, action)
+    assert agent.handle(request(clock, seconds=3)) is None
+    assert sender.sent == []
+    assert clock.now() <= request(ManualClock()).complete_by  # never slept far past the deadline
+
+
+def test_nothing_is_sent_when_the_call_finishes_after_complete_by() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [], call_seconds=5)
+    agent, sender = make(clock, action)
+    assert agent.handle(request(clock, seconds=4)) is None
+    assert sender.sent == []
+
+
+def test_a_request_that_arrives_late_is_not_run() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [])
+    agent, sender = make(clock, action)
+    late = request(clock, seconds=1)
+    clock.advance(2)
+    assert agent.handle(late) is None
+    assert action.timeouts == [] and sender.sent == []
+
+
+def test_the_breaker_opens_after_repeated_failures_and_stops_calls() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("503")] * 100)
+    agent, sender = make(clock, action)
+    assert agent.handle(request(clock, seconds=60)) is None
+    calls = len(action.timeouts)
+    assert calls == POLICY.breaker_fail_max  # after that the breaker short-circuits the remaining tries
+    assert agent.breaker.current_state == "open"
+    assert agent.handle(request(clock, seconds=60, attempt=2)) is None
+    assert len(action.timeouts) == calls  # still open: the service is left alone
+    assert sender.sent == []
+
+
+def test_exhausted_tries_within_the_deadline_stay_silent() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("503")] * 4 + [TransientError("503")])
+    policy_agent, sender = make(clock, action)
+    policy_agent.breaker = __import__("pybreaker").CircuitBreaker(fail_max=100)
+    assert policy_agent.handle(request(clock, seconds=120)) is None
+    assert len(action.timeouts) == POLICY.max_tries and sender.sent == []
+
+
+def test_unknown_action_is_a_failed_reply() -> None:
+    clock = ManualClock()
+    agent, _ = make(clock, Scripted(clock, []))
+    reply = agent.handle(request(clock).model_copy(update={"action": "nope"}))
+    assert reply is not None and reply.outcome is ReplyOutcome.FAILED and "nope" in (reply.error or "")
