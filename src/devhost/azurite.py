@@ -62,14 +62,12 @@ def launch(
         host,
         "--tablePort",
         str(port),
-        "--location",
-        str(data_dir),
         "--disableTelemetry",
         "--skipApiVersionCheck",
         "--silent",
     ]
-    if in_memory:
-        command.append("--inMemoryPersistence")
+    # Azurite refuses a --location together with in-memory persistence.
+    command += ["--inMemoryPersistence"] if in_memory else ["--location", str(data_dir)]
     process = subprocess.Popen(command, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while not _listening(port, host):

@@ -1,0 +1,192 @@
+"""The Table Storage state store against a real Azurite."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from azure.data.tables import TableClient
+
+from adapters.table_store import TableStateStore, shard_of
+from engine import transitions
+from engine.ports import ConcurrencyError, CreateOutcome
+from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.transitions import Context, EngineSettings
+from engine.workflow import StepDefinition, WorkflowDefinition
+
+WORKFLOW = WorkflowDefinition(
+    name="two-steps",
+    steps=(
+        StepDefinition(name="first", agent="alpha", action="do-a", compensation="undo-a"),
+        StepDefinition(name="second", agent="beta", action="do-b", compensation="undo-b"),
+    ),
+)
+SETTINGS = EngineSettings(step_complete_by_seconds=10)
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(azurite_connection_string: str, new_table: Callable[[], str]) -> TableStateStore:
+    return TableStateStore(
+        TableClient.from_connection_string(azurite_connection_string, new_table()), shards=4
+    )
+
+
+def new_record(order_id: str, body: dict | None = None, now: datetime = NOW) -> TaskRecord:
+    record = TaskRecord(
+        state=TaskState(order_id=order_id, workflow=WORKFLOW.name, created_at=now, updated_at=now),
+        steps=[StepState(index=i, name=s.name) for i, s in enumerate(WORKFLOW.steps)],
+        input=body or {"items": [{"sku": "a", "quantity": 1}]},
+        input_hash=str(hash(str(body))),
+    )
+    transitions.new_record_state(record, Context(WORKFLOW, SETTINGS, now))
+    return record
+
+
+def ctx(now: datetime = NOW, instance: str = "sched-1") -> Context:
+    return Context(WORKFLOW, SETTINGS, now, instance)
+
+
+def test_create_writes_state_steps_and_input_together(store: TableStateStore) -> None:
+    outcome, loaded = store.create(new_record("o-1", {"big": "x" * 70_000}))
+    assert outcome is CreateOutcome.CREATED
+    assert loaded.state.process_state is ProcessState.PENDING and loaded.state.complete_by == NOW + timedelta(
+        seconds=10
+    )
+    assert [s.name for s in loaded.steps] == ["first", "second"]
+    assert loaded.input == {"big": "x" * 70_000}  # split across properties, joined back
+    entity = store.table.get_entity(shard_of("o-1", 4), "order|o-1|state")
+    # The pattern's property names, as stored.
+    assert {"OrderID", "CompleteBy", "ProcessState", "FailureCount"} <= set(entity)
+    assert "LockedBy" not in entity  # null until claimed
+
+
+def test_create_is_idempotent_for_the_same_body_and_conflicts_for_another(store: TableStateStore) -> None:
+    store.create(new_record("o-1", {"a": 1}))
+    outcome, _ = store.create(new_record("o-1", {"a": 1}))
+    assert outcome is CreateOutcome.EXISTS_SAME
+    outcome, _ = store.create(new_record("o-1", {"a": 2}))
+    assert outcome is CreateOutcome.EXISTS_DIFFERENT
+    assert store.load("o-1").input == {"a": 1}  # type: ignore[union-attr]
+
+
+def test_two_claimers_race_and_exactly_one_wins(store: TableStateStore) -> None:
+    store.create(new_record("o-race"))
+    barrier = threading.Barrier(2)
+    results: dict[str, str] = {}
+
+    def claimer(name: str) -> None:
+        record = store.load("o-race")
+        assert record is not None
+        transitions.claim(record, ctx(instance=name))
+        barrier.wait()
+        try:
+            store.save(record)
+            results[name] = "won"
+        except ConcurrencyError:
+            results[name] = "lost"
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()) == ["lost", "won"]
+    winner = next(n for n, r in results.items() if r == "won")
+    state = store.load("o-race").state  # type: ignore[union-attr]
+    assert state.locked_by == winner and state.process_state is ProcessState.PROCESSING
+
+
+def test_a_stale_etag_loses_and_changes_nothing(store: TableStateStore) -> None:
+    store.create(new_record("o-1"))
+    first = store.load("o-1")
+    stale = store.load("o-1")
+    assert first is not None and stale is not None
+    transitions.claim(first, ctx())
+    store.save(first)
+    stale.state.failure_count = 99
+    stale.step(1).status = StepStatus.FAILED
+    with pytest.raises(ConcurrencyError):
+        store.save(stale)
+    again = store.load("o-1")
+    assert (
+        again is not None
+        and again.state.failure_count == 0
+        and again.steps[1].status is StepStatus.NOT_STARTED
+    )
+
+
+def test_a_stale_step_etag_loses_even_if_the_state_is_fresh(store: TableStateStore) -> None:
+    store.create(new_record("o-1"))
+    record = store.load("o-1")
+    assert record is not None
+    record.etags["order|o-1|step|01"] = "W/\"datetime'2000-01-01T00%3A00%3A00.0000000Z'\""
+    record.step(1).attempts = 5
+    with pytest.raises(ConcurrencyError):
+        store.save(record)
+
+
+def test_the_sweep_finds_only_expired_in_flight_work(store: TableStateStore) -> None:
+    # Expired in-flight: a claimed task whose step deadline passed.
+    store.create(new_record("expired"))
+    record = store.load("expired")
+    assert record is not None
+    transitions.claim(record, ctx())
+    store.save(record)
+    # Not yet expired: submitted later.
+    store.create(new_record("fresh", now=NOW + timedelta(seconds=30)))
+    # Terminal: processed, never found again.
+    store.create(new_record("done"))
+    done = store.load("done")
+    assert done is not None
+    transitions.claim(done, ctx())
+    for _ in range(2):
+        transitions.step_succeeded(done, ctx(), {"ok": True})
+    store.save(done)
+    assert done.state.process_state is ProcessState.PROCESSED
+    found = list(store.expired(NOW + timedelta(seconds=20)))
+    assert [e.order_id for e in found] == ["expired"]
+    assert found[0].process_state is ProcessState.PROCESSING
+    assert list(store.table.query_entities("RowKey eq @k", parameters={"k": "inflight|done"})) == []
+
+
+def test_a_step_transition_costs_two_table_operations(store: TableStateStore) -> None:
+    store.create(new_record("o-1"))
+    record = store.load("o-1")
+    assert record is not None
+    transitions.claim(record, ctx())
+    store.save(record)
+    before = store.counter.count
+    record = store.load("o-1")
+    assert record is not None
+    transitions.step_succeeded(record, ctx(), {"reservation": "r-1"})
+    store.save(record)
+    assert store.counter.count - before == 2
+    reloaded = store.load("o-1")
+    assert reloaded is not None
+    assert (
+        reloaded.steps[0].result == {"reservation": "r-1"} and reloaded.steps[1].status is StepStatus.RUNNING
+    )
+
+
+def test_list_by_state_pages_with_a_continuation_token(store: TableStateStore) -> None:
+    ids = [f"o-{i}" for i in range(7)]
+    for order_id in ids:
+        store.create(new_record(order_id))
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = store.list_by_state(ProcessState.PENDING, 2, token)
+        assert len(page.states) <= 2
+        seen.extend(s.order_id for s in page.states)
+        pages += 1
+        token = page.continuation
+        if token is None:
+            break
+    assert sorted(seen) == sorted(ids) and pages >= 4
+    assert store.list_by_state(ProcessState.ERROR, 10, None).states == []
+    with pytest.raises(ValueError):
+        store.list_by_state(ProcessState.PENDING, 2, "not-a-token!")
