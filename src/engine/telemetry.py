@@ -11,6 +11,7 @@ from typing import Any
 # Alert events. Application Insights custom events carry these names (see infra/ alert rules).
 ORDER_ENTERED_ERROR = "OrderEnteredError"
 MESSAGE_DEAD_LETTERED = "MessageDeadLettered"
+POISON_MESSAGE = "PoisonMessageRejected"
 SUPERVISOR_SWEEP_COMPLETED = "SupervisorSweepCompleted"
 ALERT_EVENTS = (ORDER_ENTERED_ERROR, MESSAGE_DEAD_LETTERED)
 

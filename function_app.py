@@ -1,0 +1,126 @@
+"""Azure Functions bindings (Python v2 model). Wiring only: every function calls the layers below.
+
+HTTP API -> orders.api; Service Bus triggers -> the engine's Scheduler and Agents; the timer -> the
+Supervisor. The same file runs in Azure, under Functions Core Tools, and under the local devhost.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # the app's packages live in src/
+
+import azure.functions as func
+
+from engine import queues
+from engine.inbound import parse
+from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from orders.api import OrdersApi, Reply
+from orders.runtime import runtime
+from orders.telemetry_setup import configure_telemetry
+from orders.workflow import INVENTORY, PAYMENT, SHIPPING
+
+configure_telemetry()
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+api = OrdersApi(lambda: runtime().tasks)
+SB = "ServiceBusConnection"
+
+
+def _respond(reply: Reply) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(reply.body), status_code=reply.status, headers=reply.headers, mimetype="application/json"
+    )
+
+
+def _base_url(req: func.HttpRequest) -> str:
+    parts = urlsplit(req.url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+# ---- HTTP API ---------------------------------------------------------------------------------------
+@app.route(route="orders", methods=["POST"])
+def submit_order(req: func.HttpRequest) -> func.HttpResponse:
+    """Accept an order: 202 with its status URL."""
+    return _respond(api.submit(req.get_body(), req.headers.get("content-type"), _base_url(req)))
+
+
+@app.route(route="orders", methods=["GET"])
+def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+    """List orders in one ProcessState, paged."""
+    return _respond(api.list(dict(req.params)))
+
+
+@app.route(route="orders/{orderId}", methods=["GET"])
+def get_order(req: func.HttpRequest) -> func.HttpResponse:
+    """An order's state and steps."""
+    return _respond(api.get(req.route_params["orderId"]))
+
+
+@app.route(route="orders/{orderId}/resubmit", methods=["POST"])
+def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: send an order in Error back to Pending."""
+    return _respond(api.resubmit(req.route_params["orderId"]))
+
+
+@app.route(route="orders/{orderId}/cancel", methods=["POST"])
+def cancel_order(req: func.HttpRequest) -> func.HttpResponse:
+    """Compensate an order that is not terminal."""
+    return _respond(api.cancel(req.route_params["orderId"]))
+
+
+@app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    """Liveness."""
+    return _respond(api.health())
+
+
+# ---- Scheduler --------------------------------------------------------------------------------------
+@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.SCHEDULER_QUEUE, connection=SB)
+def scheduler(msg: func.ServiceBusMessage) -> None:
+    """New, retried and resumed orders."""
+    command = parse(
+        SchedulerCommand, msg.get_body(), queues.SCHEDULER_QUEUE, msg.message_id, msg.delivery_count
+    )
+    runtime().scheduler.handle_command(command)
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.REPLY_QUEUE, connection=SB)
+def scheduler_replies(msg: func.ServiceBusMessage) -> None:
+    """Agents' replies."""
+    reply = parse(AgentReply, msg.get_body(), queues.REPLY_QUEUE, msg.message_id, msg.delivery_count)
+    runtime().scheduler.handle_reply(reply)
+
+
+# ---- Agents -----------------------------------------------------------------------------------------
+def _run_agent(agent: str, msg: func.ServiceBusMessage) -> None:
+    queue = queues.agent_queue(agent)
+    request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
+    runtime().agents[agent].handle(request)
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(INVENTORY), connection=SB)
+def agent_inventory(msg: func.ServiceBusMessage) -> None:
+    """Reserve and release stock."""
+    _run_agent(INVENTORY, msg)
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(PAYMENT), connection=SB)
+def agent_payment(msg: func.ServiceBusMessage) -> None:
+    """Charge and refund."""
+    _run_agent(PAYMENT, msg)
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(SHIPPING), connection=SB)
+def agent_shipping(msg: func.ServiceBusMessage) -> None:
+    """Create and cancel shipments."""
+    _run_agent(SHIPPING, msg)
+
+
+# ---- Supervisor -------------------------------------------------------------------------------------
+@app.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
+def supervisor(timer: func.TimerRequest) -> None:
+    """Find steps past their complete-by and arrange recovery."""
+    runtime().supervisor.sweep()

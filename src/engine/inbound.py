@@ -1,0 +1,38 @@
+"""Turning queue message bodies into engine messages, and refusing what cannot be parsed."""
+
+from __future__ import annotations
+
+import logging
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from . import telemetry
+
+log = logging.getLogger("engine.inbound")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class PoisonMessage(Exception):
+    """A message that can never be processed. Raising it makes the host abandon the message; the
+    queue dead-letters it once its max delivery count is reached, so it is never retried forever."""
+
+
+def parse(model: type[M], body: bytes, queue: str, message_id: str | None, delivery_count: int | None) -> M:
+    """Validate a JSON body as ``model``; raise :class:`PoisonMessage` with the reason if it is not one."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        reason = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
+        telemetry.emit_event(
+            telemetry.POISON_MESSAGE,
+            queue=queue,
+            messageId=message_id,
+            deliveryCount=delivery_count,
+            reason=reason[:500],
+        )
+        raise PoisonMessage(f"{queue}: message {message_id} is not a {model.__name__}: {reason}") from exc

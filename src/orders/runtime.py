@@ -1,0 +1,77 @@
+"""The composition root: builds the engine for the order workflow from the app settings, once per process."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from azure.data.tables import TableClient, TableServiceClient
+
+from adapters.servicebus import ServiceBusSender, client_from_settings
+from adapters.table_store import TableStateStore
+from engine.agent import Agent
+from engine.clock import SystemClock
+from engine.scheduler import Scheduler
+from engine.supervisor import Supervisor
+from engine.tasks import TaskService
+
+from .services import RemoteServices
+from .settings import Settings, load_settings
+from .workflow import FULFILMENT
+
+
+@dataclass
+class Runtime:
+    """Everything the functions call into."""
+
+    settings: Settings
+    store: TableStateStore
+    sender: ServiceBusSender
+    tasks: TaskService
+    scheduler: Scheduler
+    supervisor: Supervisor
+    agents: dict[str, Agent]
+
+
+def _table(settings: Settings) -> TableClient:
+    if settings.state_store_connection:
+        service = TableServiceClient.from_connection_string(settings.state_store_connection)
+    else:
+        from azure.identity import DefaultAzureCredential  # only needed in Azure
+
+        credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
+        service = TableServiceClient(endpoint=str(settings.state_store_endpoint), credential=credential)
+    TableStateStore.create_table(service, settings.state_table_name)
+    return service.get_table_client(settings.state_table_name)
+
+
+def build(settings: Settings) -> Runtime:
+    """Wire the engine to Table Storage, Service Bus and the remote services."""
+    clock = SystemClock()
+    engine_settings = settings.engine()
+    store = TableStateStore(_table(settings), shards=settings.state_shards)
+    sender = ServiceBusSender(client_from_settings(dict(os.environ)))
+    services = RemoteServices(settings.service_urls)
+    actions = services.actions()
+    agents = {
+        name: Agent(
+            name, actions[name], sender, clock, next(s.retry for s in FULFILMENT.steps if s.agent == name)
+        )
+        for name in FULFILMENT.agents
+    }
+    return Runtime(
+        settings=settings,
+        store=store,
+        sender=sender,
+        tasks=TaskService(FULFILMENT, store, sender, clock, engine_settings),
+        scheduler=Scheduler(FULFILMENT, store, sender, clock, engine_settings),
+        supervisor=Supervisor(FULFILMENT, store, sender, clock, engine_settings),
+        agents=agents,
+    )
+
+
+@functools.cache
+def runtime() -> Runtime:
+    """The process's runtime, built on first use from the environment."""
+    return build(load_settings())

@@ -1,0 +1,69 @@
+"""App settings (environment variables locally, app settings in Azure), read and validated once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.transitions import EngineSettings
+
+
+class Settings(BaseModel):
+    """Every setting the code reads. Names are the app-setting names."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    step_complete_by_seconds: float = Field(default=30.0, gt=0, alias="STEP_COMPLETE_BY_SECONDS")
+    supervisor_schedule: str = Field(default="*/10 * * * * *", alias="SUPERVISOR_SCHEDULE")
+    supervisor_max_failures: int = Field(default=3, ge=1, alias="SUPERVISOR_MAX_FAILURES")
+    supervisor_backoff_seconds: float = Field(default=2.0, gt=0, alias="SUPERVISOR_BACKOFF_SECONDS")
+    supervisor_max_backoff_seconds: float = Field(default=60.0, gt=0, alias="SUPERVISOR_MAX_BACKOFF_SECONDS")
+    inventory_service_url: str = Field(alias="INVENTORY_SERVICE_URL", min_length=1)
+    payment_service_url: str = Field(alias="PAYMENT_SERVICE_URL", min_length=1)
+    shipping_service_url: str = Field(alias="SHIPPING_SERVICE_URL", min_length=1)
+    # Table Storage: a connection string locally, or an endpoint with a managed identity in Azure.
+    state_store_connection: str | None = Field(default=None, alias="STATE_STORE_CONNECTION")
+    state_store_endpoint: str | None = Field(default=None, alias="STATE_STORE_ENDPOINT")
+    state_table_name: str = Field(
+        default="orders", alias="STATE_TABLE_NAME", pattern=r"^[A-Za-z][A-Za-z0-9]{2,62}$"
+    )
+    state_shards: int = Field(default=8, ge=1, le=100, alias="STATE_SHARDS")
+    azure_client_id: str | None = Field(default=None, alias="AZURE_CLIENT_ID")
+
+    def engine(self) -> EngineSettings:
+        """The engine's timing knobs."""
+        return EngineSettings(
+            step_complete_by_seconds=self.step_complete_by_seconds,
+            supervisor_max_failures=self.supervisor_max_failures,
+            backoff_base_seconds=self.supervisor_backoff_seconds,
+            backoff_max_seconds=self.supervisor_max_backoff_seconds,
+        )
+
+    @property
+    def service_urls(self) -> dict[str, str]:
+        """Base URL per agent."""
+        return {
+            "inventory": self.inventory_service_url,
+            "payment": self.payment_service_url,
+            "shipping": self.shipping_service_url,
+        }
+
+
+# Names as a constant, for the checks that compare them with the Bicep and the sample settings.
+SETTING_NAMES = tuple(field.alias for field in Settings.model_fields.values() if field.alias)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the settings; raise RuntimeError naming what is missing or wrong."""
+    source = dict(os.environ if environ is None else environ)
+    try:
+        settings = Settings.model_validate(source)
+    except ValidationError as exc:
+        raise RuntimeError(f"invalid app settings:\n{exc}") from exc
+    if not settings.state_store_connection and not settings.state_store_endpoint:
+        raise RuntimeError(
+            "set STATE_STORE_CONNECTION (connection string) or STATE_STORE_ENDPOINT (with an identity)"
+        )
+    return settings

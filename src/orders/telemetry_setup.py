@@ -1,0 +1,22 @@
+"""Telemetry at start-up: Azure Monitor (OpenTelemetry) when Application Insights is configured."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("orders.telemetry")
+
+
+def configure_telemetry() -> bool:
+    """Send logs, traces and the engine's events to Application Insights if its connection string is set.
+
+    Returns True if it did. Without the setting (local runs, tests) nothing is configured.
+    """
+    if not os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING"):
+        return False
+    from azure.monitor.opentelemetry import configure_azure_monitor  # heavy import: only when used
+
+    configure_azure_monitor(logger_name="engine")
+    log.info("Azure Monitor telemetry configured")
+    return True
