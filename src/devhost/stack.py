@@ -1,0 +1,308 @@
+"""``orders-devhost``: the whole system on one machine, no cloud, no Docker, no Core Tools.
+
+It starts and supervises, as separate processes: Azurite (Table service), the Service Bus emulator
+with the repository's queue config, the remote-service simulators, and N function workers that load
+``function_app.py`` unchanged. Worker 1 serves the HTTP triggers. A worker that dies is restarted after
+a short delay, as the platform would. ``<data-dir>/devhost.json`` tells which process is which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+import httpx
+
+from servicebus_emulator import launcher as servicebus
+
+from . import azurite
+
+log = logging.getLogger("devhost")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUEUE_CONFIG = REPO_ROOT / "local" / "servicebus-config.json"
+RESTART_DELAY_SECONDS = 1.0
+
+# Defaults for the workers' app settings; anything in the environment wins (so tests can shorten them).
+DEFAULT_SETTINGS = {
+    "FUNCTIONS_WORKER_RUNTIME": "python",
+    "STEP_COMPLETE_BY_SECONDS": "30",
+    "SUPERVISOR_SCHEDULE": "*/5 * * * * *",
+    "SUPERVISOR_MAX_FAILURES": "3",
+    "SUPERVISOR_BACKOFF_SECONDS": "2",
+    "SUPERVISOR_MAX_BACKOFF_SECONDS": "30",
+    "STATE_TABLE_NAME": "orders",
+}
+
+
+@dataclass
+class Child:
+    """A process the devhost started."""
+
+    name: str
+    command: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        """Start (or restart) the process, appending to its log."""
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
+        )
+
+    @property
+    def pid(self) -> int:
+        """The current PID."""
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by PID, then SIGKILL if it does not exit in time."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        if self._log is not None:
+            self._log.close()
+
+
+class Stack:
+    """Starts, watches and stops the local system."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data_dir: Path = args.data_dir.resolve()
+        self.log_dir = self.data_dir / "logs"
+        self.azurite: subprocess.Popen[bytes] | None = None
+        self.servicebus: subprocess.Popen[bytes] | None = None
+        self.simulators: Child | None = None
+        self.workers: list[Child] = []
+        self._stopping = False
+
+    # ---- start -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bring everything up, in dependency order, and wait until the HTTP API answers."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        a = self.args
+        with (self.log_dir / "azurite.log").open("ab") as out:
+            self.azurite = azurite.launch(self.data_dir / "azurite", a.azurite_port, log=out)
+        log.info("Azurite (tables) on 127.0.0.1:%d, pid %d", a.azurite_port, self.azurite.pid)
+        with (self.log_dir / "servicebus.log").open("ab") as out:
+            self.servicebus = servicebus.launch(
+                QUEUE_CONFIG, a.sb_port, log=out, log_level="DEBUG" if a.verbose else "INFO"
+            )
+        log.info("Service Bus emulator on 127.0.0.1:%d, pid %d", a.sb_port, self.servicebus.pid)
+        self.simulators = Child(
+            "simulators",
+            [
+                sys.executable,
+                "-m",
+                "simulators",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(a.sim_port),
+                "--data-dir",
+                str(self.data_dir),
+            ],
+            self.log_dir / "simulators.log",
+        )
+        self.simulators.start()
+        self._wait_http(f"http://127.0.0.1:{a.sim_port}/health", self.simulators, "simulators")
+        log.info("remote-service simulators on 127.0.0.1:%d, pid %d", a.sim_port, self.simulators.pid)
+        env = self.worker_environment()
+        for n in range(1, a.workers + 1):
+            command = [
+                sys.executable,
+                "-m",
+                "devhost.worker",
+                "--app-dir",
+                str(a.app_dir.resolve()),
+                "--worker-id",
+                str(n),
+                "--log-level",
+                "DEBUG" if a.verbose else "INFO",
+            ]
+            if n == 1:
+                command += ["--http-port", str(a.port)]
+            worker = Child(f"worker-{n}", command, self.log_dir / f"worker-{n}.log", env=env)
+            worker.start()
+            self.workers.append(worker)
+        self.write_state()
+        self._wait_http(f"http://127.0.0.1:{a.port}/api/health", self.workers[0], "worker 1")
+        log.info("ready: http://127.0.0.1:%d/api (%d worker%s)", a.port, a.workers, "s" * (a.workers > 1))
+
+    def worker_environment(self) -> dict[str, str]:
+        """The workers' settings: the devhost's defaults and connections, overridden by the environment."""
+        a = self.args
+        sim = f"http://127.0.0.1:{a.sim_port}"
+        settings = {
+            **DEFAULT_SETTINGS,
+            "INVENTORY_SERVICE_URL": sim,
+            "PAYMENT_SERVICE_URL": sim,
+            "SHIPPING_SERVICE_URL": sim,
+            "STATE_STORE_CONNECTION": azurite.table_connection_string(a.azurite_port),
+            "ServiceBusConnection": servicebus.connection_string(a.sb_port),
+        }
+        settings.update(os.environ)
+        return settings
+
+    def _wait_http(self, url: str, child: Child, what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not child.alive():
+                raise RuntimeError(f"{what} exited during start-up; see {child.log_path}")
+            try:
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)  # polling a server that is starting: there is no event to wait on
+        raise RuntimeError(f"{what} did not answer {url} within {timeout}s; see {child.log_path}")
+
+    def write_state(self) -> None:
+        """``devhost.json``: which PID is which, kept current when a worker is restarted."""
+        assert self.azurite and self.servicebus and self.simulators
+        state = {
+            "azurite": {"pid": self.azurite.pid, "port": self.args.azurite_port},
+            "servicebus": {"pid": self.servicebus.pid, "port": self.args.sb_port},
+            "simulators": {"pid": self.simulators.pid, "port": self.args.sim_port},
+            "workers": [
+                {"pid": w.pid, **({"port": self.args.port} if i == 0 else {})}
+                for i, w in enumerate(self.workers)
+            ],
+            "http": f"http://127.0.0.1:{self.args.port}/api",
+        }
+        path = self.data_dir / "devhost.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(path)  # readers never see a half-written file
+
+    # ---- watch -----------------------------------------------------------------------------------
+    def watch(self) -> int:
+        """Restart dead workers until asked to stop; a dead infrastructure process ends the run."""
+        while not self._stopping:
+            for worker in self.workers:
+                if not worker.alive() and not self._stopping:
+                    code = worker.process.returncode if worker.process else None
+                    log.warning(
+                        "%s (pid %s) exited with %s; restarting in %.0fs",
+                        worker.name,
+                        worker.pid,
+                        code,
+                        RESTART_DELAY_SECONDS,
+                    )
+                    time.sleep(RESTART_DELAY_SECONDS)  # the platform's restart delay, deliberately
+                    if self._stopping:
+                        break
+                    worker.restarts += 1
+                    worker.start()
+                    self.write_state()
+                    log.info("%s restarted as pid %d", worker.name, worker.pid)
+            for name, process in (("Azurite", self.azurite), ("Service Bus emulator", self.servicebus)):
+                if process is not None and process.poll() is not None:
+                    log.error("%s exited with %s; stopping", name, process.returncode)
+                    return 1
+            if self.simulators is not None and not self.simulators.alive():
+                log.error("simulators exited; stopping")
+                return 1
+            time.sleep(0.2)  # a supervision loop polls its children
+        return 0
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """Signal handler: leave the watch loop."""
+        self._stopping = True
+
+    # ---- stop ------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop every component by PID: workers first, then what they depend on."""
+        self._stopping = True
+        for worker in self.workers:
+            worker.stop()
+        if self.simulators is not None:
+            self.simulators.stop()
+        for process in (self.servicebus, self.azurite):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+        (self.data_dir / "devhost.json").unlink(missing_ok=True)
+        log.info("stopped")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="orders-devhost", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=7071, help="HTTP port of the functions (default 7071)")
+    p.add_argument(
+        "--sim-port", type=int, default=7072, help="port of the remote-service simulators (default 7072)"
+    )
+    p.add_argument(
+        "--sb-port", type=int, default=5672, help="port of the Service Bus emulator (default 5672)"
+    )
+    p.add_argument(
+        "--azurite-port", type=int, default=10002, help="port of Azurite's Table service (default 10002)"
+    )
+    p.add_argument("--workers", type=int, default=1, help="function worker processes (default 1)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".devhost"),
+        help="Azurite data, ledger, logs (default .devhost)",
+    )
+    p.add_argument(
+        "--app-dir", type=Path, default=REPO_ROOT, help="folder holding function_app.py (default: the repo)"
+    )
+    p.add_argument("--verbose", action="store_true", help="DEBUG logs from the emulator and the workers")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``orders-devhost``."""
+    args = build_parser().parse_args(argv)
+    if args.workers < 1:
+        print("orders-devhost: --workers must be at least 1", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s devhost: %(message)s", stream=sys.stdout)
+    stack = Stack(args)
+    signal.signal(signal.SIGTERM, stack.request_stop)
+    signal.signal(signal.SIGINT, stack.request_stop)
+    try:
+        stack.start()
+        code = stack.watch()
+    except RuntimeError as exc:
+        log.error("%s", exc)
+        code = 1
+    finally:
+        stack.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The HTTP API of the three simulated services (inventory, payment, shipping) and of their controls.
+
+Each service has an apply call, idempotent on its ``Idempotency-Key`` header, and a compensation call
+that takes the key in its path. Every call first waits the configured latency, then draws one random
+number that picks at most one fault (see ``faults.pick_fault``); the ledger records what was really
+applied, whatever the caller was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive
+
+from .faults import Fault, FaultInjector, Stats
+from .ledger import Change, Ledger
+from .models import (
+    FAULTS_UPDATE,
+    MAX_KEY_LENGTH,
+    ApplyBody,
+    ChargeRequest,
+    FaultSettings,
+    ReservationRequest,
+    ServiceName,
+    ShipmentRequest,
+)
+
+log = logging.getLogger(__name__)
+
+# Request bodies here are a few hundred bytes; the cap keeps a runaway client from filling memory.
+MAX_BODY_BYTES = 1024 * 1024
+
+UNAVAILABLE_MESSAGE = "the service is unavailable, try again later"
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """How one simulated service is called and what it answers."""
+
+    name: ServiceName
+    collection: str  # the apply route; compensations live under it
+    compensation_verb: str
+    request_model: type[ApplyBody]
+    applied_status: str
+    compensated_status: str
+    rejection: str  # the reason given by a permanent fault
+
+
+SERVICE_SPECS: tuple[ServiceSpec, ...] = (
+    ServiceSpec(
+        name="inventory",
+        collection="/inventory/reservations",
+        compensation_verb="release",
+        request_model=ReservationRequest,
+        applied_status="reserved",
+        compensated_status="released",
+        rejection="insufficient stock",
+    ),
+    ServiceSpec(
+        name="payment",
+        collection="/payment/charges",
+        compensation_verb="refund",
+        request_model=ChargeRequest,
+        applied_status="charged",
+        compensated_status="refunded",
+        rejection="card declined",
+    ),
+    ServiceSpec(
+        name="shipping",
+        collection="/shipping/shipments",
+        compensation_verb="cancel",
+        request_model=ShipmentRequest,
+        applied_status="created",
+        compensated_status="cancelled",
+        rejection="address not deliverable",
+    ),
+)
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {"code", "message"}}`` with the given status."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """The JSON error body every failure of the simulators uses."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def unavailable() -> JSONResponse:
+    """The 503 of a transient fault, a hang and a lost reply: the caller cannot tell them apart."""
+    return error_response(503, "Unavailable", UNAVAILABLE_MESSAGE)
+
+
+class Simulators:
+    """The state behind the app: the ledger, the fault profile and the counters."""
+
+    def __init__(self, ledger: Ledger, faults: FaultInjector) -> None:
+        self.ledger = ledger
+        self.faults = faults
+        self.stats = Stats()
+        # Set when the server shuts down, so that hanging calls end now rather than after hangMs.
+        self.stopping = asyncio.Event()
+
+    def stop_waiting(self) -> None:
+        """End every hang in progress (called from the event loop when the server starts shutting down)."""
+        self.stopping.set()
+
+    async def hang(self, request: Request, seconds: float) -> None:
+        """Wait ``seconds``, less if the caller hangs up or the server stops: nobody would get the answer."""
+        waiters = {
+            asyncio.ensure_future(_wait_for_disconnect(request.receive)),
+            asyncio.ensure_future(self.stopping.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def apply(self, spec: ServiceSpec, request: Request) -> Response:
+        """One apply call: validate, wait the latency, draw a fault, record the effect unless it stops it."""
+        key = _checked_key(request.headers.get("idempotency-key"), "the Idempotency-Key header")
+        body = _validated(spec.request_model, await _read_body(request))
+        settings = self._begin_call(spec.name)
+        await _sleep_ms(settings.latency_ms)
+        # The replay of a key already applied answers what the first call did: a real service looks the
+        # key up before any business rule runs, so it cannot decline an effect it has already made.
+        already_applied = self.ledger.get(spec.name, key) is not None
+        fault = self._draw(spec.name, settings, permanent_possible=not already_applied)
+        if fault is Fault.TRANSIENT:
+            return self._finish(spec, "apply", key, fault, unavailable())
+        if fault is Fault.PERMANENT:
+            return self._finish(spec, "apply", key, fault, error_response(422, "Rejected", spec.rejection))
+        if fault is Fault.HANG:
+            await self.hang(request, settings.hang_ms / 1000)
+            return self._finish(spec, "apply", key, fault, unavailable())
+        change = await self._record(self.ledger.apply(spec.name, key, body.order_id))
+        if fault is Fault.LOST_REPLY:
+            return self._finish(spec, "apply", key, fault, unavailable())
+        assert change.entry is not None  # an apply always leaves an entry
+        reply = {"id": key, "orderId": change.entry.order_id, "status": spec.applied_status}
+        return self._finish(
+            spec, "apply", key, fault, JSONResponse(reply, status_code=201 if change.changed else 200)
+        )
+
+    async def compensate(self, spec: ServiceSpec, request: Request) -> Response:
+        """One compensation call: like an apply, but it never fails permanently and needs no body."""
+        key = _checked_key(request.path_params["key"], "the key in the path")
+        settings = self._begin_call(spec.name)
+        await _sleep_ms(settings.latency_ms)
+        fault = self._draw(spec.name, settings, permanent_possible=False)
+        if fault is Fault.TRANSIENT:
+            return self._finish(spec, "compensate", key, fault, unavailable())
+        if fault is Fault.HANG:
+            await self.hang(request, settings.hang_ms / 1000)
+            return self._finish(spec, "compensate", key, fault, unavailable())
+        change = await self._record(self.ledger.compensate(spec.name, key))
+        if fault is Fault.LOST_REPLY:
+            return self._finish(spec, "compensate", key, fault, unavailable())
+        status = spec.compensated_status if change.entry is not None else "not-found"
+        return self._finish(spec, "compensate", key, fault, JSONResponse({"id": key, "status": status}))
+
+    def _begin_call(self, service: ServiceName) -> FaultSettings:
+        """Count the call and take the settings it runs under (later changes do not affect it)."""
+        self.stats.call(service)
+        return self.faults.settings(service)
+
+    def _draw(self, service: ServiceName, settings: FaultSettings, *, permanent_possible: bool) -> Fault:
+        fault = self.faults.draw(settings, permanent_possible=permanent_possible)
+        self.stats.fault(service, fault)
+        return fault
+
+    @staticmethod
+    async def _record(change: Awaitable[Change]) -> Change:
+        """Await a ledger change, turning a failed write into a JSON 500 (the ledger is then unchanged)."""
+        try:
+            return await change
+        except OSError as exc:
+            log.error("cannot write the ledger: %s", exc)
+            raise ApiError(500, "LedgerWriteFailed", f"the ledger could not be written: {exc}") from exc
+
+    @staticmethod
+    def _finish(spec: ServiceSpec, operation: str, key: str, fault: Fault, response: Response) -> Response:
+        log.debug("%s %s key=%r fault=%s -> %d", spec.name, operation, key, fault.value, response.status_code)
+        return response
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    """Return when the client closes the connection (the request body has already been read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _sleep_ms(milliseconds: int) -> None:
+    if milliseconds > 0:
+        await asyncio.sleep(milliseconds / 1000)
+
+
+def _checked_key(key: str | None, where: str) -> str:
+    """The idempotency key if it is 1 to MAX_KEY_LENGTH characters long, else a 400."""
+    if not key:
+        raise ApiError(400, "InvalidIdempotencyKey", f"{where} is missing or empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise ApiError(400, "InvalidIdempotencyKey", f"{where} is longer than {MAX_KEY_LENGTH} characters")
+    return key
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request body, or a 413 once it passes MAX_BODY_BYTES."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, "BodyTooLarge", f"the body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _validated(model: type[ApplyBody], body: bytes) -> ApplyBody:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise ApiError(400, "InvalidBody", describe(exc)) from exc
+
+
+def describe(exc: ValidationError) -> str:
+    """A one-line account of what is wrong with a body, e.g. ``items.0.quantity: Input should be ...``."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        location = ".".join(str(part) for part in error["loc"])
+        parts.append(f"{location}: {error['msg']}" if location else error["msg"])
+    return "; ".join(parts)
+
+
+def create_app(data_dir: Path, seed: int | None = None) -> Starlette:
+    """The simulators' Starlette app, with the ledger kept in ``data_dir``.
+
+    ``seed`` makes the fault draws reproducible. Raises ``LedgerError`` if an existing ledger file in
+    ``data_dir`` cannot be read. The state is at ``app.state.simulators``.
+    """
+    ledger = Ledger.load(data_dir)
+    simulators = Simulators(ledger, FaultInjector(seed))
+    log.info("ledger %s holds %d keys; fault seed %s", ledger.path, ledger.count(), seed)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def get_faults(request: Request) -> Response:
+        return JSONResponse(simulators.faults.profile())
+
+    async def post_faults(request: Request) -> Response:
+        try:
+            changes = FAULTS_UPDATE.validate_json(await _read_body(request))
+        except ValidationError as exc:
+            raise ApiError(400, "InvalidFaults", describe(exc)) from exc
+        simulators.faults.update(changes)
+        log.info("faults set: %s", {service: settings.wire() for service, settings in changes.items()})
+        return JSONResponse(simulators.faults.profile())
+
+    async def get_ledger(request: Request) -> Response:
+        return JSONResponse(simulators.ledger.snapshot())
+
+    async def get_stats(request: Request) -> Response:
+        return JSONResponse(simulators.stats.snapshot())
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/faults", get_faults, methods=["GET"]),
+        Route("/faults", post_faults, methods=["POST"]),
+        Route("/ledger", get_ledger, methods=["GET"]),
+        Route("/stats", get_stats, methods=["GET"]),
+    ]
+    for spec in SERVICE_SPECS:
+        routes += _service_routes(simulators, spec)
+
+    app = Starlette(
+        routes=routes,
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _server_error},
+    )
+    app.state.simulators = simulators
+    return app
+
+
+def _service_routes(simulators: Simulators, spec: ServiceSpec) -> list[Route]:
+    async def apply(request: Request) -> Response:
+        return await simulators.apply(spec, request)
+
+    async def compensate(request: Request) -> Response:
+        return await simulators.compensate(spec, request)
+
+    # ``:path`` lets a key contain "/" (sent as is or as %2F); the literal suffix still anchors the verb.
+    return [
+        Route(spec.collection, apply, methods=["POST"], name=f"{spec.name}-apply"),
+        Route(
+            f"{spec.collection}/{{key:path}}/{spec.compensation_verb}",
+            compensate,
+            methods=["POST"],
+            name=f"{spec.name}-{spec.compensation_verb}",
+        ),
+    ]
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette raises these itself for unknown routes (404) and wrong methods (405).
+    assert isinstance(exc, HTTPException)
+    code = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
+    message = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return error_response(500, "InternalError", "internal error")

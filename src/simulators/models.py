@@ -1,0 +1,110 @@
+"""Wire formats of the simulators: request bodies, fault settings and ledger entries.
+
+Field names are snake_case in Python and camelCase on the wire (``orderId``, ``transientRate``), the
+shape the agents send. Validation is strict (no "2" for 2, no true for 1) so that a caller's bug shows
+up as a 400 here rather than as a silently coerced value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic.alias_generators import to_camel
+
+ServiceName = Literal["inventory", "payment", "shipping"]
+SERVICES: tuple[ServiceName, ...] = get_args(ServiceName)
+
+MAX_KEY_LENGTH = 200
+# An upper bound on latencyMs and hangMs: an hour is far beyond any client timeout, and it keeps a
+# typo (an extra few zeros) from parking requests for days.
+MAX_DELAY_MS = 3_600_000
+
+Rate = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+DelayMs = Annotated[int, Field(ge=0, le=MAX_DELAY_MS)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class _Body(BaseModel):
+    """A request body: strict types, camelCase names; fields the simulator does not use are ignored."""
+
+    model_config = ConfigDict(strict=True, alias_generator=to_camel, validate_by_name=False, extra="ignore")
+
+
+class Item(_Body):
+    """One order line: a SKU and how many of it."""
+
+    sku: NonEmpty
+    quantity: Annotated[int, Field(ge=1)]
+
+
+class ApplyBody(_Body):
+    """What every apply body has: the order the effect belongs to."""
+
+    order_id: NonEmpty
+
+
+class ReservationRequest(ApplyBody):
+    """``POST /inventory/reservations``: hold stock for an order."""
+
+    items: Annotated[list[Item], Field(min_length=1)]
+
+
+class ChargeRequest(ApplyBody):
+    """``POST /payment/charges``: take money for an order."""
+
+    amount: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    currency: NonEmpty
+
+
+class ShipmentRequest(ApplyBody):
+    """``POST /shipping/shipments``: book the shipment of an order's items."""
+
+    items: Annotated[list[Item], Field(min_length=1)]
+
+
+class FaultSettings(BaseModel):
+    """The faults injected into one service's calls; every field defaults to "no fault"."""
+
+    # Unknown fields are refused: a misspelt rate silently ignored would make a test pass for nothing.
+    model_config = ConfigDict(
+        strict=True, alias_generator=to_camel, validate_by_name=False, extra="forbid", frozen=True
+    )
+
+    transient_rate: Rate = 0.0
+    permanent_rate: Rate = 0.0
+    hang_rate: Rate = 0.0
+    lost_reply_rate: Rate = 0.0
+    latency_ms: DelayMs = 0
+    hang_ms: DelayMs = 30_000
+
+    def wire(self) -> dict[str, float | int]:
+        """The camelCase JSON form, every field included."""
+        return self.model_dump(by_alias=True)
+
+
+# ``POST /faults``: a subset of the services, each with its complete new settings.
+FAULTS_UPDATE = TypeAdapter(dict[ServiceName, FaultSettings])
+
+
+class LedgerEntry(BaseModel):
+    """What the ledger knows about one idempotency key of one service."""
+
+    model_config = ConfigDict(strict=True, frozen=True, validate_by_name=True, validate_by_alias=True)
+
+    order_id: str = Field(alias="orderId")
+    applied: Literal[0, 1]
+    compensated: Literal[0, 1]
+
+    def wire(self) -> dict[str, str | int]:
+        """The JSON form served by ``GET /ledger`` and written to the ledger file."""
+        return self.model_dump(by_alias=True)
+
+
+class LedgerFile(BaseModel):
+    """The ledger file on disk. ``version`` lets a later format be told apart from this one."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    version: Literal[1]
+    services: dict[ServiceName, dict[str, LedgerEntry]]

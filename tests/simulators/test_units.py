@@ -1,0 +1,158 @@
+"""The pieces without a server: fault bands, fault settings and the ledger's file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from simulators import FaultSettings, Ledger, LedgerError, Stats, pick_fault
+from simulators.faults import Fault, FaultInjector
+from simulators.ledger import LEDGER_FILE_NAME
+
+SETTINGS = FaultSettings.model_validate(
+    {"transientRate": 0.1, "permanentRate": 0.2, "hangRate": 0.3, "lostReplyRate": 0.1}
+)
+
+
+@pytest.mark.parametrize(
+    ("draw", "fault"),
+    [
+        (0.0, Fault.TRANSIENT),
+        (0.099, Fault.TRANSIENT),
+        (0.1, Fault.PERMANENT),
+        (0.29, Fault.PERMANENT),
+        (0.301, Fault.HANG),
+        (0.59, Fault.HANG),
+        (0.601, Fault.LOST_REPLY),
+        (0.69, Fault.LOST_REPLY),
+        (0.701, Fault.NONE),
+        (0.999, Fault.NONE),
+    ],
+)
+def test_the_draw_falls_in_one_band(draw: float, fault: Fault) -> None:
+    assert pick_fault(SETTINGS, draw, permanent_possible=True) is fault
+
+
+@pytest.mark.parametrize(
+    ("draw", "fault"),
+    [
+        (0.05, Fault.TRANSIENT),
+        (0.101, Fault.HANG),
+        (0.39, Fault.HANG),
+        (0.401, Fault.LOST_REPLY),
+        (0.501, Fault.NONE),
+    ],
+)
+def test_without_permanent_the_other_bands_keep_their_widths(draw: float, fault: Fault) -> None:
+    assert pick_fault(SETTINGS, draw, permanent_possible=False) is fault
+
+
+def test_rates_of_one_always_fault_and_rates_of_zero_never() -> None:
+    always = FaultSettings.model_validate({"lostReplyRate": 1})
+    assert pick_fault(always, 0.9999999, permanent_possible=True) is Fault.LOST_REPLY
+    assert pick_fault(FaultSettings(), 0.0, permanent_possible=True) is Fault.NONE
+
+
+def test_earlier_bands_win_when_rates_add_up_past_one() -> None:
+    both = FaultSettings.model_validate({"transientRate": 1, "permanentRate": 1})
+    assert pick_fault(both, 0.9999, permanent_possible=True) is Fault.TRANSIENT
+
+
+def test_one_draw_per_call_whatever_the_fault() -> None:
+    """Calls without faults use up draws too, so a seed fixes the faults of the nth call."""
+    injector = FaultInjector(seed=5)
+    reference = random.Random(5)
+    for _ in range(50):
+        draw = reference.random()
+        assert injector.draw(SETTINGS, permanent_possible=True) is pick_fault(
+            SETTINGS, draw, permanent_possible=True
+        )
+        reference.random()
+        assert injector.draw(FaultSettings(), permanent_possible=False) is Fault.NONE
+
+
+def test_stats_ignore_no_fault() -> None:
+    stats = Stats()
+    stats.call("payment")
+    stats.fault("payment", Fault.NONE)
+    stats.fault("payment", Fault.LOST_REPLY)
+    assert stats.snapshot()["payment"] == {
+        "calls": 1,
+        "transient": 0,
+        "permanent": 0,
+        "hang": 0,
+        "lostReply": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"hangRate": 2}, {"hangRate": float("nan")}, {"latencyMs": 3_600_001}, {"latencyMs": "5"}, {"x": 1}],
+)
+def test_fault_settings_refuse_bad_values(settings: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        FaultSettings.model_validate(settings)
+
+
+def test_ledger_applies_and_compensates_once_and_persists(tmp_path: Path) -> None:
+    async def scenario() -> Ledger:
+        ledger = Ledger.load(tmp_path)
+        assert (await ledger.apply("inventory", "k", "o-1")).changed
+        again = await ledger.apply("inventory", "k", "o-2")
+        assert not again.changed and again.entry is not None and again.entry.order_id == "o-1"
+        assert (await ledger.compensate("inventory", "k")).changed
+        assert not (await ledger.compensate("inventory", "k")).changed
+        unknown = await ledger.compensate("payment", "nope")
+        assert unknown.entry is None and not unknown.changed
+        return ledger
+
+    ledger = asyncio.run(scenario())
+
+    expected = {
+        "inventory": {"k": {"orderId": "o-1", "applied": 1, "compensated": 1}},
+        "payment": {},
+        "shipping": {},
+    }
+    assert ledger.snapshot() == expected
+    assert Ledger.load(tmp_path).snapshot() == expected
+    assert json.loads((tmp_path / LEDGER_FILE_NAME).read_text())["version"] == 1
+
+
+def test_a_failed_write_leaves_the_ledger_unchanged(tmp_path: Path) -> None:
+    ledger = Ledger.load(tmp_path)
+    ledger.path = tmp_path / "missing-dir" / LEDGER_FILE_NAME
+
+    with pytest.raises(OSError):
+        asyncio.run(ledger.apply("shipping", "k", "o-1"))
+
+    assert ledger.get("shipping", "k") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "[]",
+        '{"version": 2, "services": {}}',
+        '{"version": 1, "services": {"bank": {}}}',
+        '{"version": 1, "services": {"payment": {"k": {"orderId": "o", "applied": 2, "compensated": 0}}}}',
+    ],
+)
+def test_a_ledger_file_that_cannot_be_read_is_an_error(tmp_path: Path, content: str) -> None:
+    (tmp_path / LEDGER_FILE_NAME).write_text(content)
+    with pytest.raises(LedgerError):
+        Ledger.load(tmp_path)
+
+
+def test_a_ledger_file_with_some_services_fills_in_the_others(tmp_path: Path) -> None:
+    entry = {"orderId": "o", "applied": 1, "compensated": 0}
+    (tmp_path / LEDGER_FILE_NAME).write_text(
+        json.dumps({"version": 1, "services": {"payment": {"k": entry}}})
+    )
+    assert Ledger.load(tmp_path).snapshot() == {"inventory": {}, "payment": {"k": entry}, "shipping": {}}
