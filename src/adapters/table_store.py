@@ -274,25 +274,24 @@ class TableStateStore:
                     )
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one state, shard by shard; the continuation token carries the shard and the
-        table's own token."""
+        """Tasks in one state, filling the page shard by shard; the continuation token carries the
+        shard and the table's own token."""
         shard, token = _decode_token(continuation)
-        while shard < self.shards:
+        items: list[TaskState] = []
+        while shard < self.shards and len(items) < page_size:
             pages = self.table.query_entities(
                 "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' "
                 "and Kind eq 'state' and ProcessState eq @state",
                 parameters={"pk": f"s{shard:02d}", "state": state.value},
-                results_per_page=page_size,
+                results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
             self.counter.add()
-            items = [self._to_state(e) for e in next(pages, [])]
+            items.extend(self._to_state(e) for e in next(pages, []))
             token = pages.continuation_token
             if token is None:
                 shard += 1
-            if items:
-                more = shard < self.shards
-                return Page(items, _encode_token(shard, token) if more else None)
-        return Page([], None)
+        more = shard < self.shards
+        return Page(items, _encode_token(shard, token) if more else None)
 
 
 def _encode_token(shard: int, token: Any) -> str:

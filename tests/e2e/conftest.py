@@ -1,0 +1,209 @@
+"""End-to-end fixtures: the whole local stack (orders-devhost) on free ports, driven over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from azure.servicebus import ServiceBusClient
+
+from engine import queues
+from servicebus_emulator.launcher import connection_string, free_port
+from tests.support import stop_process, wait_for
+
+# Short timing knobs so recoveries happen in seconds.
+FAST_SETTINGS = {
+    "STEP_COMPLETE_BY_SECONDS": "2",
+    "SUPERVISOR_SCHEDULE": "*/1 * * * * *",
+    "SUPERVISOR_MAX_FAILURES": "3",
+    "SUPERVISOR_BACKOFF_SECONDS": "0.5",
+    "SUPERVISOR_MAX_BACKOFF_SECONDS": "1",
+}
+TERMINAL = {"Processed", "Compensated", "Error"}
+SERVICES = ("inventory", "payment", "shipping")
+
+
+@dataclass
+class LocalStack:
+    """A running orders-devhost and clients for it."""
+
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    api: httpx.Client
+    simulators: httpx.Client
+    sb_port: int
+    _status: dict[str, list[tuple[str, str | None]]] = field(default_factory=dict)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """devhost.json."""
+        return json.loads((self.data_dir / "devhost.json").read_text())
+
+    def servicebus(self) -> ServiceBusClient:
+        """An SDK client on the stack's Service Bus emulator."""
+        return ServiceBusClient.from_connection_string(connection_string(self.sb_port))
+
+    def status_events(self, order_id: str, until: str, timeout: float = 20) -> list[tuple[str, str | None]]:
+        """(event, step) pairs the Scheduler published for one order, in order, up to event ``until``.
+
+        Messages for other orders are kept for later calls, since tests share the status queue.
+        """
+        seen = self._status.setdefault(order_id, [])
+        with self.servicebus() as client, client.get_queue_receiver(queues.STATUS_QUEUE) as receiver:
+
+            def arrived() -> bool:
+                for message in receiver.receive_messages(max_message_count=100, max_wait_time=1):
+                    receiver.complete_message(message)
+                    body = json.loads(str(message))
+                    self._status.setdefault(str(message.correlation_id), []).append(
+                        (body["event"], body.get("step"))
+                    )
+                return any(event == until for event, _ in seen)
+
+            wait_for(arrived, timeout=timeout, interval=0.0, what=f"status {until} for {order_id}")
+        return list(seen)
+
+    def worker_log(self, n: int = 1) -> str:
+        return (self.data_dir / "logs" / f"worker-{n}.log").read_text(errors="replace")
+
+    def all_worker_logs(self) -> str:
+        return "".join(
+            p.read_text(errors="replace") for p in sorted((self.data_dir / "logs").glob("worker-*.log"))
+        )
+
+    # ---- orders --------------------------------------------------------------------------------
+    def submit(self, order_id: str | None = None, **overrides: Any) -> str:
+        order_id = order_id or f"o-{uuid.uuid4().hex[:12]}"
+        body = new_order(order_id, **overrides)
+        response = self.api.post("/api/orders", json=body)
+        assert response.status_code == 202, response.text
+        return order_id
+
+    def order(self, order_id: str) -> dict[str, Any]:
+        response = self.api.get(f"/api/orders/{order_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def wait_terminal(self, order_id: str, timeout: float = 60) -> dict[str, Any]:
+        def terminal() -> dict[str, Any] | None:
+            order = self.order(order_id)
+            return order if order["processState"] in TERMINAL else None
+
+        return wait_for(terminal, timeout=timeout, interval=0.2, what=f"order {order_id} to finish")
+
+    def wait_state(
+        self, order_id: str, predicate: Any, timeout: float = 60, what: str = ""
+    ) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            order = self.order(order_id)
+            return order if predicate(order) else None
+
+        return wait_for(check, timeout=timeout, interval=0.2, what=what or f"order {order_id}")
+
+    # ---- simulators ----------------------------------------------------------------------------
+    def faults(self, **profiles: dict[str, Any]) -> None:
+        response = self.simulators.post("/faults", json=profiles)
+        assert response.status_code == 200, response.text
+
+    def clear_faults(self) -> None:
+        self.faults(**{s: {} for s in SERVICES})
+
+    def ledger(self) -> dict[str, dict[str, Any]]:
+        return self.simulators.get("/ledger").json()
+
+    def entries(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """This order's ledger entry per service."""
+        ledger = self.ledger()
+        return {s: e for s in SERVICES for k, e in ledger[s].items() if e["orderId"] == order_id}
+
+
+def new_order(order_id: str | None = None, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "customerId": "customer-1",
+        "items": [
+            {"sku": "sku-1", "quantity": 2, "unitPrice": 9.5},
+            {"sku": "sku-2", "quantity": 1, "unitPrice": 20},
+        ],
+        "currency": "EUR",
+    }
+    if order_id is not None:
+        body["orderId"] = order_id
+    body.update(overrides)
+    return body
+
+
+def start_stack(data_dir: Path, workers: int = 1, extra_env: dict[str, str] | None = None) -> LocalStack:
+    """Start orders-devhost on free ports and wait until its HTTP API answers."""
+    port, sim_port, sb_port, azurite_port = (free_port() for _ in range(4))
+    env = {**os.environ, **FAST_SETTINGS, **(extra_env or {})}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    out = (data_dir / "devhost.out").open("ab")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devhost.stack",
+            "--port",
+            str(port),
+            "--sim-port",
+            str(sim_port),
+            "--sb-port",
+            str(sb_port),
+            "--azurite-port",
+            str(azurite_port),
+            "--workers",
+            str(workers),
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    out.close()
+    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    sims = httpx.Client(base_url=f"http://127.0.0.1:{sim_port}", timeout=10)
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"orders-devhost exited: {(data_dir / 'devhost.out').read_text()}")
+        try:
+            return api.get("/api/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout=90, interval=0.2, what="orders-devhost to be ready")
+    return LocalStack(process, data_dir, api, sims, sb_port)
+
+
+def stop_stack(stack: LocalStack) -> None:
+    stack.api.close()
+    stack.simulators.close()
+    stop_process(stack.process, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One stack with two workers, shared by a module's tests."""
+    running = start_stack(tmp_path_factory.mktemp("devhost"), workers=2)
+    try:
+        yield running
+    finally:
+        stop_stack(running)
+
+
+@pytest.fixture
+def calm(stack: LocalStack) -> Iterator[LocalStack]:
+    """The shared stack with no faults before and after the test."""
+    stack.clear_faults()
+    yield stack
+    stack.clear_faults()
