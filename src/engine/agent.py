@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-import pybreaker
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -23,6 +22,7 @@ from tenacity import (
 )
 
 from . import queues, telemetry
+from .breaker import CircuitBreaker, CircuitOpenError
 from .clock import Clock
 from .messages import AgentReply, AgentRequest, ReplyOutcome
 from .ports import MessageSender
@@ -67,12 +67,7 @@ class Agent:
         self._sleep = sleep
         # One breaker per agent per process: a service that keeps failing is left alone for a while
         # instead of being hammered by every retry of every order.
-        self.breaker = pybreaker.CircuitBreaker(
-            fail_max=policy.breaker_fail_max,
-            reset_timeout=policy.breaker_reset_seconds,
-            exclude=[PermanentError],
-            name=f"agent-{name}",
-        )
+        self.breaker = CircuitBreaker(policy.breaker_fail_max, policy.breaker_reset_seconds)
 
     def _seconds_left(self, deadline: datetime) -> float:
         return (deadline - self.clock.now()).total_seconds()
@@ -95,7 +90,7 @@ class Agent:
             result = self._call_with_retries(action, request)
         except PermanentError as exc:
             reply = self._reply(request, ReplyOutcome.FAILED, error=str(exc) or type(exc).__name__)
-        except (TransientError, pybreaker.CircuitBreakerError, DeadlineReached) as exc:
+        except (TransientError, CircuitOpenError, DeadlineReached) as exc:
             telemetry.warning(log, "gave up within complete-by; nothing sent", **fields, error=str(exc))
             return None
         else:
@@ -127,7 +122,7 @@ class Agent:
                 max=policy.max_backoff_seconds,
                 jitter=policy.initial_backoff_seconds,
             ),
-            retry=retry_if_exception_type((TransientError, pybreaker.CircuitBreakerError)),
+            retry=retry_if_exception_type((TransientError, CircuitOpenError)),
             before_sleep=before_sleep_within_deadline,
             reraise=True,
             **({"sleep": self._sleep} if self._sleep else {}),
@@ -137,8 +132,18 @@ class Agent:
             left = self._seconds_left(deadline)
             if left <= 0:
                 raise DeadlineReached(f"complete-by {deadline.isoformat()} passed")
-            # Per-call timeout: the policy's, but never beyond complete-by.
-            return self.breaker.call(action, request, min(policy.call_timeout_seconds, left))
+            self.breaker.before_call()
+            try:
+                # Per-call timeout: the policy's, but never beyond complete-by.
+                result = action(request, min(policy.call_timeout_seconds, left))
+            except PermanentError:
+                self.breaker.on_neutral()  # the service answered; it just said no
+                raise
+            except Exception:
+                self.breaker.on_failure()
+                raise
+            self.breaker.on_success()
+            return result
 
         return retrying(one_call)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from engine import queues
 from engine.agent import Agent, PermanentError, TransientError
+from engine.breaker import BreakerState, CircuitBreaker
 from engine.clock import ManualClock
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome
 from engine.workflow import RetryPolicy
@@ -123,7 +124,7 @@ def test_the_breaker_opens_after_repeated_failures_and_stops_calls() -> None:
     assert agent.handle(request(clock, seconds=60)) is None
     calls = len(action.timeouts)
     assert calls == POLICY.breaker_fail_max  # after that the breaker short-circuits the remaining tries
-    assert agent.breaker.current_state == "open"
+    assert agent.breaker.state is BreakerState.OPEN
     assert agent.handle(request(clock, seconds=60, attempt=2)) is None
     assert len(action.timeouts) == calls  # still open: the service is left alone
     assert sender.sent == []
@@ -133,7 +134,7 @@ def test_exhausted_tries_within_the_deadline_stay_silent() -> None:
     clock = ManualClock()
     action = Scripted(clock, [TransientError("503")] * 4 + [TransientError("503")])
     policy_agent, sender = make(clock, action)
-    policy_agent.breaker = __import__("pybreaker").CircuitBreaker(fail_max=100)
+    policy_agent.breaker = CircuitBreaker(fail_max=100, reset_seconds=1)
     assert policy_agent.handle(request(clock, seconds=120)) is None
     assert len(action.timeouts) == POLICY.max_tries and sender.sent == []
 
@@ -143,3 +144,27 @@ def test_unknown_action_is_a_failed_reply() -> None:
     agent, _ = make(clock, Scripted(clock, []))
     reply = agent.handle(request(clock).model_copy(update={"action": "nope"}))
     assert reply is not None and reply.outcome is ReplyOutcome.FAILED and "nope" in (reply.error or "")
+
+
+def test_calls_through_the_breaker_run_concurrently() -> None:
+    """One slow call must not hold up the others (pybreaker's lock would serialise them)."""
+    import threading
+
+    clock = ManualClock()
+    release = threading.Event()
+    started = threading.Event()
+
+    def action(request: AgentRequest, timeout: float) -> dict[str, Any]:
+        if request.attempt == 1:
+            started.set()
+            assert release.wait(5)
+        return {"attempt": request.attempt}
+
+    agent = Agent("alpha", {"do": action}, RecordingSender(), clock, POLICY)
+    slow = threading.Thread(target=agent.handle, args=(request(clock, seconds=60),))
+    slow.start()
+    assert started.wait(5)
+    fast = agent.handle(request(clock, seconds=60, attempt=2))
+    release.set()
+    slow.join(5)
+    assert fast is not None and fast.result == {"attempt": 2}
