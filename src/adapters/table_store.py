@@ -1,18 +1,22 @@
 """The state store on Azure Table Storage (Azurite locally).
 
-Layout, one table:
+Two tables:
 
-- PartitionKey is a shard (``s00``..``s{N-1}``) derived from the OrderID, so a task's records share a
-  partition and can change together in one entity-group transaction.
-- ``order|<id>|state`` - the task state record (``OrderID``, ``LockedBy``, ``CompleteBy``,
+- The state table. PartitionKey is a shard (``s00``..``s{N-1}``) derived from the OrderID, so a task's
+  records share a partition and change together in one entity-group transaction:
+  ``order|<id>|state`` - the task state record (``OrderID``, ``LockedBy``, ``CompleteBy``,
   ``ProcessState``, ``FailureCount``, ...); ``order|<id>|input`` - the submitted body;
   ``order|<id>|step|NN`` - one record per step.
-- ``inflight|<id>`` - an index entry for each in-flight task, holding its ``CompleteBy``. It is written
-  and removed in the same transaction as the state record, so the Supervisor's sweep reads a key range
-  per shard whose size is the in-flight work, however much completed history the table holds.
+- The watch table (``<state table>watch``): one small entry per in-flight task, keyed by shard and
+  OrderID, holding a CompleteBy that is never later than the task's own. The Supervisor's sweep reads
+  only this table, one range query per shard, so its cost follows the in-flight work however much
+  completed history the state table holds (even on an emulator that scans a whole table per query).
 
-Loading a task is one query (its key range); saving a change is one transaction: two table operations
-per step transition.
+The watch entry is written before the task first becomes in flight (submission, resubmission) and is
+otherwise maintained by the Supervisor: an entry whose time has come but whose task is still running
+is moved to the task's current CompleteBy, and one whose task has finished is removed. Because every
+transition sets CompleteBy later than the previous one, the entry stays a lower bound, and a step
+transition costs two table operations: the load (one query) and the save (one transaction).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, UpdateMode
 
 from engine.ports import ConcurrencyError, CreateOutcome, ExpiredEntry, Page
@@ -51,6 +55,11 @@ class OperationCounter:
             self.count += n
 
 
+def watch_table_name(table_name: str) -> str:
+    """The watch table that goes with a state table."""
+    return f"{table_name}watch"
+
+
 def shard_of(order_id: str, shards: int) -> str:
     """The partition a task lives in: stable for an id, spread evenly."""
     return f"s{zlib.crc32(order_id.encode()) % shards:02d}"
@@ -68,32 +77,31 @@ def _step_key(order_id: str, index: int) -> str:
     return f"order|{order_id}|step|{index:02d}"
 
 
-def _index_key(order_id: str) -> str:
-    return f"inflight|{order_id}"
-
-
 class TableStateStore:
     """:class:`engine.ports.StateStore` on one Azure table."""
 
-    def __init__(self, table: TableClient, shards: int = 8, counter: OperationCounter | None = None) -> None:
+    def __init__(
+        self,
+        table: TableClient,
+        watch: TableClient,
+        shards: int = 8,
+        counter: OperationCounter | None = None,
+    ) -> None:
         if not 1 <= shards <= 100:
             raise ValueError("shards must be between 1 and 100")
         self.table = table
+        self.watch = watch
         self.shards = shards
         self.counter = counter or OperationCounter()
 
     @classmethod
-    def from_connection_string(
-        cls, connection_string: str, table_name: str, shards: int = 8
-    ) -> TableStateStore:
-        """A store using a connection string (Azurite locally)."""
-        return cls(TableClient.from_connection_string(connection_string, table_name), shards)
-
-    @staticmethod
-    def create_table(service: TableServiceClient, table_name: str) -> None:
-        """Create the table if it does not exist (Bicep creates it in Azure)."""
-        with contextlib.suppress(ResourceExistsError):
-            service.create_table(table_name)
+    def from_service(cls, service: TableServiceClient, table_name: str, shards: int = 8) -> TableStateStore:
+        """A store on ``table_name`` and its watch table, creating both if missing (Bicep does in Azure)."""
+        watch_name = watch_table_name(table_name)
+        for name in (table_name, watch_name):
+            with contextlib.suppress(ResourceExistsError):
+                service.create_table(name)
+        return cls(service.get_table_client(table_name), service.get_table_client(watch_name), shards)
 
     # ---- entity mapping --------------------------------------------------------------------------
     def _pk(self, order_id: str) -> str:
@@ -105,7 +113,7 @@ class TableStateStore:
             "PartitionKey": self._pk(state.order_id),
             "RowKey": _state_key(state.order_id),
             "Kind": "state",
-            "Indexed": state.process_state.in_flight and state.complete_by is not None,
+            "Watched": state.process_state.in_flight and state.complete_by is not None,
         }
         for name, alias in _STATE_FIELDS.items():
             value = getattr(state, name)
@@ -145,13 +153,11 @@ class TableStateStore:
             entity[f"Body{i}"] = chunk
         return entity
 
-    def _index_entity(self, state: TaskState) -> dict[str, Any]:
+    def _watch_entity(self, state: TaskState) -> dict[str, Any]:
         return {
             "PartitionKey": self._pk(state.order_id),
-            "RowKey": _index_key(state.order_id),
-            "OrderID": state.order_id,
+            "RowKey": state.order_id,
             "CompleteBy": state.complete_by,
-            "ProcessState": state.process_state.value,
         }
 
     @staticmethod
@@ -168,18 +174,22 @@ class TableStateStore:
 
     # ---- operations ------------------------------------------------------------------------------
     def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
-        """Write input, state, steps and the in-flight index entry in one transaction."""
+        """Watch the task, then write its input, state and steps in one transaction (all or nothing).
+
+        The watch entry goes first: a crash in between leaves an entry the Supervisor removes, while the
+        other order could leave a Pending task nobody watches.
+        """
         state_entity = self._state_entity(record)
         operations: list[Any] = [
             ("create", self._input_entity(record)),
             ("create", state_entity),
             *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
         ]
-        if state_entity["Indexed"]:
-            operations.append(("create", self._index_entity(record.state)))
+        if state_entity["Watched"]:
+            self._put_watch(record.state)
         try:
             self.counter.add()
-            self.table.submit_transaction(operations)
+            results = self.table.submit_transaction(operations)
         except TableTransactionError as exc:
             if exc.status_code != 409:
                 raise
@@ -188,9 +198,13 @@ class TableStateStore:
                 return CreateOutcome.EXISTS_DIFFERENT, record
             same = existing.input_hash == record.input_hash
             return (CreateOutcome.EXISTS_SAME if same else CreateOutcome.EXISTS_DIFFERENT), existing
-        loaded = self.load(record.order_id)
-        assert loaded is not None
-        return CreateOutcome.CREATED, loaded
+        # The transaction's answer carries every new ETag: no need to read the task back.
+        for (_, entity), result in zip(operations, results, strict=True):
+            if entity.get("Kind") in ("state", "step"):
+                record.etags[entity["RowKey"]] = result["etag"]
+        record.indexed = bool(state_entity["Watched"])
+        record.dirty_steps.clear()
+        return CreateOutcome.CREATED, record
 
     def load(self, order_id: str) -> TaskRecord | None:
         """One query over the task's key range."""
@@ -221,7 +235,7 @@ class TableStateStore:
             input=json.loads(body) if body else {},
             input_hash=input_entity["BodyHash"],
             etags=etags,
-            indexed=bool(state_entity.get("Indexed")),
+            indexed=bool(state_entity.get("Watched")),
         )
 
     def save(self, record: TaskRecord) -> TaskRecord:
@@ -235,12 +249,8 @@ class TableStateStore:
         for index in sorted(record.dirty_steps):
             entity = self._step_entity(order_id, record.steps[index])
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
-        if state_entity["Indexed"]:
-            operations.append(("upsert", self._index_entity(record.state), {"mode": UpdateMode.REPLACE}))
-        elif record.indexed:
-            operations.append(
-                ("delete", {"PartitionKey": self._pk(order_id), "RowKey": _index_key(order_id)})
-            )
+        if state_entity["Watched"] and not record.indexed:
+            self._put_watch(record.state)  # back in flight (resubmitted): watch before the state says so
         try:
             self.counter.add()
             results = self.table.submit_transaction(operations)
@@ -251,16 +261,19 @@ class TableStateStore:
         for (_, entity, *_), result in zip(operations, results, strict=False):
             if entity["RowKey"] in record.etags and result.get("etag"):
                 record.etags[entity["RowKey"]] = result["etag"]
-        record.indexed = bool(state_entity["Indexed"])
+        record.indexed = bool(state_entity["Watched"])
         record.dirty_steps.clear()
         return record
 
+    def _put_watch(self, state: TaskState) -> None:
+        self.counter.add()
+        self.watch.upsert_entity(self._watch_entity(state), mode=UpdateMode.REPLACE)
+
     def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
-        """One key-range query per shard over the in-flight index."""
+        """Watch entries due at ``now``: one range query per shard of the watch table."""
         for shard in range(self.shards):
-            pages = self.table.query_entities(
-                "PartitionKey eq @pk and RowKey ge 'inflight|' and RowKey lt 'inflight}' "
-                "and CompleteBy le @now",
+            pages = self.watch.query_entities(
+                "PartitionKey eq @pk and CompleteBy le @now",
                 parameters={"pk": f"s{shard:02d}", "now": now},
                 results_per_page=1000,
             ).by_page()
@@ -268,10 +281,37 @@ class TableStateStore:
                 self.counter.add()
                 for entity in page:
                     yield ExpiredEntry(
-                        order_id=entity["OrderID"],
+                        order_id=entity["RowKey"],
                         complete_by=entity["CompleteBy"],
-                        process_state=ProcessState(entity["ProcessState"]),
+                        token=entity.metadata["etag"],
                     )
+
+    def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
+        """Move a watch entry to the task's current CompleteBy, unless it changed since it was read."""
+        entity = {
+            "PartitionKey": self._pk(entry.order_id),
+            "RowKey": entry.order_id,
+            "CompleteBy": complete_by,
+        }
+        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+            self.counter.add()
+            self.watch.update_entity(
+                entity,
+                mode=UpdateMode.REPLACE,
+                etag=entry.token,
+                match_condition=MatchConditions.IfNotModified,
+            )
+
+    def unwatch(self, entry: ExpiredEntry) -> None:
+        """Remove the watch entry of a finished task, unless it changed since it was read (resubmitted)."""
+        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+            self.counter.add()
+            self.watch.delete_entity(
+                self._pk(entry.order_id),
+                entry.order_id,
+                etag=entry.token,
+                match_condition=MatchConditions.IfNotModified,
+            )
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         """Tasks in one state, filling the page shard by shard; the continuation token carries the

@@ -27,11 +27,11 @@ class CreateOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class ExpiredEntry:
-    """An in-flight task whose CompleteBy has passed, as the sweep found it."""
+    """A watched task whose (lower-bound) CompleteBy has come, as the sweep found it."""
 
     order_id: str
     complete_by: datetime
-    process_state: ProcessState
+    token: str = ""  # the store's version of the entry, so stale updates to it are refused
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,16 @@ class StateStore(Protocol):
         ...
 
     def expired(self, now: datetime) -> Iterable[ExpiredEntry]:
-        """In-flight tasks whose CompleteBy is at or before ``now``, at a cost in proportion to
-        in-flight work, not to completed history."""
+        """Watched tasks whose watch time is at or before ``now``, at a cost in proportion to in-flight
+        work, not to completed history. A watch time is never later than the task's CompleteBy."""
+        ...
+
+    def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
+        """Move a watch entry forward to the task's current CompleteBy (no-op if it changed meanwhile)."""
+        ...
+
+    def unwatch(self, entry: ExpiredEntry) -> None:
+        """Stop watching a task that is no longer in flight (no-op if the entry changed meanwhile)."""
         ...
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:

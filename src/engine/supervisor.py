@@ -21,6 +21,8 @@ class SweepReport:
     """What one sweep found and did."""
 
     expired: int = 0
+    rewatched: int = 0
+    unwatched: int = 0
     kicked: int = 0
     retried: int = 0
     errored: int = 0
@@ -53,10 +55,22 @@ class Supervisor:
         report = SweepReport()
         now = self.clock.now()
         for entry in self.store.expired(now):
-            report.expired += 1
             record = self.store.load(entry.order_id)
-            if record is None:
+            state = record.state if record else None
+            if (
+                record is None
+                or state is None
+                or not state.process_state.in_flight
+                or state.complete_by is None
+            ):
+                self.store.unwatch(entry)  # finished: stop watching it
+                report.unwatched += 1
                 continue
+            if state.complete_by > now:
+                self.store.rewatch(entry, state.complete_by)  # still within its time: look again then
+                report.rewatched += 1
+                continue
+            report.expired += 1
             ctx = Context(self.workflow, self.settings, now)
             before = record.state.process_state
             failures_before = record.state.failure_count
@@ -93,6 +107,8 @@ class Supervisor:
         telemetry.emit_event(
             telemetry.SUPERVISOR_SWEEP_COMPLETED,
             expired=report.expired,
+            rewatched=report.rewatched,
+            unwatched=report.unwatched,
             retried=report.retried,
             errored=report.errored,
             seconds=round(report.seconds, 4),

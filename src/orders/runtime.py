@@ -6,7 +6,7 @@ import functools
 import os
 from dataclasses import dataclass
 
-from azure.data.tables import TableClient, TableServiceClient
+from azure.data.tables import TableServiceClient
 
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore
@@ -34,7 +34,7 @@ class Runtime:
     agents: dict[str, Agent]
 
 
-def _table(settings: Settings) -> TableClient:
+def _store(settings: Settings) -> TableStateStore:
     if settings.state_store_connection:
         service = TableServiceClient.from_connection_string(settings.state_store_connection)
     else:
@@ -42,15 +42,14 @@ def _table(settings: Settings) -> TableClient:
 
         credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
         service = TableServiceClient(endpoint=str(settings.state_store_endpoint), credential=credential)
-    TableStateStore.create_table(service, settings.state_table_name)
-    return service.get_table_client(settings.state_table_name)
+    return TableStateStore.from_service(service, settings.state_table_name, shards=settings.state_shards)
 
 
 def build(settings: Settings) -> Runtime:
     """Wire the engine to Table Storage, Service Bus and the remote services."""
     clock = SystemClock()
     engine_settings = settings.engine()
-    store = TableStateStore(_table(settings), shards=settings.state_shards)
+    store = _store(settings)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
     services = RemoteServices(settings.service_urls)
     actions = services.actions()

@@ -58,10 +58,17 @@ class MemoryStore:
         return record
 
     def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
+        # A simplified watch: every in-flight task with its current CompleteBy.
         for _, record in list(self.records.values()):
             state = record.state
             if state.process_state.in_flight and state.complete_by is not None and state.complete_by <= now:
-                yield ExpiredEntry(state.order_id, state.complete_by, state.process_state)
+                yield ExpiredEntry(state.order_id, state.complete_by)
+
+    def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
+        pass
+
+    def unwatch(self, entry: ExpiredEntry) -> None:
+        pass
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         matching = [r.state for _, r in self.records.values() if r.state.process_state is state]

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.data.tables import TableClient
+from azure.data.tables import TableServiceClient
 
 from adapters.table_store import TableStateStore, shard_of
 from engine import transitions
 from engine.ports import ConcurrencyError, CreateOutcome
 from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.supervisor import Supervisor
 from engine.transitions import Context, EngineSettings
 from engine.workflow import StepDefinition, WorkflowDefinition
+from tests.engine.fakes import RecordingSender
 
 WORKFLOW = WorkflowDefinition(
     name="two-steps",
@@ -24,14 +26,23 @@ WORKFLOW = WorkflowDefinition(
     ),
 )
 SETTINGS = EngineSettings(step_complete_by_seconds=10)
+
+
+class FixedClock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def store(azurite_connection_string: str, new_table: Callable[[], str]) -> TableStateStore:
-    return TableStateStore(
-        TableClient.from_connection_string(azurite_connection_string, new_table()), shards=4
-    )
+def store(azurite_connection_string: str) -> TableStateStore:
+    service = TableServiceClient.from_connection_string(azurite_connection_string)
+    return TableStateStore.from_service(service, "t" + uuid.uuid4().hex[:16], shards=4)
 
 
 def new_record(order_id: str, body: dict | None = None, now: datetime = NOW) -> TaskRecord:
@@ -61,6 +72,7 @@ def test_create_writes_state_steps_and_input_together(store: TableStateStore) ->
     # The pattern's property names, as stored.
     assert {"OrderID", "CompleteBy", "ProcessState", "FailureCount"} <= set(entity)
     assert "LockedBy" not in entity  # null until claimed
+    assert [e.order_id for e in store.expired(NOW + timedelta(seconds=10))] == ["o-1"]  # watched
 
 
 def test_create_is_idempotent_for_the_same_body_and_conflicts_for_another(store: TableStateStore) -> None:
@@ -128,16 +140,16 @@ def test_a_stale_step_etag_loses_even_if_the_state_is_fresh(store: TableStateSto
         store.save(record)
 
 
-def test_the_sweep_finds_only_expired_in_flight_work(store: TableStateStore) -> None:
-    # Expired in-flight: a claimed task whose step deadline passed.
+def test_the_sweep_reads_only_watched_work_and_keeps_the_watch_current(store: TableStateStore) -> None:
+    # In flight, and its step's complete-by has passed.
     store.create(new_record("expired"))
     record = store.load("expired")
     assert record is not None
     transitions.claim(record, ctx())
     store.save(record)
-    # Not yet expired: submitted later.
+    # In flight, not due yet.
     store.create(new_record("fresh", now=NOW + timedelta(seconds=30)))
-    # Terminal: processed, never found again.
+    # Finished: its watch entry is left for the Supervisor to remove.
     store.create(new_record("done"))
     done = store.load("done")
     assert done is not None
@@ -146,10 +158,27 @@ def test_the_sweep_finds_only_expired_in_flight_work(store: TableStateStore) -> 
         transitions.step_succeeded(done, ctx(), {"ok": True})
     store.save(done)
     assert done.state.process_state is ProcessState.PROCESSED
-    found = list(store.expired(NOW + timedelta(seconds=20)))
-    assert [e.order_id for e in found] == ["expired"]
-    assert found[0].process_state is ProcessState.PROCESSING
-    assert list(store.table.query_entities("RowKey eq @k", parameters={"k": "inflight|done"})) == []
+
+    later = NOW + timedelta(seconds=20)
+    assert sorted(e.order_id for e in store.expired(later)) == ["done", "expired"]
+    supervisor = Supervisor(WORKFLOW, store, RecordingSender(), FixedClock(later), SETTINGS)
+    report = supervisor.sweep()
+    assert (report.expired, report.unwatched, report.retried) == (1, 1, 1)
+    assert store.load("expired").state.process_state is ProcessState.PENDING  # type: ignore[union-attr]
+    # The finished task is no longer watched; the recovered one is watched at its new CompleteBy.
+    report = supervisor.sweep()
+    assert (report.expired, report.unwatched, report.rewatched) == (0, 0, 1)
+    assert sorted(e.order_id for e in store.expired(later)) == []
+    new_complete_by = store.load("expired").state.complete_by  # type: ignore[union-attr]
+    assert [e.order_id for e in store.expired(new_complete_by)] == ["expired"]  # type: ignore[arg-type]
+
+
+def test_a_stale_watch_update_is_refused(store: TableStateStore) -> None:
+    store.create(new_record("o-1"))
+    (entry,) = store.expired(NOW + timedelta(seconds=10))
+    store.rewatch(entry, NOW + timedelta(seconds=50))
+    store.unwatch(entry)  # read before the rewatch: refused, the task stays watched
+    assert [e.order_id for e in store.expired(NOW + timedelta(seconds=50))] == ["o-1"]
 
 
 def test_a_step_transition_costs_two_table_operations(store: TableStateStore) -> None:

@@ -1,0 +1,323 @@
+"""Performance of the order-processing system on the local stack. Run with ``make bench``.
+
+Prints three things:
+
+1. End-to-end orders per second through orders-devhost (no faults, no added latency), next to the raw
+   conditional-write rate of the same Azurite measured in the same run: the ceiling, since every
+   step transition is a conditional write.
+2. Table operations per order and per step transition, counted in the state-store adapter, with the
+   Scheduler and Agents driven in-process against Azurite (messages handed over directly).
+3. The Supervisor's sweep time over the same in-flight work with 1,000 and with 20,000 completed orders
+   in the table: it must not grow with completed history (target ratio <= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from azure.core import MatchConditions
+from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from pydantic import BaseModel
+
+from adapters.table_store import TableStateStore, shard_of
+from devhost import azurite
+from engine import queues
+from engine.agent import Agent
+from engine.clock import SystemClock
+from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from engine.scheduler import Scheduler
+from engine.supervisor import Supervisor
+from engine.tasks import TaskService
+from engine.transitions import EngineSettings
+from orders.workflow import FULFILMENT
+from servicebus_emulator.launcher import free_port
+
+ORDER = {
+    "customerId": "bench",
+    "items": [{"sku": "sku-1", "quantity": 1, "unitPrice": 10.0}],
+    "currency": "EUR",
+}
+
+
+# ---- 1. end to end ---------------------------------------------------------------------------------
+def conditional_write_rate(connection_string: str, writes: int, threads: int) -> float:
+    """Replace-if-unchanged updates per second against one Azurite, from ``threads`` threads."""
+    service = TableServiceClient.from_connection_string(connection_string)
+    name = "bench" + uuid.uuid4().hex[:10]
+    service.create_table(name)
+    table = service.get_table_client(name)
+    per_thread = writes // threads
+
+    def writer(n: int) -> None:
+        entity: dict[str, Any] = {"PartitionKey": f"s{n:02d}", "RowKey": "row", "Value": 0}
+        etag = table.create_entity(entity)["etag"]
+        for i in range(per_thread):
+            entity["Value"] = i
+            etag = table.update_entity(
+                entity, mode=UpdateMode.REPLACE, etag=etag, match_condition=MatchConditions.IfNotModified
+            )["etag"]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(writer, range(threads)))
+    return per_thread * threads / (time.perf_counter() - start)
+
+
+def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port, sim_port, sb_port, azurite_port = (free_port() for _ in range(4))
+    env = {**os.environ, "SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
+    out = (data_dir / "devhost.out").open("ab")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devhost.stack",
+            "--port",
+            str(port),
+            "--sim-port",
+            str(sim_port),
+            "--sb-port",
+            str(sb_port),
+            "--azurite-port",
+            str(azurite_port),
+            "--workers",
+            str(workers),
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if api.get("/api/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("orders-devhost did not start")
+            time.sleep(0.2)  # waiting for servers to start
+        ids = [f"bench-{uuid.uuid4().hex[:12]}" for _ in range(orders)]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(
+                pool.map(lambda i: api.post("/api/orders", json={"orderId": i, **ORDER}).status_code, ids)
+            )
+        assert all(c == 202 for c in codes), codes
+        waiting = deque(ids)
+        while waiting:
+            order_id = waiting.popleft()
+            if api.get(f"/api/orders/{order_id}").json()["processState"] != "Processed":
+                waiting.append(order_id)
+                time.sleep(0.01)  # polling order status over HTTP
+        rate = orders / (time.perf_counter() - start)
+        ceiling = conditional_write_rate(azurite.table_connection_string(azurite_port), 2000, 8)
+        return rate, ceiling
+    finally:
+        api.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+
+
+# ---- 2. table operations per order -------------------------------------------------------------------
+class LoopbackSender:
+    """Hands messages straight to the in-process Scheduler and Agents (a benchmark stand-in for queues)."""
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[str, BaseModel]] = deque()
+
+    def send(self, queue: str, body: BaseModel, **_: Any) -> None:
+        self.pending.append((queue, body))
+
+
+def operations_per_order(connection_string: str, orders: int) -> tuple[float, float]:
+    service = TableServiceClient.from_connection_string(connection_string)
+    store = TableStateStore.from_service(service, "ops" + uuid.uuid4().hex[:10])
+    sender = LoopbackSender()
+    clock = SystemClock()
+    settings = EngineSettings(step_complete_by_seconds=60)
+    tasks = TaskService(FULFILMENT, store, sender, clock, settings)
+    scheduler = Scheduler(FULFILMENT, store, sender, clock, settings)
+
+    def succeed(request: AgentRequest, timeout: float) -> dict[str, Any]:
+        return {"id": request.idempotency_key}
+
+    agents = {
+        a: Agent(
+            a,
+            {s.action: succeed for s in FULFILMENT.steps if s.agent == a},
+            sender,
+            clock,
+            FULFILMENT.steps[0].retry,
+        )
+        for a in FULFILMENT.agents
+    }
+    transitions = 0
+    order_id = ""
+    for _ in range(orders):
+        order_id = uuid.uuid4().hex
+        tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)
+        while sender.pending:
+            queue, body = sender.pending.popleft()
+            if queue == queues.SCHEDULER_QUEUE and isinstance(body, SchedulerCommand):
+                transitions += scheduler.handle_command(body)
+            elif queue == queues.REPLY_QUEUE and isinstance(body, AgentReply):
+                transitions += scheduler.handle_reply(body)
+            elif isinstance(body, AgentRequest):
+                agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+    ops = store.counter.count
+    submit_ops = 2 * orders  # per submission: the watch entry, then one transaction
+    assert store.load(order_id).state.process_state.value == "Processed"  # type: ignore[union-attr]
+    return ops / orders, (ops - submit_ops) / transitions
+
+
+# ---- 3. sweep time vs completed history -----------------------------------------------------------------
+def fill_completed(table: TableClient, count: int, shards: int) -> None:
+    """Write ``count`` completed orders (state, input and three steps each), 20 orders per transaction."""
+    now = datetime.now(UTC)
+    by_shard: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(count):
+        order_id = uuid.uuid4().hex
+        pk = shard_of(order_id, shards)
+        rows = by_shard.setdefault(pk, [])
+        rows.append(
+            {
+                "PartitionKey": pk,
+                "RowKey": f"order|{order_id}|state",
+                "Kind": "state",
+                "OrderID": order_id,
+                "ProcessState": "Processed",
+                "FailureCount": 0,
+                "Workflow": FULFILMENT.name,
+                "Phase": "forward",
+                "CurrentStep": 2,
+                "Attempt": 1,
+                "CreatedAt": now,
+                "UpdatedAt": now,
+                "Indexed": False,
+            }
+        )
+        rows.append(
+            {
+                "PartitionKey": pk,
+                "RowKey": f"order|{order_id}|input",
+                "Kind": "input",
+                "OrderID": order_id,
+                "BodyHash": "x",
+                "BodyChunks": 1,
+                "Body0": "{}",
+            }
+        )
+        for i, step in enumerate(FULFILMENT.steps):
+            rows.append(
+                {
+                    "PartitionKey": pk,
+                    "RowKey": f"order|{order_id}|step|{i:02d}",
+                    "Kind": "step",
+                    "OrderID": order_id,
+                    "StepIndex": i,
+                    "StepName": step.name,
+                    "StepState": "Completed",
+                    "Attempts": 1,
+                }
+            )
+    batches = [rows[i : i + 100] for rows in by_shard.values() for i in range(0, len(rows), 100)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda b: table.submit_transaction([("upsert", e) for e in b]), batches))
+
+
+def sweep_times(
+    connection_string: str, in_flight: int, histories: list[int], shards: int = 8
+) -> dict[int, float]:
+    service = TableServiceClient.from_connection_string(connection_string)
+    store = TableStateStore.from_service(service, "sweep" + uuid.uuid4().hex[:10], shards=shards)
+    table = store.table
+    sender = LoopbackSender()
+    settings = EngineSettings(step_complete_by_seconds=3600)
+    tasks = TaskService(FULFILMENT, store, sender, SystemClock(), settings)
+    supervisor = Supervisor(FULFILMENT, store, sender, SystemClock(), settings)
+    for _ in range(in_flight):  # Pending, complete-by an hour away: watched, not expired
+        order_id = uuid.uuid4().hex
+        tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)
+    results: dict[int, float] = {}
+    filled = 0
+    for history in histories:
+        fill_completed(table, history - filled, shards)
+        filled = history
+        supervisor.sweep()  # warm up
+        samples = []
+        for _ in range(7):
+            start = time.perf_counter()
+            report = supervisor.sweep()
+            samples.append(time.perf_counter() - start)
+            assert report.expired == 0
+        results[history] = statistics.median(samples)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--orders", type=int, default=200, help="orders for the end-to-end run (default 200)")
+    parser.add_argument("--workers", type=int, default=2, help="function workers (default 2)")
+    parser.add_argument(
+        "--in-flight", type=int, default=200, help="in-flight orders during the sweeps (default 200)"
+    )
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="orders-bench-") as tmp:
+        rate, ceiling = end_to_end(args.orders, args.workers, Path(tmp) / "e2e")
+        print(
+            f"end to end: {rate:.1f} orders/s with {args.workers} workers ({args.orders} orders, no faults)"
+        )
+        print(
+            f"Azurite conditional writes in the same run: {ceiling:.0f}/s (8 threads); "
+            f"an order needs 5 transitions, so the ceiling is ~{ceiling / 10:.0f} orders/s"
+        )
+
+        port = free_port()
+        process = azurite.launch(Path(tmp) / "azurite", port, in_memory=True)
+        try:
+            connection = azurite.table_connection_string(port)
+            per_order, per_transition = operations_per_order(connection, 50)
+            print(
+                f"table operations: {per_order:.1f} per order, {per_transition:.2f} per step transition "
+                "(target <= 2)"
+            )
+            times = sweep_times(connection, args.in_flight, [1_000, 20_000])
+            for history, seconds in times.items():
+                print(
+                    f"Supervisor sweep, {args.in_flight} in flight, {history:>6} completed: "
+                    f"{seconds * 1000:.1f} ms"
+                )
+            ratio = times[20_000] / times[1_000]
+            print(f"sweep-time ratio 20,000 / 1,000 completed: {ratio:.2f} (target <= 1.2)")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    main()
