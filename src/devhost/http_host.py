@@ -1,0 +1,320 @@
+"""HTTP triggers: a Starlette app served by uvicorn, routing the way the Functions host does.
+
+Routes live under the route prefix (``api`` unless host.json sets ``extensions.http.routePrefix``).
+Templates are ASP.NET-style: ``{name}``, optional ``{name?}``, defaults ``{name=value}``, catch-all
+``{*rest}`` and constraints ``{id:int}`` (int, long, alpha, bool, guid, double, float, decimal are checked;
+others are accepted without checking). Matching is case-insensitive, and when several routes match, the
+more specific one wins (literal before constrained before plain parameter before optional before
+catch-all). Auth levels are not enforced, as with Core Tools locally.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import azure.functions as func
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from devhost.bindings import FunctionSpec
+from devhost.errors import ConfigurationError
+from devhost.invocation import Invoker
+
+log = logging.getLogger("devhost.http")
+
+ALL_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE", "CONNECT")
+_TOKEN = re.compile(r"\{([^{}]*)\}")
+_CONSTRAINT_PATTERNS = {
+    "int": r"-?\d+",
+    "long": r"-?\d+",
+    "alpha": r"[A-Za-z]+",
+    "bool": r"(?:true|false)",
+    "guid": r"\{?[0-9A-Fa-f]{8}-?(?:[0-9A-Fa-f]{4}-?){3}[0-9A-Fa-f]{12}\}?",
+    "double": r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?",
+    "float": r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?",
+    "decimal": r"-?\d+(?:\.\d+)?",
+}
+# Segment precedence as ASP.NET orders routes: lower sorts first.
+_LITERAL, _CONSTRAINED, _PARAMETER, _OPTIONAL, _CATCH_ALL = 1, 2, 3, 4, 5
+
+
+@dataclass(frozen=True)
+class _Parameter:
+    group: str
+    name: str
+    default: str | None
+
+
+@dataclass(frozen=True)
+class CompiledRoute:
+    """One HTTP function's route template compiled to a regular expression over the path after the prefix."""
+
+    spec: FunctionSpec
+    template: str
+    regex: re.Pattern[str]
+    parameters: tuple[_Parameter, ...]
+    methods: frozenset[str] | None
+    precedence: tuple[int, ...]
+
+    def match(self, path: str) -> dict[str, str] | None:
+        """The route parameters if ``path`` (leading ``/``, no prefix) matches, else None."""
+        found = self.regex.match(path)
+        if found is None:
+            return None
+        values: dict[str, str] = {}
+        for parameter in self.parameters:
+            value = found.group(parameter.group)
+            if value is None or value == "":
+                value = parameter.default
+            if value is not None:
+                values[parameter.name] = value
+        return values
+
+    def allows(self, method: str) -> bool:
+        """True if the function accepts this HTTP method."""
+        return self.methods is None or method in self.methods
+
+
+def _parse_token(body: str, template: str) -> tuple[str, str, str | None, bool, bool]:
+    """Split ``{...}`` into (name, value pattern, default, optional, catch_all)."""
+    text = body.strip()
+    catch_all = text.startswith("*")
+    text = text.lstrip("*")
+    optional = text.endswith("?")
+    text = text.removesuffix("?")
+    default: str | None = None
+    if "=" in text:
+        text, default = text.split("=", 1)
+        optional = True
+    name, _, constraints = text.partition(":")
+    name = name.strip()
+    if not name or not re.fullmatch(r"[A-Za-z_][\w.-]*", name):
+        raise ConfigurationError(f"route template {template!r}: bad parameter {{{body}}}")
+    pattern = ".*" if catch_all else "[^/]+"
+    for constraint in filter(None, constraints.split(":")):
+        known = _CONSTRAINT_PATTERNS.get(constraint.split("(", 1)[0].strip().lower())
+        if known is not None and not catch_all:
+            pattern = known
+        elif known is None:
+            log.debug("route %r: constraint %r is not checked locally", template, constraint)
+    return name, pattern, default, optional, catch_all
+
+
+def compile_route(spec: FunctionSpec) -> CompiledRoute:
+    """Compile the function's route template (its function name if it sets none)."""
+    template = (spec.route if spec.route is not None else spec.name).strip().strip("/")
+    regex = ""
+    parameters: list[_Parameter] = []
+    precedence: list[int] = []
+    seen: set[str] = set()
+    for segment in [s for s in template.split("/") if s] if template else []:
+        tokens = list(_TOKEN.finditer(segment))
+        if not tokens:
+            regex += "/" + re.escape(segment)
+            precedence.append(_LITERAL)
+            continue
+        pieces: list[str] = []
+        position = 0
+        rank = _LITERAL
+        whole_optional = False
+        for token in tokens:
+            pieces.append(re.escape(segment[position : token.start()]))
+            name, pattern, default, optional, catch_all = _parse_token(token.group(1), template)
+            if name.lower() in seen:
+                raise ConfigurationError(f"route template {template!r}: parameter {name!r} appears twice")
+            seen.add(name.lower())
+            group = f"p{len(parameters)}"
+            parameters.append(_Parameter(group, name, default))
+            alone = len(tokens) == 1 and token.group(0) == segment
+            if alone and (optional or catch_all):
+                whole_optional = True
+            pieces.append(f"(?P<{group}>{pattern})")
+            position = token.end()
+            if catch_all:
+                rank = max(rank, _CATCH_ALL)
+            elif optional:
+                rank = max(rank, _OPTIONAL)
+            elif pattern != "[^/]+":
+                rank = max(rank, _CONSTRAINED)
+            else:
+                rank = max(rank, _PARAMETER)
+        pieces.append(re.escape(segment[position:]))
+        body = "".join(pieces)
+        # An optional or catch-all segment may be left out together with its slash.
+        regex += f"(?:/{body})?" if whole_optional else f"/{body}"
+        precedence.append(rank)
+    methods = frozenset(spec.methods) if spec.methods else None
+    return CompiledRoute(
+        spec=spec,
+        template=template,
+        regex=re.compile(f"^{regex}/?$", re.IGNORECASE),
+        parameters=tuple(parameters),
+        methods=methods,
+        precedence=tuple(precedence),
+    )
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def _request_url(request: Request) -> str:
+    """The URL as the client sent it: Starlette's ``request.url`` carries the decoded path."""
+    scope = request.scope
+    raw_path = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+    query = scope.get("query_string") or b""
+    url = f"{request.url.scheme}://{request.url.netloc}{raw_path.decode('latin-1')}"
+    return f"{url}?{query.decode('latin-1')}" if query else url
+
+
+def _join_multi(items: Iterable[tuple[str, str]], separator: str) -> dict[str, str]:
+    """Collapse repeated keys the way ASP.NET renders StringValues."""
+    joined: dict[str, str] = {}
+    for key, value in items:
+        joined[key] = f"{joined[key]}{separator}{value}" if key in joined else value
+    return joined
+
+
+def to_starlette_response(result: Any) -> Response:
+    """Turn what an HTTP function returned into a response, as the worker's HTTP output converter does."""
+    if isinstance(result, func.HttpResponse) or all(
+        hasattr(result, name) for name in ("status_code", "headers", "get_body", "mimetype", "charset")
+    ):
+        status = int(result.status_code)
+        response = Response(content=result.get_body() or b"", status_code=status)
+        headers = result.headers
+        pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
+        names = {name.lower() for name, _ in pairs}
+        for name, value in pairs:
+            if name.lower() in ("content-length", "transfer-encoding"):
+                continue  # the server frames the body itself
+            response.raw_headers.append((name.lower().encode("latin-1"), str(value).encode("latin-1")))
+        if "content-type" not in names:
+            mimetype = result.mimetype
+            content_type = (
+                f"{mimetype}; charset={result.charset}" if mimetype.startswith("text/") else mimetype
+            )
+            response.raw_headers.append((b"content-type", content_type.encode("latin-1")))
+        return response
+    if isinstance(result, str):
+        return Response(content=result, status_code=200, media_type="text/plain; charset=utf-8")
+    if isinstance(result, bytes | bytearray):
+        return Response(content=bytes(result), status_code=200, media_type="application/octet-stream")
+    if result is None:
+        return Response(status_code=204)
+    raise TypeError(f"an HTTP function must return func.HttpResponse or str, not {type(result).__name__}")
+
+
+class HttpHost:
+    """Serves the app's HTTP-triggered functions."""
+
+    def __init__(self, specs: Sequence[FunctionSpec], route_prefix: str, invoker: Invoker) -> None:
+        self._invoker = invoker
+        self._prefix = route_prefix.strip().strip("/")
+        routes = [compile_route(spec) for spec in specs]
+        # Stable sort: among equally specific routes, declaration order decides.
+        self.routes: list[CompiledRoute] = sorted(routes, key=lambda route: route.precedence)
+        self.app = Starlette(routes=[Route("/{path:path}", self._dispatch, methods=list(ALL_METHODS))])
+        self._server: uvicorn.Server | None = None
+
+    def _strip_prefix(self, path: str) -> str | None:
+        if not self._prefix:
+            return path
+        head = "/" + self._prefix
+        if path.lower() == head.lower():
+            return ""
+        if path.lower().startswith(head.lower() + "/"):
+            return path[len(head) :]
+        return None
+
+    async def _dispatch(self, request: Request) -> Response:
+        method = request.method.upper()
+        path = request.scope["path"]  # percent-decoded, as route values are
+        if path.rstrip("/") == "/admin/host/status" and method == "GET":
+            return JSONResponse({"state": "Running", "host": "devhost"})
+        relative = self._strip_prefix(path)
+        matches = (
+            [] if relative is None else [(r, v) for r in self.routes if (v := r.match(relative)) is not None]
+        )
+        if not matches:
+            return _error(404, "NotFound", f"No function matches {method} {path}")
+        chosen = next(((route, values) for route, values in matches if route.allows(method)), None)
+        if chosen is None:
+            allowed = sorted({m for route, _ in matches for m in (route.methods or ALL_METHODS)})
+            return _error(
+                405,
+                "MethodNotAllowed",
+                f"{method} is not allowed on {path}; allowed: {', '.join(allowed)}",
+                headers={"Allow": ", ".join(allowed)},
+            )
+        route, route_params = chosen
+        body = await request.body()
+        http_request = func.HttpRequest(
+            method=method,
+            url=_request_url(request),
+            headers=_join_multi(request.headers.items(), ", "),
+            params=_join_multi(request.query_params.multi_items(), ","),
+            route_params=route_params,
+            body=body,
+        )
+        name = route.spec.name
+        try:
+            result = await self._invoker.invoke(route.spec, http_request, f"HTTP {method} {path}")
+        except Exception as exc:  # logged with its traceback by the invoker
+            return _error(
+                500, "InternalError", f"Exception while executing function: Functions.{name}: {exc!r}"
+            )
+        try:
+            return to_starlette_response(result)
+        except Exception as exc:
+            log.error("Functions.%s: cannot turn its result into an HTTP response", name, exc_info=True)
+            return _error(500, "InternalError", f"Functions.{name}: {exc}")
+
+    def bind(self, host: str, port: int) -> socket.socket:
+        """Open the listening socket now, so a busy port fails the start with a clear error."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigurationError(
+                f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        sock.listen(2048)
+        sock.setblocking(False)
+        return sock
+
+    async def serve(self, sock: socket.socket, graceful_timeout: float) -> None:
+        """Serve until :meth:`stop`; in-flight requests get ``graceful_timeout`` seconds to finish."""
+        config = uvicorn.Config(
+            self.app,
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=max(1, round(graceful_timeout)),
+        )
+        self._server = _EmbeddedServer(config)
+        await self._server.serve(sockets=[sock])
+
+    def stop(self) -> None:
+        """Stop accepting connections; requests being served finish (bounded by the graceful timeout)."""
+        if self._server is not None:
+            self._server.should_exit = True
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the worker owns SIGTERM/SIGINT and stops every host."""
+
+    def capture_signals(self) -> AbstractContextManager[None]:  # type: ignore[override]
+        return nullcontext()

@@ -1,0 +1,464 @@
+"""Service Bus triggers: a PEEK_LOCK receiver per function, many messages in flight, settled as the host does.
+
+A message is completed when the function returns and abandoned when it raises, so its delivery count
+rises and the queue's MaxDeliveryCount dead-letters a poison message. Locks of messages in flight are
+renewed until ``maxAutoLockRenewalDuration``. A receiver whose connection fails is closed and opened
+again with exponential backoff; the worker never stops because of the broker.
+
+This uses the asyncio SDK. Its management link is not safe for concurrent requests (two lock renewals
+at once can get the same delivery id and the broker drops the connection), so the SDK's AutoLockRenewer,
+which renews each message in its own task, is not used: one task per receiver renews locks one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from azure.functions import meta
+from azure.functions.servicebus import ServiceBusMessage as FunctionServiceBusMessage
+from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode, parse_connection_string
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.amqp import AmqpMessageBodyType
+
+from devhost.bindings import FunctionSpec, resolve_setting_expressions
+from devhost.errors import ConfigurationError
+from devhost.host_config import HostSettings
+from devhost.invocation import Invoker
+
+log = logging.getLogger("devhost.servicebus")
+
+# How long one receive call waits for a message; also how quickly a stop is noticed.
+RECEIVE_WAIT_SECONDS = 1.0
+# One message per receive call: after a first message the SDK waits a fixed 0.2 s to fill a batch, which
+# would delay every message; the loop calls again at once, so concurrency is unaffected. It also leaves
+# at most one message of credit outstanding, so at most one is pushed (and stays locked) after a stop.
+RECEIVE_BATCH = 1
+# The SDK holds its socket lock while it waits for a frame, delaying settlements by up to this long.
+SOCKET_TIMEOUT_SECONDS = 0.05
+BACKOFF_INITIAL_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 30.0
+RENEW_CHECK_SECONDS = 0.5
+# Renew this long before the lock expires (or after half the lock duration, for short locks).
+RENEW_MARGIN = timedelta(seconds=10)
+CLOSE_TIMEOUT_SECONDS = 5.0
+
+
+def connection_string_for(setting: str, environ: Mapping[str, str], function_name: str) -> str:
+    """The connection string in the app setting the trigger's ``connection`` names.
+
+    Like the host, falls back to ``AzureWebJobs<setting>``. Raises ConfigurationError if neither is set.
+    """
+    for name in (setting, f"AzureWebJobs{setting}"):
+        value = environ.get(name, "").strip()
+        if value:
+            return value
+    prefix = f"{setting}__".lower()
+    if any(name.lower().startswith(prefix) for name in environ):
+        raise ConfigurationError(
+            f"function {function_name}: connection {setting!r} is configured as an identity-based connection "
+            f"({setting}__fullyQualifiedNamespace), which the local worker does not support; "
+            f"set {setting} to a connection string"
+        )
+    raise ConfigurationError(
+        f"function {function_name}: the Service Bus connection app setting {setting!r} is not set; "
+        f"set the environment variable {setting} to a connection string"
+    )
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
+
+
+def _properties(message: ServiceBusReceivedMessage) -> dict[str, Any]:
+    """Application properties with str keys, and str values where the SDK hands back bytes."""
+    return {str(_text(key)): _text(value) for key, value in (message.application_properties or {}).items()}
+
+
+def message_body(message: ServiceBusReceivedMessage) -> bytes:
+    """The message body as bytes, whatever AMQP body section carried it."""
+    body = message.body
+    if message.body_type == AmqpMessageBodyType.DATA:
+        return b"".join(bytes(part) for part in body)
+    if message.body_type == AmqpMessageBodyType.VALUE:
+        if isinstance(body, bytes | bytearray):
+            return bytes(body)
+        if isinstance(body, str):
+            return body.encode("utf-8")
+        return json.dumps(body, default=str).encode("utf-8")
+    return json.dumps([_text(item) for item in body], default=str).encode("utf-8")
+
+
+def _metadata(fields: Mapping[str, Any]) -> dict[str, meta.Datum]:
+    """Trigger metadata as the host sends it, so ``msg.metadata`` works."""
+    data: dict[str, meta.Datum] = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool | dict | list):
+            data[key] = meta.Datum(json.dumps(value, default=str), "json")
+        elif isinstance(value, int):
+            data[key] = meta.Datum(value, "int")
+        elif isinstance(value, datetime):
+            data[key] = meta.Datum(value.isoformat(), "string")
+        else:
+            data[key] = meta.Datum(str(value), "string")
+    return data
+
+
+def to_function_message(message: ServiceBusReceivedMessage) -> FunctionServiceBusMessage:
+    """Build the ``azure.functions.ServiceBusMessage`` a trigger function receives from an SDK message."""
+    properties = _properties(message)
+    lock_token = str(message.lock_token) if message.lock_token is not None else None
+    state = message.state
+    fields: dict[str, Any] = {
+        "MessageId": message.message_id,
+        "DeliveryCount": message.delivery_count,
+        "SequenceNumber": message.sequence_number,
+        "EnqueuedTimeUtc": message.enqueued_time_utc,
+        "ExpiresAtUtc": message.expires_at_utc,
+        "ContentType": message.content_type,
+        "CorrelationId": message.correlation_id,
+        "Label": message.subject,
+        "Subject": message.subject,
+        "ReplyTo": message.reply_to,
+        "To": message.to,
+        "SessionId": message.session_id,
+        "LockToken": lock_token,
+        "UserProperties": properties,
+        "ApplicationProperties": properties,
+    }
+    return FunctionServiceBusMessage(
+        body=message_body(message),
+        trigger_metadata=_metadata(fields),
+        application_properties=dict(properties),
+        content_type=message.content_type,
+        correlation_id=_text(message.correlation_id),
+        dead_letter_error_description=message.dead_letter_error_description,
+        dead_letter_reason=message.dead_letter_reason,
+        dead_letter_source=message.dead_letter_source,
+        delivery_count=message.delivery_count,
+        enqueued_sequence_number=message.enqueued_sequence_number,
+        enqueued_time_utc=message.enqueued_time_utc,
+        expires_at_utc=message.expires_at_utc,
+        label=message.subject,
+        locked_until=message.locked_until_utc,
+        lock_token=lock_token,
+        message_id=_text(message.message_id) or "",
+        partition_key=message.partition_key,
+        reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
+        scheduled_enqueue_time_utc=message.scheduled_enqueue_time_utc,
+        sequence_number=message.sequence_number,
+        session_id=message.session_id,
+        state=int(state) if state is not None else None,
+        subject=message.subject,
+        time_to_live=message.time_to_live,
+        to=message.to,
+        transaction_partition_key=None,
+        user_properties=dict(properties),
+    )
+
+
+@dataclass(eq=False)
+class _Delivery:
+    """A message being processed, with what lock renewal needs."""
+
+    message: ServiceBusReceivedMessage
+    receiver: ServiceBusReceiver
+    renew_until: datetime
+    renew_margin: timedelta
+    lock_lost: bool = False
+
+
+@dataclass(eq=False)
+class _Listener:
+    """One function's receiver loop and the messages it has in flight."""
+
+    spec: FunctionSpec
+    entity: str  # a queue name, or "topic/Subscriptions/subscription"
+    topic: str | None
+    subscription: str | None
+    connection_string: str
+    max_concurrency: int
+    deliveries: set[_Delivery] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    capacity: asyncio.Condition = field(default_factory=asyncio.Condition)
+    connecting: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+class ServiceBusHost:
+    """Serves the app's Service Bus-triggered functions."""
+
+    def __init__(
+        self,
+        specs: Sequence[FunctionSpec],
+        settings: HostSettings,
+        invoker: Invoker,
+        environ: Mapping[str, str],
+    ) -> None:
+        self._invoker = invoker
+        self._settings = settings
+        self._clients: dict[str, ServiceBusClient] = {}
+        self._stopping = asyncio.Event()
+        self._deadline: float | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.listeners = [self._listener(spec, environ) for spec in specs]
+
+    def _listener(self, spec: FunctionSpec, environ: Mapping[str, str]) -> _Listener:
+        where = f"function {spec.name}"
+        if spec.is_sessions_enabled:
+            raise ConfigurationError(
+                f"{where}: session-enabled Service Bus triggers are not supported locally"
+            )
+        if not spec.connection:
+            raise ConfigurationError(f"{where}: the Service Bus trigger sets no connection")
+        connection = connection_string_for(spec.connection, environ, spec.name)
+        try:
+            parse_connection_string(connection)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{where}: app setting {spec.connection!r} is not a Service Bus connection string: {exc}"
+            ) from exc
+        if spec.queue_name:
+            queue = resolve_setting_expressions(spec.queue_name, environ, f"{where}: queue_name")
+            return _Listener(spec, queue, None, None, connection, self._settings.max_concurrent_calls)
+        if spec.topic_name and spec.subscription_name:
+            topic = resolve_setting_expressions(spec.topic_name, environ, f"{where}: topic_name")
+            subscription = resolve_setting_expressions(
+                spec.subscription_name, environ, f"{where}: subscription_name"
+            )
+            entity = f"{topic}/Subscriptions/{subscription}"
+            return _Listener(
+                spec, entity, topic, subscription, connection, self._settings.max_concurrent_calls
+            )
+        raise ConfigurationError(
+            f"{where}: the Service Bus trigger names no queue (or topic and subscription)"
+        )
+
+    def start(self) -> None:
+        """Start one receive loop per function; they connect (and reconnect) in the background."""
+        for listener in self.listeners:
+            listener.task = asyncio.create_task(
+                self._listen(listener), name=f"servicebus-{listener.spec.name}"
+            )
+            self._tasks.append(listener.task)
+
+    async def stop(self, deadline: float) -> None:
+        """Stop receiving; messages in flight get until ``deadline`` (loop time) to finish and be settled."""
+        self._deadline = deadline
+        self._stopping.set()
+        for listener in self.listeners:
+            if listener.connecting and listener.task is not None:
+                # The SDK retries a failing connect for many seconds; nothing waits on this receiver yet.
+                listener.task.cancel()
+            async with listener.capacity:  # wake loops waiting for a free slot
+                listener.capacity.notify_all()
+
+    async def wait_stopped(self) -> None:
+        """Wait for every receive loop to end (after :meth:`stop`), then close the clients."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), CLOSE_TIMEOUT_SECONDS)
+        self._clients.clear()
+
+    def _client(self, connection_string: str) -> ServiceBusClient:
+        client = self._clients.get(connection_string)
+        if client is None:
+            client = ServiceBusClient.from_connection_string(connection_string)
+            self._clients[connection_string] = client
+        return client
+
+    def _receiver(self, listener: _Listener) -> ServiceBusReceiver:
+        client = self._client(listener.connection_string)
+        options: dict[str, Any] = {
+            "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+            "prefetch_count": 0,
+            "socket_timeout": SOCKET_TIMEOUT_SECONDS,
+        }
+        if listener.topic is not None and listener.subscription is not None:
+            return client.get_subscription_receiver(listener.topic, listener.subscription, **options)
+        return client.get_queue_receiver(listener.entity, **options)
+
+    async def _wait_for_capacity(self, listener: _Listener) -> bool:
+        """Wait until fewer than maxConcurrentCalls messages are in flight; False when stopping."""
+        async with listener.capacity:
+            await listener.capacity.wait_for(
+                lambda: self._stopping.is_set() or len(listener.deliveries) < listener.max_concurrency
+            )
+        return not self._stopping.is_set()
+
+    async def _listen(self, listener: _Listener) -> None:
+        backoff = BACKOFF_INITIAL_SECONDS
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    listener.connecting = True
+                    try:
+                        receiver = await stack.enter_async_context(self._receiver(listener))
+                    finally:
+                        listener.connecting = False
+                    renewer = asyncio.create_task(self._renew_locks(listener, receiver))
+                    stack.push_async_callback(self._cancel, renewer)
+                    stack.push_async_callback(self._drain, listener)  # runs before the receiver closes
+                    while await self._wait_for_capacity(listener):
+                        messages = await receiver.receive_messages(
+                            max_message_count=RECEIVE_BATCH, max_wait_time=RECEIVE_WAIT_SECONDS
+                        )
+                        if failures:  # a receive worked: the connection is back
+                            log.info(
+                                "receiver for %s (Functions.%s) reconnected",
+                                listener.entity,
+                                listener.spec.name,
+                            )
+                            failures = 0
+                            backoff = BACKOFF_INITIAL_SECONDS
+                        for message in messages:
+                            self._dispatch(listener, receiver, message)
+            except asyncio.CancelledError:
+                if self._stopping.is_set():
+                    return  # cancelled by stop() while connecting
+                raise
+            except Exception as exc:
+                failures += 1
+                log.error(
+                    "receiver for %s (Functions.%s) failed: %s: %s; reconnecting in %.1fs",
+                    listener.entity,
+                    listener.spec.name,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                log.debug("receiver failure detail", exc_info=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
+
+    @staticmethod
+    async def _cancel(task: asyncio.Task[None]) -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    async def _drain(self, listener: _Listener) -> None:
+        """When stopping, let this receiver's messages finish before it closes (bounded by the deadline)."""
+        if not self._stopping.is_set() or not listener.tasks:
+            return
+        loop = asyncio.get_running_loop()
+        remaining = None if self._deadline is None else max(0.0, self._deadline - loop.time())
+        _, pending = await asyncio.wait(set(listener.tasks), timeout=remaining)
+        if pending:
+            log.warning(
+                "Functions.%s: %d message(s) still being processed at shutdown; their locks will expire "
+                "and they will be delivered again",
+                listener.spec.name,
+                len(pending),
+            )
+
+    def _dispatch(
+        self, listener: _Listener, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage
+    ) -> None:
+        now = datetime.now(UTC)
+        locked_until = message.locked_until_utc
+        lock_duration = (locked_until - now) if locked_until else RENEW_MARGIN * 2
+        delivery = _Delivery(
+            message=message,
+            receiver=receiver,
+            renew_until=now + self._settings.max_auto_lock_renewal_duration,
+            renew_margin=min(RENEW_MARGIN, max(lock_duration, timedelta(seconds=1)) / 2),
+        )
+        listener.deliveries.add(delivery)
+        task = asyncio.create_task(self._process(listener, delivery))
+        listener.tasks.add(task)
+        task.add_done_callback(listener.tasks.discard)
+
+    async def _process(self, listener: _Listener, delivery: _Delivery) -> None:
+        spec = listener.spec
+        message = delivery.message
+        try:
+            succeeded = False
+            try:
+                value: Any = to_function_message(message)
+            except Exception:
+                value = None
+                log.exception("Functions.%s: cannot convert message %s", spec.name, message.message_id)
+            if value is not None:
+                if spec.cardinality == "many":
+                    value = [value]
+                # A failure is logged by the invoker; abandoning is the host's answer to it.
+                with contextlib.suppress(Exception):
+                    await self._invoker.invoke(
+                        spec,
+                        value,
+                        f"New ServiceBus message detected on '{listener.entity}' "
+                        f"(MessageId={message.message_id}, DeliveryCount={message.delivery_count})",
+                    )
+                    succeeded = True
+            await self._settle(listener, delivery, complete=succeeded)
+        except Exception:
+            log.exception(
+                "Functions.%s: internal error while handling message %s", spec.name, message.message_id
+            )
+        finally:
+            listener.deliveries.discard(delivery)
+            async with listener.capacity:
+                listener.capacity.notify_all()
+
+    async def _settle(self, listener: _Listener, delivery: _Delivery, complete: bool) -> None:
+        receiver = delivery.receiver
+        message = delivery.message
+        action = "complete" if complete else "abandon"
+        try:
+            if complete:
+                await receiver.complete_message(message)
+            else:
+                await receiver.abandon_message(message)
+        except Exception as exc:
+            log.warning(
+                "Functions.%s: could not %s message %s (%s: %s); it is delivered again when its lock expires",
+                listener.spec.name,
+                action,
+                message.message_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    async def _renew_locks(self, listener: _Listener, receiver: ServiceBusReceiver) -> None:
+        """Renew the locks of this receiver's messages that are close to expiring.
+
+        One renewal at a time: this task is the only user of the receiver's management link.
+        """
+        while True:
+            await asyncio.sleep(RENEW_CHECK_SECONDS)
+            for delivery in list(listener.deliveries):
+                if delivery.receiver is not receiver or delivery.lock_lost:
+                    continue
+                now = datetime.now(UTC)
+                locked_until = delivery.message.locked_until_utc
+                if locked_until is None or now >= delivery.renew_until:
+                    continue
+                if locked_until - now > delivery.renew_margin:
+                    continue
+                try:
+                    await receiver.renew_message_lock(delivery.message)
+                except Exception as exc:
+                    if delivery not in listener.deliveries:
+                        continue  # settled while the renewal was under way
+                    delivery.lock_lost = True
+                    log.warning(
+                        "Functions.%s: could not renew the lock of message %s (%s: %s)",
+                        listener.spec.name,
+                        delivery.message.message_id,
+                        type(exc).__name__,
+                        exc,
+                    )

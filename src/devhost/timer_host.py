@@ -1,0 +1,166 @@
+"""Timer triggers: six-field NCRONTAB schedules (seconds first) or TimeSpan intervals, in every worker.
+
+Schedules are evaluated in UTC, or in ``WEBSITE_TIME_ZONE`` if that app setting names an IANA zone.
+One function's runs never overlap: the next occurrence is computed after a run ends, so occurrences that
+pass during a long run are skipped. A run that starts more than a second after its scheduled time is
+``past_due``. A function that raises is logged and keeps its schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from azure.functions.timer import TimerRequest
+from cronsim import CronSim, CronSimError
+
+from devhost.bindings import FunctionSpec, resolve_setting_expressions
+from devhost.errors import ConfigurationError
+from devhost.invocation import Invoker
+
+log = logging.getLogger("devhost.timer")
+
+PAST_DUE_TOLERANCE = timedelta(seconds=1)
+_TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A resolved timer schedule: an NCRONTAB expression or a fixed interval."""
+
+    expression: str
+    cron: str | None
+    interval: timedelta | None
+    zone: tzinfo
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first occurrence strictly after ``moment`` (an aware datetime), as an aware UTC datetime."""
+        if self.interval is not None:
+            return moment.astimezone(UTC) + self.interval
+        assert self.cron is not None
+        return next(CronSim(self.cron, moment.astimezone(self.zone))).astimezone(UTC)
+
+
+def _time_zone(environ: Mapping[str, str]) -> tzinfo:
+    name = environ.get("WEBSITE_TIME_ZONE", "").strip()
+    if not name or name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigurationError(f"WEBSITE_TIME_ZONE={name!r} is not an IANA time zone name") from exc
+
+
+def parse_schedule(
+    expression: str, environ: Mapping[str, str] | None = None, what: str = "schedule"
+) -> Schedule:
+    """Resolve ``%SETTING%`` in a timer schedule and validate it.
+
+    Accepts six-field NCRONTAB (``"*/5 * * * * *"``: second minute hour day month day-of-week) or a
+    TimeSpan interval (``"00:05:00"``). Raises ConfigurationError with the reason otherwise.
+    """
+    env = os.environ if environ is None else environ
+    resolved = resolve_setting_expressions(expression, env, what).strip()
+    zone = _time_zone(env)
+    interval = _TIMESPAN.match(resolved)
+    if interval:
+        days, hours, minutes, seconds = (int(part or 0) for part in interval.groups())
+        span = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        if span <= timedelta(0):
+            raise ConfigurationError(f"{what}: interval {resolved!r} must be positive")
+        return Schedule(resolved, None, span, zone)
+    fields = resolved.split()
+    if len(fields) != 6:
+        raise ConfigurationError(
+            f"{what}: {resolved!r} has {len(fields)} fields; the Functions host needs six-field NCRONTAB "
+            "('{second} {minute} {hour} {day} {month} {day-of-week}') or an hh:mm:ss interval"
+        )
+    try:
+        next(CronSim(resolved, datetime.now(zone)))
+    except (CronSimError, StopIteration, ValueError) as exc:
+        raise ConfigurationError(f"{what}: {resolved!r} is not a valid NCRONTAB expression: {exc}") from exc
+    return Schedule(resolved, resolved, None, zone)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+@dataclass
+class _Timer:
+    spec: FunctionSpec
+    schedule: Schedule
+    last: datetime | None = None
+
+
+class TimerHost:
+    """Runs the app's timer-triggered functions on their schedules."""
+
+    def __init__(self, specs: Sequence[FunctionSpec], invoker: Invoker, environ: Mapping[str, str]) -> None:
+        self._invoker = invoker
+        self._timers = [
+            _Timer(spec, parse_schedule(spec.schedule or "", environ, f"function {spec.name}: schedule"))
+            for spec in specs
+        ]
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start one scheduling task per timer function."""
+        for timer in self._timers:
+            self._tasks.append(asyncio.create_task(self._run(timer), name=f"timer-{timer.spec.name}"))
+
+    def stop(self) -> None:
+        """Fire nothing more; a run in progress finishes."""
+        self._stopping.set()
+
+    async def wait_stopped(self) -> None:
+        """Wait until every timer task has ended (after :meth:`stop`, once in-flight runs finish)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _sleep_until(self, moment: datetime) -> bool:
+        """Sleep until ``moment``; False if the host is stopping first."""
+        delay = (moment - datetime.now(UTC)).total_seconds()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+        return not self._stopping.is_set()
+
+    async def _run(self, timer: _Timer) -> None:
+        try:
+            if timer.spec.run_on_startup and not self._stopping.is_set():
+                now = datetime.now(UTC)
+                await self._fire(timer, scheduled=now, next_at=timer.schedule.next_after(now))
+            while not self._stopping.is_set():
+                scheduled = timer.schedule.next_after(datetime.now(UTC))
+                if not await self._sleep_until(scheduled):
+                    break
+                await self._fire(timer, scheduled=scheduled, next_at=timer.schedule.next_after(scheduled))
+        except Exception:  # a bug here must not end the worker; the schedule is lost, so say so loudly
+            log.critical(
+                "timer for Functions.%s stopped by an internal error", timer.spec.name, exc_info=True
+            )
+
+    async def _fire(self, timer: _Timer, scheduled: datetime, next_at: datetime) -> None:
+        now = datetime.now(UTC)
+        request = TimerRequest(
+            past_due=now - scheduled > PAST_DUE_TOLERANCE,
+            schedule_status={
+                "Last": _iso(timer.last or scheduled),
+                "Next": _iso(next_at),
+                "LastUpdated": _iso(now),
+            },
+            schedule={"AdjustForDST": True},
+        )
+        timer.last = scheduled
+        # The invoker logs a failure; the schedule continues, as the host's does.
+        with contextlib.suppress(Exception):
+            await self._invoker.invoke(timer.spec, request, f"Timer fired at {_iso(now)}")

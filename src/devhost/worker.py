@@ -1,0 +1,258 @@
+"""One worker process: import the app, serve its HTTP, Service Bus and timer triggers until SIGTERM/SIGINT.
+
+    python -m devhost.worker --app-dir DIR --worker-id N [--http-port P] [--log-level INFO]
+
+All settings come from the environment (the caller sets them, as the Functions host sets app settings).
+Exit codes: 0 after SIGTERM/SIGINT, 2 when the app or its settings do not allow a start (the reason is
+on stderr), 1 when importing the app raises or the worker fails unexpectedly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from devhost.bindings import FunctionSpec, TriggerKind, load_functions
+from devhost.errors import ConfigurationError
+from devhost.host_config import HostSettings, load_host_settings
+from devhost.http_host import HttpHost
+from devhost.invocation import Invoker
+from devhost.servicebus_host import ServiceBusHost
+from devhost.timer_host import TimerHost
+
+log = logging.getLogger("devhost.worker")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIGURATION = 2
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+# Extra time, past the drain bound, for closing connections before giving up on them.
+CLOSE_MARGIN_SECONDS = 5.0
+THREADPOOL_SETTING = "PYTHON_THREADPOOL_THREAD_COUNT"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The worker's command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m devhost.worker",
+        description="Serve an Azure Functions Python v2 app's HTTP, Service Bus and timer triggers locally.",
+    )
+    parser.add_argument("--app-dir", required=True, type=Path, help="directory holding function_app.py")
+    parser.add_argument("--worker-id", required=True, help="identifies this worker in log lines")
+    parser.add_argument("--http-port", type=int, help="serve HTTP triggers on this port (none: no HTTP)")
+    parser.add_argument("--http-host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="DEBUG logs one line per invocation (default INFO)",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=DEFAULT_SHUTDOWN_TIMEOUT,
+        help="seconds in-flight invocations get to finish after SIGTERM (default 10)",
+    )
+    return parser.parse_args(argv)
+
+
+def configure_logging(worker_id: str, level: str) -> None:
+    """Log to stderr, every line prefixed with the worker id."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"[worker {worker_id}] %(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # The SDKs chat at INFO; the receive loop reports connection failures itself, so the Service Bus
+    # client's own tracebacks for them are noise unless debugging.
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    logging.getLogger("azure.servicebus.aio").setLevel(
+        logging.WARNING if level == "DEBUG" else logging.CRITICAL
+    )
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    logging.getLogger("asyncio").setLevel(logging.WARNING)
+
+
+class Worker:
+    """Loads the app and runs the trigger hosts in one asyncio loop."""
+
+    def __init__(
+        self,
+        app_dir: Path,
+        http_port: int | None = None,
+        http_host: str = "127.0.0.1",
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.app_dir = app_dir.resolve()
+        self.http_port = http_port
+        self.http_host = http_host
+        self.shutdown_timeout = shutdown_timeout
+        self.environ = os.environ if environ is None else environ
+        self.stuck_invocations = 0
+        self._stop = asyncio.Event()
+
+    def prepare(self) -> None:
+        """Import the app, read host.json and resolve every trigger's settings.
+
+        Raises ConfigurationError for anything that would stop a trigger from working.
+        """
+        if not self.app_dir.is_dir():
+            raise ConfigurationError(f"--app-dir {self.app_dir} is not a directory")
+        self.functions = load_functions(self.app_dir)
+        self.settings: HostSettings = load_host_settings(self.app_dir, self.environ)
+        by_kind: dict[TriggerKind, list[FunctionSpec]] = {kind: [] for kind in TriggerKind}
+        for spec in self.functions:
+            by_kind[spec.trigger].append(spec)
+            if spec.trigger is TriggerKind.UNSUPPORTED:
+                log.warning("Functions.%s: %s triggers are not served locally", spec.name, spec.trigger_type)
+            for binding in spec.other_bindings:
+                log.warning(
+                    "Functions.%s: %s binding %r is not provided locally; the function gets no value for it",
+                    spec.name,
+                    binding.type,
+                    binding.name,
+                )
+        http_specs = by_kind[TriggerKind.HTTP]
+        if http_specs and self.http_port is None:
+            log.info("%d HTTP function(s) not served: no --http-port", len(http_specs))
+        threads = self._thread_count(by_kind)
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="devhost-invocation")
+        self.invoker = Invoker(self.executor, self.app_dir)
+        self.servicebus = ServiceBusHost(
+            by_kind[TriggerKind.SERVICE_BUS], self.settings, self.invoker, self.environ
+        )
+        self.timers = TimerHost(by_kind[TriggerKind.TIMER], self.invoker, self.environ)
+        self.http: HttpHost | None = None
+        self.http_socket: socket.socket | None = None
+        if self.http_port is not None:
+            self.http = HttpHost(http_specs, self.settings.route_prefix, self.invoker)
+            self.http_socket = self.http.bind(self.http_host, self.http_port)
+
+    def _thread_count(self, by_kind: Mapping[TriggerKind, list[FunctionSpec]]) -> int:
+        configured = self.environ.get(THREADPOOL_SETTING, "").strip()
+        if configured:
+            try:
+                count = int(configured)
+            except ValueError as exc:
+                raise ConfigurationError(f"{THREADPOOL_SETTING}={configured!r} is not an integer") from exc
+            if count < 1:
+                raise ConfigurationError(f"{THREADPOOL_SETTING} must be at least 1")
+            return count
+        # Enough threads that maxConcurrentCalls is really reached for every queue at once.
+        servicebus = len(by_kind[TriggerKind.SERVICE_BUS]) * self.settings.max_concurrent_calls
+        return max(32, servicebus + len(by_kind[TriggerKind.TIMER]) + 16)
+
+    def request_stop(self, signal_number: int) -> None:
+        """Begin a graceful stop (signal handler)."""
+        if self._stop.is_set():
+            log.info("already stopping (signal %d ignored)", signal_number)
+            return
+        log.info("received %s: stopping", signal.Signals(signal_number).name)
+        self._stop.set()
+
+    def _describe(self) -> str:
+        parts = []
+        if self.http is not None:
+            prefix = f"/{self.settings.route_prefix}" if self.settings.route_prefix else ""
+            parts.append(
+                f"HTTP on http://{self.http_host}:{self.http_port}{prefix} ({len(self.http.routes)} routes)"
+            )
+        for listener in self.servicebus.listeners:
+            parts.append(f"Functions.{listener.spec.name} <- Service Bus {listener.entity}")
+        for spec in (s for s in self.functions if s.trigger is TriggerKind.TIMER):
+            parts.append(f"Functions.{spec.name} <- timer {spec.schedule}")
+        return "; ".join(parts) or "no functions to serve"
+
+    async def run(self) -> int:
+        """Serve until a stop is requested, then drain and close. Returns the exit code."""
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, self.request_stop, signal_number)
+        self.servicebus.start()
+        self.timers.start()
+        http_task: asyncio.Task[None] | None = None
+        if self.http is not None and self.http_socket is not None:
+            http_task = asyncio.create_task(
+                self.http.serve(self.http_socket, self.shutdown_timeout), name="http"
+            )
+        log.info("ready: %s", self._describe())
+
+        stop_task = asyncio.create_task(self._stop.wait())
+        watched: set[asyncio.Future[object]] = {stop_task}
+        if http_task is not None:
+            watched.add(http_task)
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        exit_code = EXIT_OK
+        if http_task is not None and http_task.done() and not self._stop.is_set():
+            # The HTTP server ended on its own: that is a failure, not a requested stop.
+            log.error("the HTTP server stopped unexpectedly", exc_info=http_task.exception())
+            exit_code = EXIT_FAILURE
+        stop_task.cancel()
+
+        started = loop.time()
+        deadline = started + self.shutdown_timeout
+        self.timers.stop()
+        if self.http is not None:
+            self.http.stop()
+        await self.servicebus.stop(deadline)
+        stopping = [
+            asyncio.create_task(self.servicebus.wait_stopped()),
+            asyncio.create_task(self.timers.wait_stopped()),
+        ]
+        if http_task is not None:
+            stopping.append(http_task)
+        _, pending = await asyncio.wait(stopping, timeout=self.shutdown_timeout + CLOSE_MARGIN_SECONDS)
+        for task in pending:
+            task.cancel()
+        self.stuck_invocations = self.invoker.running
+        if self.stuck_invocations:
+            log.warning(
+                "%d invocation(s) still running after %.0fs; exiting anyway",
+                self.stuck_invocations,
+                loop.time() - started,
+            )
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        log.info("stopped")
+        return exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a worker from the command line; returns the process exit code."""
+    args = parse_args(argv)
+    configure_logging(str(args.worker_id), args.log_level)
+    worker = Worker(args.app_dir, args.http_port, args.http_host, args.shutdown_timeout)
+    try:
+        worker.prepare()
+    except ConfigurationError as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_CONFIGURATION
+    except Exception:
+        log.critical("cannot start: loading the app failed", exc_info=True)
+        return EXIT_FAILURE
+    try:
+        code = asyncio.run(worker.run())
+    except Exception:
+        log.critical("the worker failed", exc_info=True)
+        code = EXIT_FAILURE
+    if worker.stuck_invocations:
+        # Threads still running user code would keep the interpreter from exiting; the bound was reached.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The HTTP host in process (its ASGI app, no server): route templates, precedence, results and errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import httpx
+import pytest
+
+from devhost.bindings import FunctionSpec, describe_function
+from devhost.http_host import HttpHost, compile_route
+from devhost.invocation import Invoker
+
+
+def specs_of(app: func.FunctionApp) -> list[FunctionSpec]:
+    return [describe_function(function) for function in app.get_functions()]
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=4)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+class Client:
+    """Requests straight into the host's ASGI app (no server), each in its own event loop."""
+
+    def __init__(self, host: HttpHost) -> None:
+        self._host = host
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        async def send() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self._host.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+                return await client.request(method, url, **kwargs)
+
+        return asyncio.run(send())
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+    def put(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("PUT", url, **kwargs)
+
+
+@pytest.fixture
+def serve(executor: ThreadPoolExecutor) -> Callable[..., Client]:
+    """A client for an app's HTTP functions under the given route prefix."""
+
+    def make(app: func.FunctionApp, prefix: str = "api") -> Client:
+        return Client(HttpHost(specs_of(app), prefix, Invoker(executor, Path("."))))
+
+    return make
+
+
+def echo_route_params(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse(repr(sorted(req.route_params.items())))
+
+
+def test_route_templates_compile_to_the_expected_matches() -> None:
+    app = func.FunctionApp()
+    app.route(route="orders/{id:int}/lines/{line?}")(echo_route_params)
+    (spec,) = specs_of(app)
+    route = compile_route(spec)
+
+    assert route.match("/orders/5/lines") == {"id": "5"}
+    assert route.match("/orders/5/lines/7") == {"id": "5", "line": "7"}
+    assert route.match("/ORDERS/5/LINES/") == {"id": "5"}
+    assert route.match("/orders/x/lines") is None
+    assert route.match("/orders/5") is None
+
+
+@pytest.mark.parametrize(
+    ("template", "path", "expected"),
+    [
+        ("files/{*rest}", "/files/a/b/c.txt", {"rest": "a/b/c.txt"}),
+        ("files/{*rest}", "/files", {}),
+        ("greet/{name=world}", "/greet", {"name": "world"}),
+        ("greet/{name=world}", "/greet/ann", {"name": "ann"}),
+        ("img/{name}.{ext}", "/img/cat.png", {"name": "cat", "ext": "png"}),
+        ("c/{code:alpha}", "/c/abc", {"code": "abc"}),
+        ("c/{code:alpha}", "/c/ab1", None),
+        (
+            "g/{id:guid}",
+            "/g/3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+            {"id": "3f2504e0-4f89-11d3-9a0c-0305e82c3301"},
+        ),
+        ("m/{n:minlength(2)}", "/m/x", {"n": "x"}),  # unchecked constraints accept the value
+        ("", "", {}),
+    ],
+)
+def test_route_template_forms(template: str, path: str, expected: dict[str, str] | None) -> None:
+    app = func.FunctionApp()
+    app.route(route=template)(echo_route_params)
+    (spec,) = specs_of(app)
+
+    assert compile_route(spec).match(path) == expected
+
+
+def test_prefix_precedence_and_method_handling(serve: Callable[..., Client]) -> None:
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+    @app.route(route="things/{name}", methods=["GET"])
+    def by_name(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse(f"name={req.route_params['name']}")
+
+    @app.route(route="things/special", methods=["GET"])
+    def special(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse("special")
+
+    @app.route(route="things/{id:int}", methods=["GET"])
+    def by_id(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse(f"id={req.route_params['id']}")
+
+    @app.route(route="things", methods=["PUT"])
+    def put_thing(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse(req.get_body(), status_code=201, mimetype="application/octet-stream")
+
+    client = serve(app, prefix="v1")
+
+    assert client.get("/v1/things/special").text == "special"  # literal beats parameter
+    assert client.get("/v1/things/42").text == "id=42"  # constrained beats plain parameter
+    assert client.get("/v1/things/bob").text == "name=bob"
+    put = client.put("/v1/things", content=b"\x00\x01")
+    assert (put.status_code, put.content, put.headers["content-type"]) == (
+        201,
+        b"\x00\x01",
+        "application/octet-stream",
+    )
+    wrong = client.post("/v1/things/bob")
+    assert wrong.status_code == 405
+    assert wrong.headers["allow"] == "GET"
+    assert client.get("/api/things/bob").status_code == 404
+    assert client.get("/admin/host/status").json()["state"] == "Running"
+
+
+def test_empty_route_prefix(serve: Callable[..., Client]) -> None:
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+    @app.route(route="hello")
+    def hello(req: func.HttpRequest) -> str:
+        return "hi"
+
+    client = serve(app, prefix="")
+
+    assert client.get("/hello").text == "hi"
+    assert client.get("/api/hello").status_code == 404
+
+
+def test_results_headers_and_failures(serve: Callable[..., Client]) -> None:
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+    @app.route(route="cookies")
+    def cookies(req: func.HttpRequest) -> func.HttpResponse:
+        response = func.HttpResponse("<p>hi</p>", mimetype="text/html", charset="latin-1")
+        response.headers.add("Set-Cookie", "a=1")
+        response.headers.add("Set-Cookie", "b=2")
+        return response
+
+    @app.route(route="custom-type")
+    def custom_type(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse("{}", headers={"Content-Type": "application/problem+json"})
+
+    @app.route(route="nothing")
+    def nothing(req: func.HttpRequest) -> None:
+        return None
+
+    @app.route(route="wrong-type")
+    def wrong_type(req: func.HttpRequest) -> Any:
+        return {"not": "allowed"}
+
+    @app.route(route="fails")
+    async def fails(req: func.HttpRequest) -> func.HttpResponse:
+        await asyncio.sleep(0)
+        raise KeyError("missing")
+
+    client = serve(app)
+
+    html = client.get("/api/cookies")
+    assert html.headers["content-type"] == "text/html; charset=latin-1"
+    assert html.headers.get_list("set-cookie") == ["a=1", "b=2"]
+    assert client.get("/api/custom-type").headers["content-type"] == "application/problem+json"
+    assert client.get("/api/nothing").status_code == 204
+    assert client.get("/api/wrong-type").status_code == 500
+    failed = client.get("/api/fails")
+    assert failed.status_code == 500
+    assert failed.json()["error"]["code"] == "InternalError"
+    assert "KeyError" in failed.json()["error"]["message"]
+
+
+def test_request_details_reach_the_function(serve: Callable[..., Client]) -> None:
+    seen: dict[str, Any] = {}
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+    @app.route(route="inspect/{who}", methods=["POST"])
+    def inspect(req: func.HttpRequest) -> func.HttpResponse:
+        seen.update(
+            method=req.method,
+            url=req.url,
+            params=dict(req.params),
+            route=dict(req.route_params),
+            json=req.get_json(),
+            agent=req.headers.get("X-Agent"),
+        )
+        return func.HttpResponse("ok")
+
+    client = serve(app)
+    response = client.post("/api/inspect/a%20b?tag=1&tag=2", json={"n": 1}, headers={"X-Agent": "tests"})
+
+    assert response.status_code == 200
+    assert seen == {
+        "method": "POST",
+        "url": "http://testserver/api/inspect/a%20b?tag=1&tag=2",
+        "params": {"tag": "1,2"},
+        "route": {"who": "a b"},
+        "json": {"n": 1},
+        "agent": "tests",
+    }
