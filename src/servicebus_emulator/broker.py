@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import Condition, Delivery, Disposition, Endpoint, Handler, Link, Message, Sender
+from proton import Condition, Delivery, Disposition, Endpoint, Handler, Link, Message, Sender, Terminus
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from .codec import MessageFormatError, encode_delivery, parse_message, split_batch, to_timestamp
@@ -253,6 +253,12 @@ class Broker(Handler):
         """Attach, then detach at once with an error, as Service Bus does for a missing entity."""
         text = description or f"The messaging entity '{address}' could not be found."
         log.warning("refused link to %s: %s", address, text)
+        # A refused link is answered with a null terminus (AMQP 1.0, 2.6.3), so the client fails on the
+        # attach itself rather than sending into it and reading the detach as a retryable error.
+        if link.is_receiver:
+            link.target.type = Terminus.UNSPECIFIED
+        else:
+            link.source.type = Terminus.UNSPECIFIED
         link.open()
         link.condition = Condition(name, text)
         link.close()
