@@ -21,8 +21,8 @@ node_modules/.installed: package.json package-lock.json
 	touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff check src tests bench function_app.py
+	$(BIN)/ruff format --check src tests bench function_app.py
 
 test: install lint
 	$(BIN)/python -m pytest
