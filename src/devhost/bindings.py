@@ -113,8 +113,10 @@ def import_app_module(app_dir: str | Path) -> ModuleType:
     script = directory / SCRIPT_FILE
     if not script.is_file():
         raise ConfigurationError(f"{script} does not exist: --app-dir must hold the app's {SCRIPT_FILE}")
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
+    # First on the path, so this directory's function_app (and its packages) win over another app's.
+    if str(directory) in sys.path:
+        sys.path.remove(str(directory))
+    sys.path.insert(0, str(directory))
     existing = sys.modules.get(MODULE_NAME)
     if existing is not None:
         existing_file = getattr(existing, "__file__", None)

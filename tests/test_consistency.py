@@ -1,0 +1,39 @@
+"""Names that must agree across the code, the local queue config, the sample settings and the README."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from devhost.bindings import load_functions
+from engine import queues
+from orders.settings import SETTING_NAMES
+from orders.workflow import FULFILMENT
+from servicebus_emulator.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+AZURE_ONLY = {"STATE_STORE_ENDPOINT", "AZURE_CLIENT_ID"}
+
+
+def test_every_queue_the_functions_use_is_in_the_emulator_config() -> None:
+    functions = load_functions(ROOT)
+    used = {f.queue_name for f in functions if f.queue_name}
+    configured = set(load_config(ROOT / "local" / "servicebus-config.json").queues)
+    assert used == set(queues.all_queues(FULFILMENT.agents)) - {queues.STATUS_QUEUE}
+    assert set(queues.all_queues(FULFILMENT.agents)) <= configured
+
+
+def test_every_setting_is_in_the_sample_and_the_readme() -> None:
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+    readme = (ROOT / "README.md").read_text()
+    for name in SETTING_NAMES:
+        assert f"`{name}`" in readme, name
+        if name not in AZURE_ONLY:
+            assert name in sample, name
+
+
+def test_the_functions_the_readme_promises_exist() -> None:
+    names = {f.name for f in load_functions(ROOT)}
+    assert {"submit_order", "get_order", "list_orders", "resubmit_order", "cancel_order", "health"} <= names
+    assert {"scheduler", "scheduler_replies", "agent_inventory", "agent_payment", "agent_shipping"} <= names
+    assert "supervisor" in names
