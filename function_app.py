@@ -7,6 +7,7 @@ Supervisor. The same file runs in Azure, under Functions Core Tools, and under t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -124,3 +125,15 @@ def agent_shipping(msg: func.ServiceBusMessage) -> None:
 def supervisor(timer: func.TimerRequest) -> None:
     """Find steps past their complete-by and arrange recovery."""
     runtime().supervisor.sweep()
+
+
+# ---- Remote-service simulators, for a deployment with no real services (ENABLE_SIMULATORS=true) --------
+if os.environ.get("ENABLE_SIMULATORS", "").lower() == "true":
+    from simulators.hosted import hosted_app
+
+    _simulators = func.AsgiMiddleware(hosted_app())
+
+    @app.route(route="sim/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
+    async def simulators(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+        """The inventory, payment and shipping simulators (demo only)."""
+        return await _simulators.handle_async(req, context)

@@ -141,9 +141,15 @@ def new_order(order_id: str | None = None, **overrides: Any) -> dict[str, Any]:
     return body
 
 
-def start_stack(data_dir: Path, workers: int = 1, extra_env: dict[str, str] | None = None) -> LocalStack:
+def start_stack(
+    data_dir: Path,
+    workers: int = 1,
+    extra_env: dict[str, str] | None = None,
+    port: int | None = None,
+) -> LocalStack:
     """Start orders-devhost on free ports and wait until its HTTP API answers."""
-    port, sim_port, sb_port, azurite_port = (free_port() for _ in range(4))
+    port = port or free_port()
+    sim_port, sb_port, azurite_port = (free_port() for _ in range(3))
     env = {**os.environ, **FAST_SETTINGS, **(extra_env or {})}
     data_dir.mkdir(parents=True, exist_ok=True)
     out = (data_dir / "devhost.out").open("ab")
