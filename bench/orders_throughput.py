@@ -14,11 +14,8 @@ Prints three things:
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,7 +32,7 @@ from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from pydantic import BaseModel
 
 from adapters.table_store import TableStateStore, shard_of
-from devhost import azurite
+from devhost import azurite, launch
 from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
@@ -79,44 +76,10 @@ def conditional_write_rate(connection_string: str, writes: int, threads: int) ->
 
 
 def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    port, sim_port, sb_port, azurite_port = (free_port() for _ in range(4))
-    env = {**os.environ, "SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
-    out = (data_dir / "devhost.out").open("ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "devhost.stack",
-            "--port",
-            str(port),
-            "--sim-port",
-            str(sim_port),
-            "--sb-port",
-            str(sb_port),
-            "--azurite-port",
-            str(azurite_port),
-            "--workers",
-            str(workers),
-            "--data-dir",
-            str(data_dir),
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    env = {"SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
+    devhost = launch.start(data_dir, workers=workers, env=env)
+    api = httpx.Client(base_url=devhost.api_url, timeout=30)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if api.get("/api/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("orders-devhost did not start")
-            time.sleep(0.2)  # waiting for servers to start
         ids = [f"bench-{uuid.uuid4().hex[:12]}" for _ in range(orders)]
         start = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
@@ -131,12 +94,11 @@ def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float]
                 waiting.append(order_id)
                 time.sleep(0.01)  # polling order status over HTTP
         rate = orders / (time.perf_counter() - start)
-        ceiling = conditional_write_rate(azurite.table_connection_string(azurite_port), 2000, 8)
+        ceiling = conditional_write_rate(azurite.table_connection_string(devhost.azurite_port), 2000, 8)
         return rate, ceiling
     finally:
         api.close()
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
+        devhost.stop()
 
 
 # ---- 2. table operations per order -------------------------------------------------------------------

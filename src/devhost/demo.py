@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from servicebus_emulator.launcher import free_port
+from devhost import launch
 
 SERVICES = ("inventory", "payment", "shipping")
 TERMINAL = ("Processed", "Compensated", "Error")
@@ -58,54 +56,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def start_devhost(args: argparse.Namespace, data_dir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
-    port, sim_port, sb_port, azurite_port = (free_port() for _ in range(4))
+def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDevhost:
     env = {
-        **os.environ,
         "STEP_COMPLETE_BY_SECONDS": str(args.complete_by),
         "SUPERVISOR_SCHEDULE": "*/1 * * * * *",
         "SUPERVISOR_MAX_FAILURES": os.environ.get("SUPERVISOR_MAX_FAILURES", "5"),
         "SUPERVISOR_BACKOFF_SECONDS": "0.5",
         "SUPERVISOR_MAX_BACKOFF_SECONDS": "4",
     }
-    out = (data_dir / "devhost.out").open("ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "devhost.stack",
-            "--port",
-            str(port),
-            "--sim-port",
-            str(sim_port),
-            "--sb-port",
-            str(sb_port),
-            "--azurite-port",
-            str(azurite_port),
-            "--workers",
-            str(args.workers),
-            "--data-dir",
-            str(data_dir),
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    out.close()
-    deadline = time.monotonic() + 120
     with console.status("starting Azurite, the Service Bus emulator, the simulators and the workers..."):
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"orders-devhost exited; see {data_dir / 'devhost.out'}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("orders-devhost did not become ready in 120 s")
-            time.sleep(0.2)  # waiting for a server to start: nothing to wait on but the port
-    return process, port, sim_port
+        try:
+            return launch.start(data_dir, workers=args.workers, env=env)
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from exc
 
 
 def progress_table(orders: dict[str, dict[str, Any]], elapsed: float, submitted: int) -> Table:
@@ -153,9 +116,9 @@ def _seconds(order: dict[str, Any]) -> float:
 
 
 def run(args: argparse.Namespace, data_dir: Path) -> int:
-    process, port, sim_port = start_devhost(args, data_dir)
-    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    sims = httpx.Client(base_url=f"http://127.0.0.1:{sim_port}", timeout=30)
+    devhost = start_devhost(args, data_dir)
+    api = httpx.Client(base_url=devhost.api_url, timeout=30)
+    sims = httpx.Client(base_url=devhost.simulators_url, timeout=30)
     try:
         profile = {
             "transientRate": args.transient,
@@ -208,11 +171,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
     finally:
         api.close()
         sims.close()
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        devhost.stop()
 
 
 def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed: float) -> int:

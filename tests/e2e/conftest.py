@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,9 +13,10 @@ import httpx
 import pytest
 from azure.servicebus import ServiceBusClient
 
+from devhost import launch
 from engine import queues
-from servicebus_emulator.launcher import connection_string, free_port
-from tests.support import stop_process, wait_for
+from servicebus_emulator.launcher import connection_string
+from tests.support import wait_for
 
 # Short timing knobs so recoveries happen in seconds.
 FAST_SETTINGS = {
@@ -36,7 +34,7 @@ SERVICES = ("inventory", "payment", "shipping")
 class LocalStack:
     """A running orders-devhost and clients for it."""
 
-    process: subprocess.Popen[bytes]
+    devhost: launch.RunningDevhost
     data_dir: Path
     api: httpx.Client
     simulators: httpx.Client
@@ -148,53 +146,22 @@ def start_stack(
     port: int | None = None,
 ) -> LocalStack:
     """Start orders-devhost on free ports and wait until its HTTP API answers."""
-    port = port or free_port()
-    sim_port, sb_port, azurite_port = (free_port() for _ in range(3))
-    env = {**os.environ, **FAST_SETTINGS, **(extra_env or {})}
-    data_dir.mkdir(parents=True, exist_ok=True)
-    out = (data_dir / "devhost.out").open("ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "devhost.stack",
-            "--port",
-            str(port),
-            "--sim-port",
-            str(sim_port),
-            "--sb-port",
-            str(sb_port),
-            "--azurite-port",
-            str(azurite_port),
-            "--workers",
-            str(workers),
-            "--data-dir",
-            str(data_dir),
-        ],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    out.close()
-    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
-    sims = httpx.Client(base_url=f"http://127.0.0.1:{sim_port}", timeout=10)
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"orders-devhost exited: {(data_dir / 'devhost.out').read_text()}")
-        try:
-            return api.get("/api/health").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(healthy, timeout=90, interval=0.2, what="orders-devhost to be ready")
-    return LocalStack(process, data_dir, api, sims, sb_port)
+    try:
+        running = launch.start(
+            data_dir, workers=workers, env={**FAST_SETTINGS, **(extra_env or {})}, port=port
+        )
+    except RuntimeError as exc:
+        log = data_dir / "devhost.out"
+        raise AssertionError(f"{exc}\n{log.read_text() if log.exists() else ''}") from exc
+    api = httpx.Client(base_url=running.api_url, timeout=10)
+    sims = httpx.Client(base_url=running.simulators_url, timeout=10)
+    return LocalStack(running, data_dir, api, sims, running.sb_port)
 
 
 def stop_stack(stack: LocalStack) -> None:
     stack.api.close()
     stack.simulators.close()
-    stop_process(stack.process, timeout=30)
+    stack.devhost.stop()
 
 
 @pytest.fixture(scope="module")

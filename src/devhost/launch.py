@@ -1,0 +1,89 @@
+"""Start ``orders-devhost`` as a child process on free ports: for the demo, the benchmarks and the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from servicebus_emulator.launcher import free_port
+
+
+@dataclass
+class RunningDevhost:
+    """A started stack: its process and ports."""
+
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    port: int
+    sim_port: int
+    sb_port: int
+    azurite_port: int
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the functions' HTTP API (routes under /api)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def simulators_url(self) -> str:
+        """Base URL of the remote-service simulators."""
+        return f"http://127.0.0.1:{self.sim_port}"
+
+    def stop(self, timeout: float = 60) -> None:
+        """SIGTERM by PID (the devhost stops its children), SIGKILL if it does not exit in time."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+
+
+def start(
+    data_dir: Path,
+    *,
+    workers: int = 1,
+    env: Mapping[str, str] | None = None,
+    port: int | None = None,
+    timeout: float = 120,
+) -> RunningDevhost:
+    """Start the stack with ``env`` over this process's environment; return once ``/api/health`` answers.
+
+    Raises RuntimeError (after stopping it) if the stack exits or does not answer in ``timeout`` seconds.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    ports = [port or free_port(), free_port(), free_port(), free_port()]
+    command = [sys.executable, "-m", "devhost.stack", "--workers", str(workers), "--data-dir", str(data_dir)]
+    for flag, value in zip(("--port", "--sim-port", "--sb-port", "--azurite-port"), ports, strict=True):
+        command += [flag, str(value)]
+    with (data_dir / "devhost.out").open("ab") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    running = RunningDevhost(process, data_dir, *ports)
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"orders-devhost exited with {process.returncode}; see {data_dir / 'devhost.out'}"
+            )
+        try:
+            if httpx.get(f"{running.api_url}/api/health", timeout=1).status_code == 200:
+                return running
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            running.stop()
+            raise RuntimeError(
+                f"orders-devhost did not answer within {timeout}s; see {data_dir / 'devhost.out'}"
+            )
+        time.sleep(0.2)  # waiting for servers to start: there is no event to wait on
