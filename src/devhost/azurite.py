@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import IO
+
+from servicebus_emulator.launcher import wait_listening
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,14 +32,6 @@ def azurite_table_binary() -> Path:
     if shutil.which("node") is None:
         raise RuntimeError("node is not on PATH; Azurite needs Node.js")
     return path
-
-
-def _listening(port: int, host: str) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def launch(
@@ -69,13 +61,5 @@ def launch(
     # Azurite refuses a --location together with in-memory persistence.
     command += ["--inMemoryPersistence"] if in_memory else ["--location", str(data_dir)]
     process = subprocess.Popen(command, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout
-    while not _listening(port, host):
-        if process.poll() is not None:
-            raise RuntimeError(f"Azurite exited with code {process.returncode}")
-        if time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            raise RuntimeError(f"Azurite did not listen on {host}:{port} within {timeout}s")
-        time.sleep(0.05)  # polling a port: there is no event to wait on
+    wait_listening(process, port, host, timeout, "Azurite")
     return process

@@ -67,13 +67,21 @@ def launch(
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
+    wait_listening(process, port, host, timeout, "the Service Bus emulator")
+    return process
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, host: str, timeout: float, name: str) -> None:
+    """Wait until ``process`` accepts connections on ``host:port``.
+
+    Raises RuntimeError if it exits first, or (after killing it) if it does not listen within ``timeout``.
+    """
     deadline = time.monotonic() + timeout
     while not is_listening(port, host):
         if process.poll() is not None:
-            raise RuntimeError(f"the Service Bus emulator exited with code {process.returncode}")
+            raise RuntimeError(f"{name} exited with code {process.returncode}")
         if time.monotonic() > deadline:
             process.kill()
             process.wait()
-            raise RuntimeError(f"the Service Bus emulator did not listen on {host}:{port} within {timeout}s")
+            raise RuntimeError(f"{name} did not listen on {host}:{port} within {timeout}s")
         time.sleep(0.05)  # polling a port: there is no event to wait on
-    return process
