@@ -244,9 +244,10 @@ class Stack:
             worker.stop()
         if self.simulators is not None:
             self.simulators.stop()
-        for process in (self.servicebus, self.azurite):
+        # Azurite saves its data on SIGINT only; on SIGTERM it exits and the latest writes are lost.
+        for process, stop_signal in ((self.servicebus, signal.SIGTERM), (self.azurite, signal.SIGINT)):
             if process is not None and process.poll() is None:
-                process.send_signal(signal.SIGTERM)
+                process.send_signal(stop_signal)
                 try:
                     process.wait(10)
                 except subprocess.TimeoutExpired:
