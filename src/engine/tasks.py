@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from . import telemetry, transitions
@@ -121,8 +120,3 @@ class TaskService:
             telemetry.info(log, what, **telemetry.context(order_id))
             return saved
         raise InvalidState(f"order {order_id} keeps changing; try again")
-
-
-def utc(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC, or None."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None

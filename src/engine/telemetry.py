@@ -10,10 +10,9 @@ from typing import Any
 
 # Alert events. Application Insights custom events carry these names (see infra/ alert rules).
 ORDER_ENTERED_ERROR = "OrderEnteredError"
-MESSAGE_DEAD_LETTERED = "MessageDeadLettered"
-POISON_MESSAGE = "PoisonMessageRejected"
+POISON_MESSAGE = "PoisonMessageRejected"  # on the way to the dead-letter queue
 SUPERVISOR_SWEEP_COMPLETED = "SupervisorSweepCompleted"
-ALERT_EVENTS = (ORDER_ENTERED_ERROR, MESSAGE_DEAD_LETTERED)
+ALERT_EVENTS = (ORDER_ENTERED_ERROR, POISON_MESSAGE)
 
 # azure-monitor-opentelemetry turns a log record with this attribute into a customEvents row.
 _CUSTOM_EVENT_ATTRIBUTE = "microsoft.custom_event.name"

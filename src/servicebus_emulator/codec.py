@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import Data, symbol, timestamp, ulong
+from proton import Data, symbol, timestamp
 
 HEADER = 0x70
 DELIVERY_ANNOTATIONS = 0x71
@@ -233,8 +233,3 @@ def decode_map_section(raw: bytes) -> dict[Any, Any]:
 def to_timestamp(epoch_seconds: float) -> timestamp:
     """An AMQP timestamp (milliseconds since the epoch)."""
     return timestamp(int(epoch_seconds * 1000))
-
-
-def to_ulong(value: int) -> ulong:
-    """An AMQP ulong."""
-    return ulong(value)
