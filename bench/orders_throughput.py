@@ -204,7 +204,8 @@ def fill_completed(table: TableClient, count: int, shards: int) -> None:
                 }
             )
     batches = [rows[i : i + 100] for rows in by_shard.values() for i in range(0, len(rows), 100)]
-    with ThreadPoolExecutor(8) as pool:
+    # Two writers: Azurite resets connections under more concurrent batch requests.
+    with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda b: table.submit_transaction([("upsert", e) for e in b]), batches))
 
 
