@@ -1,11 +1,14 @@
-# `make test` sets up everything on a fresh machine (virtual environment, Python and npm packages)
+# `make test` sets up everything on a fresh machine (virtual environments, Python and npm packages)
 # and runs the whole suite. `make demo` runs the whole system under a fault profile.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Checkov has its own virtual environment: its pins clash with the test tools'.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint demo devhost bench bench-emulator emulator clean
+.PHONY: install test lint check-infra demo devhost bench bench-emulator emulator clean
 
 install: $(STAMP) node_modules/.installed
 
@@ -20,11 +23,23 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-lint: $(STAMP)
-	$(BIN)/ruff check src tests bench function_app.py
-	$(BIN)/ruff format --check src tests bench function_app.py
+$(CHECKOV_STAMP): requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt
+	touch $@
 
-test: install lint
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench function_app.py infra
+	$(BIN)/ruff format --check src tests bench function_app.py infra
+
+# Checkov on infra/ with the custom checks in infra/checks: fails on any failed check not skipped with
+# a reason and on any file it cannot parse; then proves every custom check still fails on bad Bicep.
+check-infra: $(STAMP) $(CHECKOV_STAMP)
+	$(BIN)/python infra/run_checkov.py --checkov $(CHECKOV_VENV)/bin/checkov
+	$(BIN)/python infra/run_checkov.py --checkov $(CHECKOV_VENV)/bin/checkov --self-test
+
+test: install lint check-infra
 	$(BIN)/python -m pytest
 
 # The whole system under a fault profile, e.g. DEMO_ARGS="--orders 200 --hang 0.05" make demo
@@ -45,4 +60,4 @@ emulator: $(STAMP)
 	$(BIN)/servicebus-emulator --config local/servicebus-config.json
 
 clean:
-	rm -rf $(VENV) node_modules
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules

@@ -17,6 +17,8 @@ def configure_telemetry() -> bool:
         return False
     from azure.monitor.opentelemetry import configure_azure_monitor  # heavy import: only when used
 
+    # The engine's events are INFO records; the host's root logger may be set higher.
+    logging.getLogger("engine").setLevel(logging.INFO)
     configure_azure_monitor(logger_name="engine")
     log.info("Azure Monitor telemetry configured")
     return True

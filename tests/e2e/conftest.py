@@ -20,7 +20,7 @@ from tests.support import wait_for
 
 # Short timing knobs so recoveries happen in seconds.
 FAST_SETTINGS = {
-    "STEP_COMPLETE_BY_SECONDS": "2",
+    "STEP_COMPLETE_BY_SECONDS": "3",
     "SUPERVISOR_SCHEDULE": "*/1 * * * * *",
     "SUPERVISOR_MAX_FAILURES": "3",
     "SUPERVISOR_BACKOFF_SECONDS": "0.5",

@@ -1,0 +1,180 @@
+// The Function App that runs function_app.py: Python 3.11 on Flex Consumption, with the user-assigned
+// identity for every connection and the app settings orders.settings reads (tests/infra checks the list).
+
+@description('Name of the Function App (its default host name is <name>.azurewebsites.net).')
+param name string
+
+@description('Azure region of the Function App.')
+param location string
+
+@description('Tags of the Function App; the azd-service-name tag is added here.')
+param tags object
+
+@description('Service name in azure.yaml: azd deploys to the app tagged azd-service-name=<this>.')
+param serviceName string
+
+@description('Resource ID of the Flex Consumption plan.')
+param planResourceId string
+
+@description('Resource ID of the user-assigned managed identity.')
+param identityResourceId string
+
+@description('Client ID of the user-assigned managed identity.')
+param identityClientId string
+
+@description('Storage account of the host, the deployment package and the state tables.')
+param storageAccountName string
+
+@description('Blob container of the deployment package.')
+param deploymentContainerName string
+
+@description('Fully qualified Service Bus namespace, e.g. sb-x.servicebus.windows.net.')
+param serviceBusNamespace string
+
+@description('Application Insights connection string.')
+param applicationInsightsConnectionString string
+
+@description('Memory of each instance, in MB.')
+param instanceMemoryMB int
+
+@description('Most instances the app scales out to.')
+param maximumInstanceCount int
+
+@description('STATE_TABLE_NAME.')
+param stateTableName string
+
+@description('STATE_SHARDS.')
+param stateShards int
+
+@description('STEP_COMPLETE_BY_SECONDS.')
+param stepCompleteBySeconds int
+
+@description('SUPERVISOR_SCHEDULE.')
+param supervisorSchedule string
+
+@description('SUPERVISOR_MAX_FAILURES.')
+param supervisorMaxFailures int
+
+@description('SUPERVISOR_BACKOFF_SECONDS.')
+param supervisorBackoffSeconds int
+
+@description('SUPERVISOR_MAX_BACKOFF_SECONDS.')
+param supervisorMaxBackoffSeconds int
+
+@description('INVENTORY_SERVICE_URL; empty means the simulator hosted by this app.')
+param inventoryServiceUrl string
+
+@description('PAYMENT_SERVICE_URL; empty means the simulator hosted by this app.')
+param paymentServiceUrl string
+
+@description('SHIPPING_SERVICE_URL; empty means the simulator hosted by this app.')
+param shippingServiceUrl string
+
+var storageSuffix = environment().suffixes.storage
+var baseUrl = 'https://${name}.azurewebsites.net'
+// function_app.py serves the three simulators under /api/sim when ENABLE_SIMULATORS is true.
+var simulatorsUrl = '${baseUrl}/api/sim'
+var useSimulators = empty(inventoryServiceUrl) || empty(paymentServiceUrl) || empty(shippingServiceUrl)
+
+var appSettings = {
+  // Functions host storage (timer leases, keys), identity-based.
+  AzureWebJobsStorage__accountName: storageAccountName
+  AzureWebJobsStorage__blobServiceUri: 'https://${storageAccountName}.blob.${storageSuffix}'
+  AzureWebJobsStorage__credential: 'managedidentity'
+  AzureWebJobsStorage__clientId: identityClientId
+  // Service Bus triggers (the host) and the engine's sender (adapters/servicebus.py), identity-based.
+  ServiceBusConnection__fullyQualifiedNamespace: serviceBusNamespace
+  ServiceBusConnection__credential: 'managedidentity'
+  ServiceBusConnection__clientId: identityClientId
+  // Telemetry with Entra ID authentication (local authentication is off on the component).
+  APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsightsConnectionString
+  APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+  // orders.settings (STATE_STORE_CONNECTION is for local runs only).
+  STATE_STORE_ENDPOINT: 'https://${storageAccountName}.table.${storageSuffix}'
+  AZURE_CLIENT_ID: identityClientId
+  STATE_TABLE_NAME: stateTableName
+  STATE_SHARDS: string(stateShards)
+  STEP_COMPLETE_BY_SECONDS: string(stepCompleteBySeconds)
+  SUPERVISOR_SCHEDULE: supervisorSchedule
+  SUPERVISOR_MAX_FAILURES: string(supervisorMaxFailures)
+  SUPERVISOR_BACKOFF_SECONDS: string(supervisorBackoffSeconds)
+  SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
+  INVENTORY_SERVICE_URL: empty(inventoryServiceUrl) ? simulatorsUrl : inventoryServiceUrl
+  PAYMENT_SERVICE_URL: empty(paymentServiceUrl) ? simulatorsUrl : paymentServiceUrl
+  SHIPPING_SERVICE_URL: empty(shippingServiceUrl) ? simulatorsUrl : shippingServiceUrl
+  ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'
+}
+
+module site 'br/public:avm/res/web/site:0.24.0' = {
+  name: 'function-app-site'
+  params: {
+    name: name
+    location: location
+    tags: union(tags, {
+      'azd-service-name': serviceName
+    })
+    kind: 'functionapp,linux'
+    serverFarmResourceId: planResourceId
+    httpsOnly: true
+    publicNetworkAccess: 'Enabled'
+    clientAffinityEnabled: false
+    managedIdentities: {
+      userAssignedResourceIds: [
+        identityResourceId
+      ]
+    }
+    // azd deploys to the package container with Entra ID: FTP and SCM basic authentication stay off.
+    basicPublishingCredentialsPolicies: [
+      {
+        name: 'ftp'
+        allow: false
+      }
+      {
+        name: 'scm'
+        allow: false
+      }
+    ]
+    siteConfig: {
+      alwaysOn: false
+      ftpsState: 'Disabled'
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      http20Enabled: true
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: 'https://${storageAccountName}.blob.${storageSuffix}/${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityResourceId
+          }
+        }
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+      scaleAndConcurrency: {
+        instanceMemoryMB: instanceMemoryMB
+        maximumInstanceCount: maximumInstanceCount
+      }
+    }
+    configs: [
+      {
+        name: 'appsettings'
+        properties: appSettings
+      }
+    ]
+  }
+}
+
+@description('Name of the Function App.')
+output name string = site.outputs.name
+
+@description('Base URL of the Function App (the HTTP API is under /api).')
+output url string = baseUrl
+
+@description('Whether the app serves the remote-service simulators under /api/sim.')
+output simulatorsEnabled bool = useSimulators

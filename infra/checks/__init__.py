@@ -1,0 +1,1 @@
+"""Custom Checkov checks for infra/ (see run_checkov.py)."""

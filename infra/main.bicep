@@ -1,0 +1,234 @@
+// The order-processing system on Azure: `azd up` provisions this file, then deploys function_app.py.
+//
+// Subscription scope: it creates the resource group `rg-<environment>` and one module per concern in it
+// (identity, storage, messaging, monitoring, hosting plan, Function App, role assignments, alerts).
+// Every connection is identity-based through one user-assigned managed identity: no keys, no
+// connection strings with secrets, shared-key and SAS access switched off.
+targetScope = 'subscription'
+
+// ---- Parameters (azd fills them from main.parameters.json) -------------------------------------------
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the azd environment. Names the resource group (rg-<name>) and seeds the unique token in every resource name.')
+param environmentName string
+
+@minLength(1)
+@description('Azure region of every resource. It must offer the Flex Consumption plan (az functionapp list-flexconsumption-locations).')
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
+param location string
+
+@description('Object ID of the person (or service principal) running azd. When set, they get the same data-plane roles as the app, to run and debug against the deployed Service Bus and tables. Leave empty in CI.')
+param principalId string = ''
+
+@description('Kind of principal principalId is: User for a person, ServicePrincipal for a pipeline identity.')
+@allowed([
+  'User'
+  'ServicePrincipal'
+])
+param principalType string = 'User'
+
+@description('E-mail address that receives the alerts (order in Error, dead-lettered messages, Supervisor not running). Empty: the action group is created without receivers.')
+param alertEmail string = ''
+
+@description('Base URL of the inventory service. Empty: the Function App serves a simulator under /api/sim and uses it.')
+param inventoryServiceUrl string = ''
+
+@description('Base URL of the payment service. Empty: the Function App serves a simulator under /api/sim and uses it.')
+param paymentServiceUrl string = ''
+
+@description('Base URL of the shipping service. Empty: the Function App serves a simulator under /api/sim and uses it.')
+param shippingServiceUrl string = ''
+
+@minValue(1)
+@description('STEP_COMPLETE_BY_SECONDS: a step\'s budget in seconds, and how long a Pending task may wait to be claimed.')
+param stepCompleteBySeconds int = 30
+
+@description('SUPERVISOR_SCHEDULE: six-field NCRONTAB schedule of the Supervisor sweep. Every 30 seconds by default: frequent enough for 30-second steps, and within the monthly free grant of executions.')
+param supervisorSchedule string = '*/30 * * * * *'
+
+@minValue(1)
+@description('SUPERVISOR_MAX_FAILURES: failures after which the Supervisor sets an order to Error (and the OrderEnteredError alert fires).')
+param supervisorMaxFailures int = 3
+
+@minValue(1)
+@description('SUPERVISOR_BACKOFF_SECONDS: first retry delay after a failure; it doubles per failure.')
+param supervisorBackoffSeconds int = 2
+
+@minValue(1)
+@description('SUPERVISOR_MAX_BACKOFF_SECONDS: cap of the retry delay.')
+param supervisorMaxBackoffSeconds int = 60
+
+@minLength(3)
+@maxLength(58)
+@description('STATE_TABLE_NAME: the state table. Its watch table is this name followed by "watch"; both are created here.')
+param stateTableName string = 'orders'
+
+@minValue(1)
+@maxValue(100)
+@description('STATE_SHARDS: partitions of the state and watch tables. Fixed for the life of a deployment.')
+param stateShards int = 8
+
+@description('Memory of each Flex Consumption instance, in MB. 512 MB keeps the Supervisor\'s timer inside the free grant; raise it for heavy traffic.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 512
+
+@minValue(1)
+@maxValue(1000)
+@description('Most instances the Flex Consumption plan scales out to.')
+param maximumInstanceCount int = 100
+
+// ---- Names -------------------------------------------------------------------------------------------
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+// The service name in azure.yaml: azd finds the Function App by the azd-service-name tag.
+var serviceName = 'api'
+var functionAppName = 'func-${serviceName}-${resourceToken}'
+var deploymentContainerName = 'app-package-${resourceToken}'
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: 'rg-${environmentName}'
+  location: location
+  tags: tags
+}
+
+// ---- Modules, one concern each -------------------------------------------------------------------------
+
+module identity 'app/identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: 'id-${serviceName}-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: 'st${resourceToken}'
+    location: location
+    tags: tags
+    deploymentContainerName: deploymentContainerName
+    stateTableName: stateTableName
+  }
+}
+
+module messaging 'app/servicebus.bicep' = {
+  name: 'messaging'
+  scope: rg
+  params: {
+    name: 'sb-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: 'log-${resourceToken}'
+    applicationInsightsName: 'appi-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module plan 'app/hosting-plan.bicep' = {
+  name: 'hosting-plan'
+  scope: rg
+  params: {
+    name: 'plan-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module api 'app/function-app.bicep' = {
+  name: 'function-app'
+  scope: rg
+  params: {
+    name: functionAppName
+    location: location
+    tags: tags
+    serviceName: serviceName
+    planResourceId: plan.outputs.resourceId
+    identityResourceId: identity.outputs.resourceId
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: deploymentContainerName
+    serviceBusNamespace: messaging.outputs.fullyQualifiedNamespace
+    applicationInsightsConnectionString: monitoring.outputs.applicationInsightsConnectionString
+    instanceMemoryMB: instanceMemoryMB
+    maximumInstanceCount: maximumInstanceCount
+    stateTableName: stateTableName
+    stateShards: stateShards
+    stepCompleteBySeconds: stepCompleteBySeconds
+    supervisorSchedule: supervisorSchedule
+    supervisorMaxFailures: supervisorMaxFailures
+    supervisorBackoffSeconds: supervisorBackoffSeconds
+    supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds
+    inventoryServiceUrl: inventoryServiceUrl
+    paymentServiceUrl: paymentServiceUrl
+    shippingServiceUrl: shippingServiceUrl
+  }
+  // The host starts as soon as the app exists: its identity must already hold its data roles.
+  dependsOn: [
+    rbac
+  ]
+}
+
+module rbac 'app/rbac.bicep' = {
+  name: 'rbac'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: messaging.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    appPrincipalId: identity.outputs.principalId
+    userPrincipalId: principalId
+    userPrincipalType: principalType
+  }
+}
+
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    resourceToken: resourceToken
+    tags: tags
+    alertEmail: alertEmail
+    applicationInsightsResourceId: monitoring.outputs.applicationInsightsResourceId
+    serviceBusNamespaceResourceId: messaging.outputs.resourceId
+    location: location
+  }
+}
+
+// ---- Outputs (azd stores them in .azure/<env>/.env) ----------------------------------------------------
+
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = api.outputs.name
+output SERVICE_API_NAME string = api.outputs.name
+output SERVICE_API_ENDPOINTS array = [
+  api.outputs.url
+]
+output SERVICE_API_URI string = api.outputs.url
+output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applicationInsightsConnectionString
+output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = messaging.outputs.fullyQualifiedNamespace
+output STATE_STORE_ENDPOINT string = storage.outputs.tableEndpoint
