@@ -143,6 +143,28 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool) -
     )
 
 
+def _dispatch(record: TaskRecord, ctx: Context, index: int, compensating: bool) -> list[Outgoing]:
+    """Mark a step running (or being undone) with a fresh complete-by, and ask its Agent."""
+    state = record.state
+    step = record.step(index)
+    if compensating:
+        step.status = StepStatus.COMPENSATING
+        step.compensation_attempts += 1
+        state.phase, state.process_state = Phase.COMPENSATE, ProcessState.COMPENSATING
+    else:
+        step.status = StepStatus.RUNNING
+        step.attempts += 1
+        state.phase, state.process_state = Phase.FORWARD, ProcessState.PROCESSING
+    step.complete_by = ctx.now + ctx.budget(ctx.workflow.steps[index])
+    state.current_step = index
+    state.attempt = step.compensation_attempts if compensating else step.attempts
+    state.complete_by = step.complete_by
+    if state.locked_by is None:
+        state.locked_by = ctx.instance_id
+    _touch(record, ctx)
+    return [_request(record, ctx, index, compensating)]
+
+
 # ---- forward -----------------------------------------------------------------------------------------
 def new_record_state(record: TaskRecord, ctx: Context) -> None:
     """A submitted task: Pending, unlocked, with a CompleteBy by which a Scheduler must have claimed it."""
@@ -180,21 +202,10 @@ def claim(record: TaskRecord, ctx: Context) -> list[Outgoing]:
 
 def dispatch_forward(record: TaskRecord, ctx: Context) -> list[Outgoing]:
     """Run the first step that is not completed, or finish the task."""
-    state = record.state
     index = next((i for i, s in enumerate(record.steps) if s.status is not StepStatus.COMPLETED), None)
     if index is None:
         return finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
-    step = record.step(index)
-    step.status = StepStatus.RUNNING
-    step.attempts += 1
-    step.complete_by = ctx.now + ctx.budget(ctx.workflow.steps[index])
-    state.phase = Phase.FORWARD
-    state.process_state = ProcessState.PROCESSING
-    state.current_step = index
-    state.attempt = step.attempts
-    state.complete_by = step.complete_by
-    _touch(record, ctx)
-    return [_request(record, ctx, index, compensating=False)]
+    return _dispatch(record, ctx, index, compensating=False)
 
 
 def step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> list[Outgoing]:
@@ -224,7 +235,6 @@ def step_failed(record: TaskRecord, ctx: Context, error: str) -> list[Outgoing]:
 # ---- compensation --------------------------------------------------------------------------------
 def dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> list[Outgoing]:
     """Undo the highest step at or below ``start`` that may have had an effect, or finish as Compensated."""
-    state = record.state
     index = next(
         (
             i
@@ -235,19 +245,7 @@ def dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> list[
     )
     if index is None:
         return finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
-    step = record.step(index)
-    step.status = StepStatus.COMPENSATING
-    step.compensation_attempts += 1
-    step.complete_by = ctx.now + ctx.budget(ctx.workflow.steps[index])
-    state.phase = Phase.COMPENSATE
-    state.process_state = ProcessState.COMPENSATING
-    state.current_step = index
-    state.attempt = step.compensation_attempts
-    state.complete_by = step.complete_by
-    if state.locked_by is None:
-        state.locked_by = ctx.instance_id
-    _touch(record, ctx)
-    return [_request(record, ctx, index, compensating=True)]
+    return _dispatch(record, ctx, index, compensating=True)
 
 
 def compensation_succeeded(record: TaskRecord, ctx: Context) -> list[Outgoing]:
