@@ -37,6 +37,7 @@ from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from engine.parts import EngineParts
 from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
@@ -118,8 +119,9 @@ def operations_per_order(connection_string: str, orders: int) -> tuple[float, fl
     sender = LoopbackSender()
     clock = SystemClock()
     settings = EngineSettings(step_complete_by_seconds=60)
-    tasks = TaskService(FULFILMENT, store, sender, clock, settings)
-    scheduler = Scheduler(FULFILMENT, store, sender, clock, settings)
+    parts = EngineParts(FULFILMENT, store, sender, clock, settings)
+    tasks = TaskService(parts)
+    scheduler = Scheduler(parts)
 
     def succeed(request: AgentRequest, timeout: float) -> dict[str, Any]:
         return {"id": request.idempotency_key}
@@ -217,8 +219,9 @@ def sweep_times(
     table = store.table
     sender = LoopbackSender()
     settings = EngineSettings(step_complete_by_seconds=3600)
-    tasks = TaskService(FULFILMENT, store, sender, SystemClock(), settings)
-    supervisor = Supervisor(FULFILMENT, store, sender, SystemClock(), settings)
+    parts = EngineParts(FULFILMENT, store, sender, SystemClock(), settings)
+    tasks = TaskService(parts)
+    supervisor = Supervisor(parts)
     for _ in range(in_flight):  # Pending, complete-by an hour away: watched, not expired
         order_id = uuid.uuid4().hex
         tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)

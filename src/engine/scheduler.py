@@ -9,13 +9,12 @@ import uuid
 from datetime import timedelta
 
 from . import telemetry, transitions
-from .clock import Clock
 from .messages import AgentReply, ReplyOutcome, SchedulerCommand
 from .outbox import deliver
-from .ports import ConcurrencyError, MessageSender, StateStore
+from .parts import EngineParts
+from .ports import ConcurrencyError
 from .state import Phase, ProcessState, StepStatus, TaskRecord
-from .transitions import Context, EngineSettings, Outgoing
-from .workflow import WorkflowDefinition
+from .transitions import Context, Outgoing
 
 log = logging.getLogger("engine.scheduler")
 
@@ -31,20 +30,10 @@ def instance_id() -> str:
 class Scheduler:
     """Moves tasks through their workflow. Safe to run as many instances as you like."""
 
-    def __init__(
-        self,
-        workflow: WorkflowDefinition,
-        store: StateStore,
-        sender: MessageSender,
-        clock: Clock,
-        settings: EngineSettings,
-        instance: str | None = None,
-    ) -> None:
-        self.workflow = workflow
-        self.store = store
-        self.sender = sender
-        self.clock = clock
-        self.settings = settings
+    def __init__(self, parts: EngineParts, instance: str | None = None) -> None:
+        self.parts = parts
+        self.workflow, self.store, self.sender = parts.workflow, parts.store, parts.sender
+        self.clock, self.settings = parts.clock, parts.settings
         self.instance = instance or instance_id()
 
     def _context(self) -> Context:

@@ -7,11 +7,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import telemetry, transitions
-from .clock import Clock
 from .outbox import deliver
-from .ports import ConcurrencyError, MessageSender, StateStore
-from .transitions import Context, EngineSettings
-from .workflow import WorkflowDefinition
+from .parts import EngineParts
+from .ports import ConcurrencyError
+from .transitions import Context
 
 log = logging.getLogger("engine.supervisor")
 
@@ -35,19 +34,10 @@ class Supervisor:
     """Run :meth:`sweep` periodically. Concurrent Supervisors are safe: every change is ETag-conditional,
     so only one of them recovers a given task."""
 
-    def __init__(
-        self,
-        workflow: WorkflowDefinition,
-        store: StateStore,
-        sender: MessageSender,
-        clock: Clock,
-        settings: EngineSettings,
-    ) -> None:
-        self.workflow = workflow
-        self.store = store
-        self.sender = sender
-        self.clock = clock
-        self.settings = settings
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+        self.workflow, self.store, self.sender = parts.workflow, parts.store, parts.sender
+        self.clock, self.settings = parts.clock, parts.settings
 
     def sweep(self) -> SweepReport:
         """One pass over expired in-flight tasks."""

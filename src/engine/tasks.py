@@ -6,13 +6,12 @@ import logging
 from typing import Any
 
 from . import telemetry, transitions
-from .clock import Clock
 from .messages import CommandKind
 from .outbox import deliver
-from .ports import ConcurrencyError, CreateOutcome, MessageSender, Page, StateStore
+from .parts import EngineParts
+from .ports import ConcurrencyError, CreateOutcome, Page
 from .state import ProcessState, StepState, TaskRecord, TaskState
-from .transitions import Context, EngineSettings, Outgoing
-from .workflow import WorkflowDefinition
+from .transitions import Context, Outgoing
 
 log = logging.getLogger("engine.tasks")
 
@@ -34,19 +33,10 @@ class Conflict(Exception):
 class TaskService:
     """The application side of the engine."""
 
-    def __init__(
-        self,
-        workflow: WorkflowDefinition,
-        store: StateStore,
-        sender: MessageSender,
-        clock: Clock,
-        settings: EngineSettings,
-    ) -> None:
-        self.workflow = workflow
-        self.store = store
-        self.sender = sender
-        self.clock = clock
-        self.settings = settings
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+        self.workflow, self.store, self.sender = parts.workflow, parts.store, parts.sender
+        self.clock, self.settings = parts.clock, parts.settings
 
     def submit(self, order_id: str, task_input: dict[str, Any], input_hash: str) -> tuple[bool, TaskRecord]:
         """Record the task and its steps (not started) in one transaction, then kick the Scheduler.

@@ -12,6 +12,7 @@ from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore
 from engine.agent import Agent
 from engine.clock import SystemClock
+from engine.parts import EngineParts
 from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
@@ -59,13 +60,14 @@ def build(settings: Settings) -> Runtime:
         )
         for name in FULFILMENT.agents
     }
+    parts = EngineParts(FULFILMENT, store, sender, clock, engine_settings)
     return Runtime(
         settings=settings,
         store=store,
         sender=sender,
-        tasks=TaskService(FULFILMENT, store, sender, clock, engine_settings),
-        scheduler=Scheduler(FULFILMENT, store, sender, clock, engine_settings),
-        supervisor=Supervisor(FULFILMENT, store, sender, clock, engine_settings),
+        tasks=TaskService(parts),
+        scheduler=Scheduler(parts),
+        supervisor=Supervisor(parts),
         agents=agents,
     )
 

@@ -16,6 +16,7 @@ from engine.messages import (
     SchedulerCommand,
     StatusMessage,
 )
+from engine.parts import EngineParts
 from engine.scheduler import Scheduler
 from engine.state import Phase, ProcessState, StepStatus
 from engine.supervisor import Supervisor
@@ -44,14 +45,11 @@ class World:
         self.clock = ManualClock()
         self.store = MemoryStore()
         self.sender = RecordingSender()
-        self.tasks = TaskService(WORKFLOW, self.store, self.sender, self.clock, SETTINGS)
-        self.scheduler = Scheduler(
-            WORKFLOW, self.store, self.sender, self.clock, SETTINGS, instance="sched-1"
-        )
-        self.other_scheduler = Scheduler(
-            WORKFLOW, self.store, self.sender, self.clock, SETTINGS, instance="sched-2"
-        )
-        self.supervisor = Supervisor(WORKFLOW, self.store, self.sender, self.clock, SETTINGS)
+        parts = EngineParts(WORKFLOW, self.store, self.sender, self.clock, SETTINGS)
+        self.tasks = TaskService(parts)
+        self.scheduler = Scheduler(parts, instance="sched-1")
+        self.other_scheduler = Scheduler(parts, instance="sched-2")
+        self.supervisor = Supervisor(parts)
 
     def submit(self, order_id: str = "o-1") -> None:
         created, _ = self.tasks.submit(order_id, {"n": 1}, "hash-1")

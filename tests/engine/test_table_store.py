@@ -11,6 +11,7 @@ from azure.data.tables import TableServiceClient
 
 from adapters.table_store import TableStateStore, shard_of
 from engine import transitions
+from engine.parts import EngineParts
 from engine.ports import ConcurrencyError, CreateOutcome
 from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
@@ -161,7 +162,7 @@ def test_the_sweep_reads_only_watched_work_and_keeps_the_watch_current(store: Ta
 
     later = NOW + timedelta(seconds=20)
     assert sorted(e.order_id for e in store.expired(later)) == ["done", "expired"]
-    supervisor = Supervisor(WORKFLOW, store, RecordingSender(), FixedClock(later), SETTINGS)
+    supervisor = Supervisor(EngineParts(WORKFLOW, store, RecordingSender(), FixedClock(later), SETTINGS))
     report = supervisor.sweep()
     assert (report.expired, report.unwatched, report.retried) == (1, 1, 1)
     assert store.load("expired").state.process_state is ProcessState.PENDING  # type: ignore[union-attr]
