@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from servicebus_emulator.launcher import free_port, stop
+
+__all__ = ["free_port", "stop_process", "wait_for"]
+
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, what: str = "") -> T:
@@ -32,22 +26,6 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float 
         time.sleep(interval)
 
 
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    """True if something accepts TCP connections on the port."""
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
-    """Stop a process we started, by its PID: SIGTERM, then SIGKILL if it does not exit."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout)
-    return process.returncode
+    """Stop a process a test started, by its PID: SIGTERM, then SIGKILL if it does not exit."""
+    return stop(process, timeout=timeout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from servicebus_emulator.launcher import free_port
+from servicebus_emulator.launcher import free_port, stop
 
 
 @dataclass
@@ -39,13 +38,7 @@ class RunningDevhost:
 
     def stop(self, timeout: float = 60) -> None:
         """SIGTERM by PID (the devhost stops its children), SIGKILL if it does not exit in time."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        stop(self.process, timeout=timeout)
 
 
 def start(

@@ -78,13 +78,7 @@ class Child:
         """SIGTERM by PID, then SIGKILL if it does not exit in time."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        servicebus.stop(self.process, timeout=timeout)
         if self._log is not None:
             self._log.close()
 
@@ -245,14 +239,10 @@ class Stack:
         if self.simulators is not None:
             self.simulators.stop()
         # Azurite saves its data on SIGINT only; on SIGTERM it exits and the latest writes are lost.
-        for process, stop_signal in ((self.servicebus, signal.SIGTERM), (self.azurite, signal.SIGINT)):
-            if process is not None and process.poll() is None:
-                process.send_signal(stop_signal)
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+        if self.servicebus is not None:
+            servicebus.stop(self.servicebus)
+        if self.azurite is not None:
+            servicebus.stop(self.azurite, signal.SIGINT)
         (self.data_dir / "devhost.json").unlink(missing_ok=True)
         log.info("stopped")
 

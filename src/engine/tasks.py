@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from . import telemetry, transitions
@@ -90,7 +91,7 @@ class TaskService:
         self,
         order_id: str,
         allowed: tuple[ProcessState, ...],
-        change: Any,
+        change: Callable[[TaskRecord, Context], list[Outgoing]],
         what: str,
     ) -> TaskRecord:
         for _ in range(_RETRIES_ON_RACE):
@@ -101,7 +102,7 @@ class TaskService:
                     f"this needs {' or '.join(s.value for s in allowed)}"
                 )
             ctx = Context(self.workflow, self.settings, self.clock.now(), instance_id="")
-            out: list[Outgoing] = change(record, ctx)
+            out = change(record, ctx)
             try:
                 saved = self.store.save(record)
             except ConcurrencyError:

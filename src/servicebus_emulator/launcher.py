@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -85,3 +86,16 @@ def wait_listening(process: subprocess.Popen[bytes], port: int, host: str, timeo
             process.wait()
             raise RuntimeError(f"{name} did not listen on {host}:{port} within {timeout}s")
         time.sleep(0.05)  # polling a port: there is no event to wait on
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+    """Stop a child by its PID: ``sig`` (SIGTERM unless it saves its data on another), then SIGKILL if
+    it has not exited within ``timeout`` seconds. Returns its exit code."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+    return process.returncode

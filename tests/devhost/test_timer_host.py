@@ -78,7 +78,7 @@ def test_runs_never_overlap_and_a_failure_keeps_the_schedule() -> None:
             state["runs"] += 1
             state["most"] = max(state["most"], state["running"])
             number = state["runs"]
-        time.sleep(1.3)
+        time.sleep(1.3)  # the work: a run longer than the one-second period, not a wait
         with lock:
             state["running"] -= 1
         if number % 2:
