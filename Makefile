@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra demo devhost bench bench-emulator emulator clean
+.PHONY: install test lint check-infra refresh-contracts demo devhost bench bench-emulator emulator clean
 
 install: $(STAMP) node_modules/.installed
 
@@ -33,11 +33,20 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench function_app.py infra
 	$(BIN)/ruff format --check src tests bench function_app.py infra
 
+# Every module call and resource in infra/ against the pinned contract of the version it names
+# (infra/contracts), then the check's self-test on deliberately broken fixtures.
 # Checkov on infra/ with the custom checks in infra/checks: fails on any failed check not skipped with
 # a reason and on any file it cannot parse; then proves every custom check still fails on bad Bicep.
 check-infra: $(STAMP) $(CHECKOV_STAMP)
+	$(BIN)/bicep-contracts check --infra infra --contracts infra/contracts --self-test tests/infra/contract_fixtures
 	$(BIN)/python infra/run_checkov.py --checkov $(CHECKOV_VENV)/bin/checkov
 	$(BIN)/python infra/run_checkov.py --checkov $(CHECKOV_VENV)/bin/checkov --self-test
+
+# After bumping a module or API version in infra/: regenerate infra/contracts from local clones of
+# Azure/bicep-registry-modules (with tags) and Azure/bicep-types-az, e.g.
+# make refresh-contracts AVM_REPO=../bicep-registry-modules TYPES_REPO=../bicep-types-az
+refresh-contracts: $(STAMP)
+	$(BIN)/bicep-contracts refresh --avm-repo $(AVM_REPO) --types-repo $(TYPES_REPO)
 
 test: install lint check-infra
 	$(BIN)/python -m pytest

@@ -104,7 +104,7 @@ module deadLetterAlert 'br/public:avm/res/insights/metric-alert:0.4.1' = {
     autoMitigate: true
     criteria: {
       'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
-      allOf: [
+      allof: [
         {
           criterionType: 'StaticThresholdCriterion'
           name: 'DeadletteredMessagesOnAnyQueue'

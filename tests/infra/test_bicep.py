@@ -342,7 +342,7 @@ def test_the_supervisor_alert_fires_when_no_sweep_completed() -> None:
 
 def test_dead_lettered_messages_on_any_queue_alert() -> None:
     alert = module(APP / "alerts.bicep", "avm/res/insights/metric-alert")
-    (criterion,) = alert["criteria"]["allOf"]
+    (criterion,) = alert["criteria"]["allof"]
     assert criterion["metricName"] == "DeadletteredMessages"
     assert (criterion["operator"], criterion["threshold"]) == ("GreaterThan", 0)
     assert criterion["dimensions"] == [{"name": "EntityName", "operator": "Include", "values": ["*"]}]
