@@ -3,7 +3,8 @@
 Reported, as ``bicep build`` would refuse them (names compared case-sensitively, as Bicep does):
 an unknown parameter or property, a missing required one, a literal of the wrong type or outside the
 allowed values or bounds, a read-only property set, a ``module.outputs.X`` the module does not declare,
-and a registry module version or resource API version with no pinned contract.
+a registry module version or resource API version with no pinned contract, and, within each file, a
+parameter default or an output value that does not fit its declared type.
 
 Values are followed through variables, conditions and parameters: a parameter carries its declared type
 and ``@allowed`` values, so a parameter whose allowed values the module does not accept is reported too.
@@ -275,6 +276,12 @@ class FileChecker:
                 resource.body,
                 resource.line,
             )
+        self._types = {}
+        for name, param in self.parsed.params.items():
+            if param.default is not None:
+                self._check(param.default, _param_type(param), f"param {name} default")
+        for name, output in self.parsed.outputs.items():
+            self._check(output.value, _declared_type(output.type), f"output {name}")
         for expr in self._all_expressions():
             self._check_output_references(expr)
         return self.findings

@@ -28,3 +28,14 @@ output clientId string = identity.outputs.clientID // expect: module identity ha
 output principal string = identity.outputs.principalId
 output localMissing string = local.outputs.nothing // expect: module local has no output 'nothing'
 output localOk string = local.outputs.echo
+
+@minValue(1)
+param shards int = 0 // expect: 0 is below the minimum 1
+
+@allowed([
+  'a'
+])
+param letter string = 'b' // expect: 'b' is not one of the allowed values 'a'
+
+output count int = identity.outputs.principalId // expect: a string value where an int is expected
+output names array = 'one' // expect: 'one' is a string, an array is expected
