@@ -83,6 +83,7 @@ def test_the_package_ships_the_app_and_not_the_local_runtime() -> None:
         "src/devhost/worker.py",
         "src/servicebus_emulator/broker.py",
         "src/bicep_contracts/check.py",
+        "src/smoke/cli.py",
         ".venv/bin/python",
         ".venv-checkov/bin/checkov",
         "node_modules/azurite/package.json",
