@@ -127,13 +127,32 @@ def supervisor(timer: func.TimerRequest) -> None:
     runtime().supervisor.sweep()
 
 
-# ---- Remote-service simulators, for a deployment with no real services (ENABLE_SIMULATORS=true) --------
+# ---- Remote-service simulators, for a deployment with no real remote services (ENABLE_SIMULATORS=true) ----
+# Two functions, so the platform checks the keys: the services' calls need a function key (the agents
+# send SIMULATORS_KEY), the controls (faults, ledger, stats, health) the host's master key. Their
+# templates cannot both match one path (a control is one segment, a service call two or more), and each
+# function forwards only its own paths, whatever the host's route precedence.
 if os.environ.get("ENABLE_SIMULATORS", "").lower() == "true":
-    from simulators.hosted import hosted_app
+    from simulators.hosted import hosted_app, is_control_path, is_service_path
 
     _simulators = func.AsgiMiddleware(hosted_app())
 
-    @app.route(route="sim/{*path}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
+    def _not_found(req: func.HttpRequest) -> func.HttpResponse:
+        body = {"error": {"code": "NotFound", "message": f"no route {req.method} {urlsplit(req.url).path}"}}
+        return func.HttpResponse(json.dumps(body), status_code=404, mimetype="application/json")
+
+    @app.route(
+        route="sim/{service}/{collection}/{*rest}", methods=["POST"], auth_level=func.AuthLevel.FUNCTION
+    )
     async def simulators(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-        """The inventory, payment and shipping simulators (demo only)."""
+        """The inventory, payment and shipping simulators' apply and compensate calls (demo only)."""
+        if not is_service_path(urlsplit(req.url).path):
+            return _not_found(req)
+        return await _simulators.handle_async(req, context)
+
+    @app.route(route="sim/{control}", methods=["GET", "POST"], auth_level=func.AuthLevel.ADMIN)
+    async def simulators_control(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+        """The simulators' fault profile, ledger, counters and health: master key only (demo only)."""
+        if not is_control_path(urlsplit(req.url).path):
+            return _not_found(req)
         return await _simulators.handle_async(req, context)

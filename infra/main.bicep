@@ -44,6 +44,11 @@ param paymentServiceUrl string = ''
 @description('Base URL of the shipping service. Empty: the Function App serves a simulator under /api/sim and uses it.')
 param shippingServiceUrl string = ''
 
+@secure()
+//checkov:skip=CKV_AZURE_131:the default is newGuid(), a fresh random value each deployment, not a value written here
+@description('SIMULATORS_KEY: the function key the agents send to the simulators the app hosts when a service URL is empty (the key "simulators" on the app\'s host; their controls take only the master key). A new value each deployment unless set.')
+param simulatorsKey string = newGuid()
+
 @minValue(1)
 @description('STEP_COMPLETE_BY_SECONDS: a step\'s budget in seconds, and how long a Pending task may wait to be claimed.')
 param stepCompleteBySeconds int = 30
@@ -65,7 +70,7 @@ param supervisorMaxBackoffSeconds int = 60
 
 @minLength(3)
 @maxLength(58)
-@description('STATE_TABLE_NAME: the state table. Its watch table is this name followed by "watch"; both are created here.')
+@description('STATE_TABLE_NAME: the state table. Its watch table is this name followed by "watch", the hosted simulators\' ledger this name followed by "sim"; all are created here.')
 param stateTableName string = 'orders'
 
 @minValue(1)
@@ -185,6 +190,7 @@ module api 'app/function-app.bicep' = {
     inventoryServiceUrl: inventoryServiceUrl
     paymentServiceUrl: paymentServiceUrl
     shippingServiceUrl: shippingServiceUrl
+    simulatorsKey: simulatorsKey
   }
   // The host starts as soon as the app exists: its identity must already hold its data roles.
   dependsOn: [

@@ -1,6 +1,6 @@
 // One storage account for the Functions host (AzureWebJobsStorage: timer leases, host keys), the Flex
-// Consumption deployment package (a blob container) and the state store (the state table and its watch
-// table). Shared keys are off: every client authenticates with Microsoft Entra ID.
+// Consumption deployment package (a blob container) and the state store (the state table, its watch
+// table, and the ledger of the simulators the app hosts for a demo). Shared keys are off: every client authenticates with Microsoft Entra ID.
 
 @description('Name of the storage account (3-24 lower-case letters and digits, globally unique).')
 param name string
@@ -14,7 +14,7 @@ param tags object
 @description('Blob container that holds the Flex Consumption deployment package.')
 param deploymentContainerName string
 
-@description('The state table (STATE_TABLE_NAME); its watch table is this name followed by "watch" (adapters.table_store.watch_table_name).')
+@description('The state table (STATE_TABLE_NAME); its watch table is this name followed by "watch" (adapters.table_store.watch_table_name), the hosted simulators\' ledger this name followed by "sim" (simulators.table_ledger.ledger_table_name).')
 param stateTableName string
 
 module account 'br/public:avm/res/storage/storage-account:0.32.1' = {
@@ -54,6 +54,9 @@ module account 'br/public:avm/res/storage/storage-account:0.32.1' = {
         }
         {
           name: '${stateTableName}watch'
+        }
+        {
+          name: '${stateTableName}sim'
         }
       ]
     }

@@ -5,11 +5,17 @@ Templates are ASP.NET-style: ``{name}``, optional ``{name?}``, defaults ``{name=
 ``{*rest}`` and constraints ``{id:int}`` (int, long, alpha, bool, guid, double, float, decimal are checked;
 others are accepted without checking). Matching is case-insensitive, and when several routes match, the
 more specific one wins (literal before constrained before plain parameter before optional before
-catch-all). Auth levels are not enforced, as with Core Tools locally.
+catch-all).
+
+Auth levels are not enforced by default, as with Core Tools locally. Given keys (:class:`HostKeys`), the
+host checks them as the Functions host does: the key comes in the ``x-functions-key`` header or the
+``code`` query parameter; an ``anonymous`` function is open, a ``function`` one takes the function key or
+the master key, an ``admin`` one (and ``/admin/...``) only the master key; anything else is a 401.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import socket
@@ -44,6 +50,8 @@ _CONSTRAINT_PATTERNS = {
     "float": r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?",
     "decimal": r"-?\d+(?:\.\d+)?",
 }
+KEY_HEADER = "x-functions-key"
+KEY_QUERY_PARAMETER = "code"
 # Segment precedence as ASP.NET orders routes: lower sorts first.
 _LITERAL, _CONSTRAINED, _PARAMETER, _OPTIONAL, _CATCH_ALL = 1, 2, 3, 4, 5
 
@@ -83,6 +91,42 @@ class CompiledRoute:
     def allows(self, method: str) -> bool:
         """True if the function accepts this HTTP method."""
         return self.methods is None or method in self.methods
+
+
+@dataclass(frozen=True)
+class HostKeys:
+    """The keys the host checks. With neither set nothing is checked (Core Tools' local default)."""
+
+    function_key: str | None = None
+    master_key: str | None = None
+
+    @property
+    def enforced(self) -> bool:
+        """True if requests are checked at all."""
+        return bool(self.function_key or self.master_key)
+
+    def allows(self, auth_level: str | None, supplied: str | None) -> bool:
+        """True if a request carrying ``supplied`` may call a function of ``auth_level``.
+
+        A function that names no level has the platform's default, ``function``. Levels this host does
+        not issue keys for (``system``, ``user``) take the master key only, as it opens everything.
+        """
+        level = (auth_level or "function").lower()
+        if not self.enforced or level == "anonymous":
+            return True
+        if level == "function" and _same(supplied, self.function_key):
+            return True
+        return _same(supplied, self.master_key)
+
+
+def _same(supplied: str | None, key: str | None) -> bool:
+    # Constant-time comparison: the time taken must not tell how much of a guessed key was right.
+    return bool(supplied and key) and hmac.compare_digest(str(supplied).encode(), str(key).encode())
+
+
+def _supplied_key(request: Request) -> str | None:
+    """The key a request carries: the header first, then the query parameter (as the Functions host)."""
+    return request.headers.get(KEY_HEADER) or request.query_params.get(KEY_QUERY_PARAMETER)
 
 
 def _parse_token(body: str, template: str) -> tuple[str, str, str | None, bool, bool]:
@@ -168,6 +212,11 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
+def _unauthorized(path: str) -> JSONResponse:
+    # The Functions host answers 401 with no body; here the body says why, in the product's error shape.
+    return _error(401, "Unauthorized", f"{path} needs a valid key in {KEY_HEADER} or ?{KEY_QUERY_PARAMETER}=")
+
+
 def _request_url(request: Request) -> str:
     """The URL as the client sent it: Starlette's ``request.url`` carries the decoded path."""
     scope = request.scope
@@ -218,8 +267,15 @@ def to_starlette_response(result: Any) -> Response:
 class HttpHost:
     """Serves the app's HTTP-triggered functions."""
 
-    def __init__(self, specs: Sequence[FunctionSpec], route_prefix: str, invoker: Invoker) -> None:
+    def __init__(
+        self,
+        specs: Sequence[FunctionSpec],
+        route_prefix: str,
+        invoker: Invoker,
+        keys: HostKeys | None = None,
+    ) -> None:
         self._invoker = invoker
+        self.keys = keys or HostKeys()
         self._prefix = route_prefix.strip().strip("/")
         routes = [compile_route(spec) for spec in specs]
         # Stable sort: among equally specific routes, declaration order decides.
@@ -241,6 +297,8 @@ class HttpHost:
         method = request.method.upper()
         path = request.scope["path"]  # percent-decoded, as route values are
         if path.rstrip("/") == "/admin/host/status" and method == "GET":
+            if not self.keys.allows("admin", _supplied_key(request)):
+                return _unauthorized(path)
             return JSONResponse({"state": "Running", "host": "devhost"})
         relative = self._strip_prefix(path)
         matches = (
@@ -258,6 +316,8 @@ class HttpHost:
                 headers={"Allow": ", ".join(allowed)},
             )
         route, route_params = chosen
+        if not self.keys.allows(route.spec.auth_level, _supplied_key(request)):
+            return _unauthorized(path)
         body = await request.body()
         http_request = func.HttpRequest(
             method=method,

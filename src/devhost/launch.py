@@ -48,8 +48,12 @@ def start(
     env: Mapping[str, str] | None = None,
     port: int | None = None,
     timeout: float = 120,
+    function_key: str | None = None,
+    master_key: str | None = None,
 ) -> RunningDevhost:
     """Start the stack with ``env`` over this process's environment; return once ``/api/health`` answers.
+
+    ``function_key`` and ``master_key`` turn on the HTTP key checks (``--function-key``, ``--master-key``).
 
     Raises RuntimeError (after stopping it) if the stack exits or does not answer in ``timeout`` seconds.
     """
@@ -58,6 +62,9 @@ def start(
     command = [sys.executable, "-m", "devhost.stack", "--workers", str(workers), "--data-dir", str(data_dir)]
     for flag, value in zip(("--port", "--sim-port", "--sb-port", "--azurite-port"), ports, strict=True):
         command += [flag, str(value)]
+    for flag, key in (("--function-key", function_key), ("--master-key", master_key)):
+        if key:
+            command += [flag, key]
     with (data_dir / "devhost.out").open("ab") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

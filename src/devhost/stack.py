@@ -162,6 +162,11 @@ class Stack:
             "ServiceBusConnection": servicebus.connection_string(a.sb_port),
         }
         settings.update(os.environ)
+        # The workers take the keys as settings, like the rest of their configuration.
+        if a.function_key:
+            settings["DEVHOST_FUNCTION_KEY"] = a.function_key
+        if a.master_key:
+            settings["DEVHOST_MASTER_KEY"] = a.master_key
         return settings
 
     def _wait_http(self, url: str, child: Child, what: str, timeout: float = 60.0) -> None:
@@ -269,6 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--app-dir", type=Path, default=REPO_ROOT, help="folder holding function_app.py (default: the repo)"
+    )
+    p.add_argument(
+        "--function-key",
+        help="check keys as Azure does: function-level routes need this key or the master key "
+        "(default: $DEVHOST_FUNCTION_KEY; no key at all: nothing is checked, as with Core Tools)",
+    )
+    p.add_argument(
+        "--master-key",
+        help="the master key: the only key admin-level routes take (default: $DEVHOST_MASTER_KEY)",
     )
     p.add_argument("--verbose", action="store_true", help="DEBUG logs from the emulator and the workers")
     return p

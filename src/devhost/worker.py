@@ -1,6 +1,7 @@
 """One worker process: import the app, serve its HTTP, Service Bus and timer triggers until SIGTERM/SIGINT.
 
     python -m devhost.worker --app-dir DIR --worker-id N [--http-port P] [--log-level INFO]
+        [--function-key K] [--master-key M]
 
 All settings come from the environment (the caller sets them, as the Functions host sets app settings).
 Exit codes: 0 after SIGTERM/SIGINT, 2 when the app or its settings do not allow a start (the reason is
@@ -23,7 +24,7 @@ from pathlib import Path
 from devhost.bindings import FunctionSpec, TriggerKind, load_functions
 from devhost.errors import ConfigurationError
 from devhost.host_config import HostSettings, load_host_settings
-from devhost.http_host import HttpHost
+from devhost.http_host import HostKeys, HttpHost
 from devhost.invocation import Invoker
 from devhost.servicebus_host import ServiceBusHost
 from devhost.timer_host import TimerHost
@@ -37,6 +38,9 @@ DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 # Extra time, past the drain bound, for closing connections before giving up on them.
 CLOSE_MARGIN_SECONDS = 5.0
 THREADPOOL_SETTING = "PYTHON_THREADPOOL_THREAD_COUNT"
+# Settings that turn on key checks when the flags are not given (orders-devhost passes its keys this way).
+FUNCTION_KEY_SETTING = "DEVHOST_FUNCTION_KEY"
+MASTER_KEY_SETTING = "DEVHOST_MASTER_KEY"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -55,6 +59,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
         help="DEBUG logs one line per invocation (default INFO)",
+    )
+    parser.add_argument(
+        "--function-key",
+        help=f"require this function key (or the master key) on function-level HTTP routes "
+        f"(default: ${FUNCTION_KEY_SETTING}; no key at all: nothing is checked)",
+    )
+    parser.add_argument(
+        "--master-key",
+        help=f"the master key: opens every route and is the only key for admin-level ones "
+        f"(default: ${MASTER_KEY_SETTING})",
     )
     parser.add_argument(
         "--shutdown-timeout",
@@ -94,12 +108,16 @@ class Worker:
         http_host: str = "127.0.0.1",
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         environ: Mapping[str, str] | None = None,
+        keys: HostKeys | None = None,
     ) -> None:
         self.app_dir = app_dir.resolve()
         self.http_port = http_port
         self.http_host = http_host
         self.shutdown_timeout = shutdown_timeout
         self.environ = os.environ if environ is None else environ
+        self.keys = keys or HostKeys(
+            self.environ.get(FUNCTION_KEY_SETTING) or None, self.environ.get(MASTER_KEY_SETTING) or None
+        )
         self.stuck_invocations = 0
         self._stop = asyncio.Event()
 
@@ -137,7 +155,7 @@ class Worker:
         self.http: HttpHost | None = None
         self.http_socket: socket.socket | None = None
         if self.http_port is not None:
-            self.http = HttpHost(http_specs, self.settings.route_prefix, self.invoker)
+            self.http = HttpHost(http_specs, self.settings.route_prefix, self.invoker, self.keys)
             self.http_socket = self.http.bind(self.http_host, self.http_port)
 
     def _thread_count(self, by_kind: Mapping[TriggerKind, list[FunctionSpec]]) -> int:
@@ -167,7 +185,8 @@ class Worker:
         if self.http is not None:
             prefix = f"/{self.settings.route_prefix}" if self.settings.route_prefix else ""
             parts.append(
-                f"HTTP on http://{self.http_host}:{self.http_port}{prefix} ({len(self.http.routes)} routes)"
+                f"HTTP on http://{self.http_host}:{self.http_port}{prefix} ({len(self.http.routes)} routes, "
+                f"keys {'checked' if self.keys.enforced else 'not checked'})"
             )
         for listener in self.servicebus.listeners:
             parts.append(f"Functions.{listener.spec.name} <- Service Bus {listener.entity}")
@@ -232,7 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a worker from the command line; returns the process exit code."""
     args = parse_args(argv)
     configure_logging(str(args.worker_id), args.log_level)
-    worker = Worker(args.app_dir, args.http_port, args.http_host, args.shutdown_timeout)
+    keys = None
+    if args.function_key or args.master_key:
+        keys = HostKeys(args.function_key, args.master_key)
+    worker = Worker(args.app_dir, args.http_port, args.http_host, args.shutdown_timeout, keys=keys)
     try:
         worker.prepare()
     except ConfigurationError as exc:

@@ -52,7 +52,7 @@ def build(settings: Settings) -> Runtime:
     engine_settings = settings.engine()
     store = _store(settings)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
-    services = RemoteServices(settings.service_urls)
+    services = RemoteServices(settings.service_urls, keys=settings.service_keys)
     actions = services.actions()
     agents = {
         name: Agent(

@@ -1,7 +1,8 @@
 """Clients of the three remote services, as the agents' actions.
 
 Each action sends the step's idempotency key on every try, and classifies what comes back: a timeout,
-a connection failure, 408, 429 or 5xx is transient (retry); any other 4xx is a lasting fault.
+a connection failure, 408, 429 or 5xx is transient (retry); any other 4xx is a lasting fault. A service
+given a key (the simulators hosted in a Function App) also gets it as ``x-functions-key``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from engine.messages import AgentRequest
 from .workflow import INVENTORY, PAYMENT, SHIPPING
 
 _TRANSIENT_STATUS = {408, 429}
+FUNCTION_KEY_HEADER = "x-functions-key"
 
 
 def _order(request: AgentRequest) -> dict[str, Any]:
@@ -31,8 +33,11 @@ def _items(request: AgentRequest) -> list[dict[str, Any]]:
 class RemoteServices:
     """Builds the actions of each agent from the services' base URLs."""
 
-    def __init__(self, urls: dict[str, str], client: httpx.Client | None = None) -> None:
+    def __init__(
+        self, urls: dict[str, str], client: httpx.Client | None = None, keys: dict[str, str] | None = None
+    ) -> None:
         self.urls = {name: url.rstrip("/") for name, url in urls.items()}
+        self._keys = {name: key for name, key in (keys or {}).items() if key}
         # One pooled client per process; the per-call timeout is set on each request.
         self.client = client or httpx.Client(
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20)
@@ -42,10 +47,11 @@ class RemoteServices:
         self, agent: str, path: str, request: AgentRequest, timeout: float, body: dict[str, Any]
     ) -> dict[str, Any]:
         url = f"{self.urls[agent]}{path}"
+        headers = {"Idempotency-Key": request.idempotency_key}
+        if agent in self._keys:
+            headers[FUNCTION_KEY_HEADER] = self._keys[agent]
         try:
-            response = self.client.post(
-                url, json=body, headers={"Idempotency-Key": request.idempotency_key}, timeout=timeout
-            )
+            response = self.client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             raise TransientError(f"{agent}: timed out after {timeout:.2f}s") from exc
         except httpx.TransportError as exc:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.transitions import EngineSettings
+
+# Where the Function App serves the simulators (simulators.hosted.ROUTE_PREFIX): a service URL whose
+# path ends here gets SIMULATORS_KEY, and no other does, so the key never reaches a real service.
+SIMULATORS_ROUTE = "/api/sim"
 
 
 class Settings(BaseModel):
@@ -31,6 +36,8 @@ class Settings(BaseModel):
     )
     state_shards: int = Field(default=8, ge=1, le=100, alias="STATE_SHARDS")
     azure_client_id: str | None = Field(default=None, alias="AZURE_CLIENT_ID")
+    # A function key of the app that hosts the simulators, sent as x-functions-key (see service_keys).
+    simulators_key: str | None = Field(default=None, alias="SIMULATORS_KEY", repr=False)
 
     def engine(self) -> EngineSettings:
         """The engine's timing knobs."""
@@ -48,6 +55,17 @@ class Settings(BaseModel):
             "inventory": self.inventory_service_url,
             "payment": self.payment_service_url,
             "shipping": self.shipping_service_url,
+        }
+
+    @property
+    def service_keys(self) -> dict[str, str]:
+        """The function key to send, per agent whose service is the hosted simulators (none if unset)."""
+        if not self.simulators_key:
+            return {}
+        return {
+            agent: self.simulators_key
+            for agent, url in self.service_urls.items()
+            if urlsplit(url).path.rstrip("/").lower().endswith(SIMULATORS_ROUTE)
         }
 
 

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import Receive
 
 from .faults import Fault, FaultInjector, Stats
-from .ledger import Change, Ledger
+from .ledger import Change, Ledger, LedgerStore, LedgerUnavailable
 from .models import (
     FAULTS_UPDATE,
     MAX_KEY_LENGTH,
@@ -113,7 +113,7 @@ def unavailable() -> JSONResponse:
 class Simulators:
     """The state behind the app: the ledger, the fault profile and the counters."""
 
-    def __init__(self, ledger: Ledger, faults: FaultInjector) -> None:
+    def __init__(self, ledger: LedgerStore, faults: FaultInjector) -> None:
         self.ledger = ledger
         self.faults = faults
         self.stats = Stats()
@@ -144,7 +144,7 @@ class Simulators:
         await _sleep_ms(settings.latency_ms)
         # The replay of a key already applied answers what the first call did: a real service looks the
         # key up before any business rule runs, so it cannot decline an effect it has already made.
-        already_applied = self.ledger.get(spec.name, key) is not None
+        already_applied = await self.ledger.find(spec.name, key) is not None
         fault = self._draw(spec.name, settings, permanent_possible=not already_applied)
         if fault is Fault.TRANSIENT:
             return self._finish(spec, "apply", key, fault, unavailable())
@@ -194,7 +194,7 @@ class Simulators:
         """Await a ledger change, turning a failed write into a JSON 500 (the ledger is then unchanged)."""
         try:
             return await change
-        except OSError as exc:
+        except (OSError, LedgerUnavailable) as exc:
             log.error("cannot write the ledger: %s", exc)
             raise ApiError(500, "LedgerWriteFailed", f"the ledger could not be written: {exc}") from exc
 
@@ -252,15 +252,20 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def create_app(data_dir: Path, seed: int | None = None) -> Starlette:
-    """The simulators' Starlette app, with the ledger kept in ``data_dir``.
+def create_app(
+    data_dir: Path | None, seed: int | None = None, ledger: LedgerStore | None = None
+) -> Starlette:
+    """The simulators' Starlette app, with the ledger ``ledger`` or else a ledger file in ``data_dir``.
 
     ``seed`` makes the fault draws reproducible. Raises ``LedgerError`` if an existing ledger file in
     ``data_dir`` cannot be read. The state is at ``app.state.simulators``.
     """
-    ledger = Ledger.load(data_dir)
+    if ledger is None:
+        if data_dir is None:
+            raise ValueError("create_app needs a data directory or a ledger")
+        ledger = Ledger.load(data_dir)
     simulators = Simulators(ledger, FaultInjector(seed))
-    log.info("ledger %s holds %d keys; fault seed %s", ledger.path, ledger.count(), seed)
+    log.info("ledger %s; fault seed %s", ledger.location, seed)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -278,7 +283,7 @@ def create_app(data_dir: Path, seed: int | None = None) -> Starlette:
         return JSONResponse(simulators.faults.profile())
 
     async def get_ledger(request: Request) -> Response:
-        return JSONResponse(simulators.ledger.snapshot())
+        return JSONResponse(await simulators.ledger.entries())
 
     async def get_stats(request: Request) -> Response:
         return JSONResponse(simulators.stats.snapshot())
@@ -295,7 +300,12 @@ def create_app(data_dir: Path, seed: int | None = None) -> Starlette:
 
     app = Starlette(
         routes=routes,
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _server_error},
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            LedgerUnavailable: _ledger_unavailable,
+            Exception: _server_error,
+        },
     )
     app.state.simulators = simulators
     return app
@@ -331,6 +341,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
     message = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
     return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def _ledger_unavailable(request: Request, exc: Exception) -> Response:
+    # A read of the ledger failed (a write failing is LedgerWriteFailed): worth a retry.
+    return error_response(503, "LedgerUnavailable", str(exc))
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

@@ -1,16 +1,23 @@
-"""The ledger: which effects each simulated service has applied and compensated, kept on disk.
+"""The ledger: which effects each simulated service has applied and compensated.
 
 The ledger is the simulators' ground truth, the thing a test compares with what the order-processing
 system believes happened. So it only ever records what a caller could observe: an entry exists once an
 effect has been applied (``applied`` is then 1) and ``compensated`` becomes 1 at most once.
 
-Every change is written to a temporary file in the data directory, flushed to disk and renamed over the
-ledger file, and only then made visible in memory and answered: a crash leaves either the old or the new
-ledger, never half of one, and no caller is told about an effect the file does not hold.
+:class:`LedgerStore` is what the simulators need from a ledger. Two stores implement it: :class:`Ledger`
+here, a file on the local disk, for the standalone ``remote-simulators`` process (one process, one
+file), and ``table_ledger.TableLedger``, a table shared by every instance of a Function App that hosts
+the simulators (a file on one instance's disk would let a retry that lands elsewhere apply twice).
+
+In the file ledger, every change is written to a temporary file in the data directory, flushed to disk
+and renamed over the ledger file, and only then made visible in memory and answered: a crash leaves
+either the old or the new ledger, never half of one, and no caller is told about an effect the file
+does not hold.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -31,8 +38,15 @@ log = logging.getLogger(__name__)
 Entries = dict[ServiceName, dict[str, LedgerEntry]]
 
 
+Snapshot = dict[str, dict[str, dict[str, str | int]]]
+
+
 class LedgerError(Exception):
     """The ledger file cannot be read: the simulators refuse to start rather than lose what it held."""
+
+
+class LedgerUnavailable(Exception):
+    """The ledger's storage did not answer or refused a request; the ledger is as it was before the call."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +60,38 @@ class Change:
     changed: bool
 
 
-class Ledger:
-    """The applied/compensated state of every key of every service, persisted after each change."""
+class LedgerStore(abc.ABC):
+    """Where the simulators record effects: apply once per idempotency key, compensate at most once.
+
+    Implementations must keep these rules when several callers (tasks, processes, instances) act on one
+    key at once: exactly one apply of a key reports ``changed``, and exactly one compensation does.
+    Failures of the storage raise ``OSError`` or :class:`LedgerUnavailable` and change nothing.
+    """
+
+    @property
+    @abc.abstractmethod
+    def location(self) -> str:
+        """Where the ledger is kept, for log lines."""
+
+    @abc.abstractmethod
+    async def find(self, service: ServiceName, key: str) -> LedgerEntry | None:
+        """The entry of one key, or None if the key was never applied."""
+
+    @abc.abstractmethod
+    async def entries(self) -> Snapshot:
+        """Every entry in its JSON form, every service present even when it has no entries."""
+
+    @abc.abstractmethod
+    async def apply(self, service: ServiceName, key: str, order_id: str) -> Change:
+        """Record the effect of ``key`` as applied, unless it already is (then nothing changes)."""
+
+    @abc.abstractmethod
+    async def compensate(self, service: ServiceName, key: str) -> Change:
+        """Record the effect of ``key`` as compensated: once, and only if it was applied."""
+
+
+class Ledger(LedgerStore):
+    """The applied/compensated state of every key of every service, in a file persisted after each change."""
 
     def __init__(self, path: Path, entries: Entries | None = None) -> None:
         self.path = path
@@ -82,11 +126,24 @@ class Ledger:
             raise LedgerError(f"the ledger {path} is not valid: {exc}") from exc
         return cls(path, stored.services)
 
+    @property
+    def location(self) -> str:
+        """The ledger file."""
+        return str(self.path)
+
     def get(self, service: ServiceName, key: str) -> LedgerEntry | None:
         """The entry of one key, or None if the key was never applied."""
         return self._entries[service].get(key)
 
-    def snapshot(self) -> dict[str, dict[str, dict[str, str | int]]]:
+    async def find(self, service: ServiceName, key: str) -> LedgerEntry | None:
+        """The entry of one key (from memory: the file only ever follows it)."""
+        return self.get(service, key)
+
+    async def entries(self) -> Snapshot:
+        """Every entry in its JSON form."""
+        return self.snapshot()
+
+    def snapshot(self) -> Snapshot:
         """Every entry in its JSON form, every service present even when it has no entries."""
         return {
             service: {key: entry.wire() for key, entry in by_key.items()}

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from devhost.bindings import FunctionSpec, describe_function
-from devhost.http_host import HttpHost, compile_route
+from devhost.http_host import HostKeys, HttpHost, compile_route
 from devhost.invocation import Invoker
 
 
@@ -56,8 +56,8 @@ class Client:
 def serve(executor: ThreadPoolExecutor) -> Callable[..., Client]:
     """A client for an app's HTTP functions under the given route prefix."""
 
-    def make(app: func.FunctionApp, prefix: str = "api") -> Client:
-        return Client(HttpHost(specs_of(app), prefix, Invoker(executor, Path("."))))
+    def make(app: func.FunctionApp, prefix: str = "api", keys: HostKeys | None = None) -> Client:
+        return Client(HttpHost(specs_of(app), prefix, Invoker(executor, Path(".")), keys))
 
     return make
 
@@ -225,3 +225,66 @@ def test_request_details_reach_the_function(serve: Callable[..., Client]) -> Non
         "json": {"n": 1},
         "agent": "tests",
     }
+
+
+def leveled_app() -> func.FunctionApp:
+    """One function per auth level; the app's default level is function."""
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+    @app.route(route="open", auth_level=func.AuthLevel.ANONYMOUS)
+    def open_route(req: func.HttpRequest) -> str:
+        return "open"
+
+    @app.route(route="keyed")
+    def keyed(req: func.HttpRequest) -> str:
+        return "keyed"
+
+    @app.route(route="control", auth_level=func.AuthLevel.ADMIN)
+    def control(req: func.HttpRequest) -> str:
+        return "control"
+
+    return app
+
+
+def test_keys_are_not_checked_unless_given(serve: Callable[..., Client]) -> None:
+    client = serve(leveled_app())
+
+    assert [client.get(f"/api/{name}").status_code for name in ("open", "keyed", "control")] == [200] * 3
+
+
+def test_given_keys_are_checked_per_auth_level(serve: Callable[..., Client]) -> None:
+    client = serve(leveled_app(), keys=HostKeys(function_key="f-key", master_key="m-key"))
+
+    def status(path: str, key: str | None = None, *, in_query: bool = False) -> int:
+        if key is None:
+            return client.get(path).status_code
+        if in_query:
+            return client.get(path, params={"code": key}).status_code
+        return client.get(path, headers={"x-functions-key": key}).status_code
+
+    assert status("/api/open") == 200
+    assert [status("/api/keyed"), status("/api/keyed", "wrong"), status("/api/keyed", "f-key")] == [
+        401,
+        401,
+        200,
+    ]
+    assert status("/api/keyed", "f-key", in_query=True) == 200
+    assert status("/api/keyed", "m-key") == 200, "the master key opens function-level routes too"
+    assert [status("/api/control"), status("/api/control", "f-key"), status("/api/control", "m-key")] == [
+        401,
+        401,
+        200,
+    ]
+    assert status("/api/control", "m-key", in_query=True) == 200
+    assert status("/admin/host/status", "f-key") == 401
+    assert status("/admin/host/status", "m-key") == 200
+    refused = client.get("/api/keyed")
+    assert refused.json()["error"]["code"] == "Unauthorized"
+    assert client.get("/api/missing").status_code == 404, "an unknown route is still a 404"
+
+
+def test_without_a_master_key_admin_routes_are_closed(serve: Callable[..., Client]) -> None:
+    client = serve(leveled_app(), keys=HostKeys(function_key="f-key"))
+
+    assert client.get("/api/keyed", headers={"x-functions-key": "f-key"}).status_code == 200
+    assert client.get("/api/control", headers={"x-functions-key": "f-key"}).status_code == 401

@@ -256,3 +256,24 @@ def test_timer_fires_every_second(worker: RunningWorker) -> None:
     runs = worker.records("timer")[before:]
     assert all(run["past_due"] is False for run in runs)
     assert 0.5 < runs[1]["at"] - runs[0]["at"] < 1.5
+
+
+def test_key_flags_turn_on_the_checks(
+    toy_emulator: RunningEmulator, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    directory = tmp_path_factory.mktemp("keyed-worker")
+    running = start_worker(
+        toy_environment(toy_emulator, directory),
+        directory / "worker.log",
+        extra_args=("--function-key", "f-key", "--master-key", "m-key"),
+    )
+    try:
+        wait_ready(running)
+        status = running.url("/admin/host/status")
+        assert httpx.get(status).status_code == 401
+        assert httpx.get(status, headers={"x-functions-key": "f-key"}).status_code == 401
+        assert httpx.get(status, params={"code": "m-key"}).status_code == 200
+        assert httpx.get(running.url("/api/text")).status_code == 200, "the toy app's routes are anonymous"
+        assert "keys checked" in running.log()
+    finally:
+        stop_process(running.process)

@@ -144,16 +144,27 @@ def start_stack(
     workers: int = 1,
     extra_env: dict[str, str] | None = None,
     port: int | None = None,
+    function_key: str | None = None,
+    master_key: str | None = None,
 ) -> LocalStack:
-    """Start orders-devhost on free ports and wait until its HTTP API answers."""
+    """Start orders-devhost on free ports and wait until its HTTP API answers.
+
+    With keys the devhost checks them; the stack's ``api`` client then sends the function key.
+    """
     try:
         running = launch.start(
-            data_dir, workers=workers, env={**FAST_SETTINGS, **(extra_env or {})}, port=port
+            data_dir,
+            workers=workers,
+            env={**FAST_SETTINGS, **(extra_env or {})},
+            port=port,
+            function_key=function_key,
+            master_key=master_key,
         )
     except RuntimeError as exc:
         log = data_dir / "devhost.out"
         raise AssertionError(f"{exc}\n{log.read_text() if log.exists() else ''}") from exc
-    api = httpx.Client(base_url=running.api_url, timeout=10)
+    headers = {"x-functions-key": function_key} if function_key else None
+    api = httpx.Client(base_url=running.api_url, timeout=10, headers=headers)
     sims = httpx.Client(base_url=running.simulators_url, timeout=10)
     return LocalStack(running, data_dir, api, sims, running.sb_port)
 

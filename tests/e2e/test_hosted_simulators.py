@@ -1,13 +1,29 @@
-"""A deployment with no remote services: the app serves the simulators itself and still processes orders."""
+"""A deployment with no remote services: the app serves the simulators itself and still processes orders.
+
+The devhost checks keys here as Azure does: the simulators' service calls need a function key (the
+agents send SIMULATORS_KEY), their controls the master key, and the ledger is the table next to the
+state table, as on every instance of a deployed app.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
+from azure.data.tables import TableClient
 
+from devhost import azurite
 from servicebus_emulator.launcher import free_port
+from simulators.table_ledger import ledger_table_name
 from tests.e2e.conftest import LocalStack, start_stack, stop_stack
+
+FUNCTION_KEY = f"function-{uuid.uuid4().hex}"
+MASTER_KEY = f"master-{uuid.uuid4().hex}"
+MASTER = {"x-functions-key": MASTER_KEY}
+CHARGE = {"orderId": "o-keys", "amount": 10.0, "currency": "EUR"}
 
 
 @pytest.fixture(scope="module")
@@ -16,33 +32,94 @@ def self_contained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSt
     own = f"http://127.0.0.1:{port}/api/sim"
     env = {
         "ENABLE_SIMULATORS": "true",
-        "SIMULATORS_DATA_DIR": str(tmp_path_factory.mktemp("hosted-ledger")),
         "INVENTORY_SERVICE_URL": own,
         "PAYMENT_SERVICE_URL": own,
         "SHIPPING_SERVICE_URL": own,
+        "SIMULATORS_KEY": FUNCTION_KEY,
     }
-    stack = start_stack(tmp_path_factory.mktemp("devhost-hosted"), workers=1, extra_env=env, port=port)
+    stack = start_stack(
+        tmp_path_factory.mktemp("devhost-hosted"),
+        workers=1,
+        extra_env=env,
+        port=port,
+        function_key=FUNCTION_KEY,
+        master_key=MASTER_KEY,
+    )
     try:
         yield stack
     finally:
         stop_stack(stack)
 
 
+def ledger_rows(stack: LocalStack) -> list[dict[str, Any]]:
+    """The hosted simulators' ledger table, read straight from the stack's Azurite."""
+    connection = azurite.table_connection_string(stack.devhost.azurite_port)
+    table = TableClient.from_connection_string(connection, ledger_table_name("orders"))
+    return [dict(row) for row in table.list_entities()]
+
+
+def test_the_simulators_take_only_the_right_keys(self_contained: LocalStack) -> None:
+    with httpx.Client(base_url=self_contained.devhost.api_url, timeout=10) as anonymous:
+
+        def charge(headers: dict[str, str] | None, key: str) -> int:
+            headers = {"Idempotency-Key": key, **(headers or {})}
+            return anonymous.post("/api/sim/payment/charges", json=CHARGE, headers=headers).status_code
+
+        assert charge(None, "k-none") == 401
+        assert charge({"x-functions-key": "not-the-key"}, "k-wrong") == 401
+        assert charge({"x-functions-key": FUNCTION_KEY}, "k-function") == 201
+        refund = anonymous.post("/api/sim/payment/charges/k-function/refund", params={"code": FUNCTION_KEY})
+        assert refund.status_code == 200, refund.text
+
+        function = {"x-functions-key": FUNCTION_KEY}
+        for method, path in (("GET", "ledger"), ("GET", "stats"), ("GET", "faults"), ("POST", "faults")):
+            body = {} if method == "POST" else None
+            assert anonymous.request(method, f"/api/sim/{path}", json=body).status_code == 401, path
+            denied = anonymous.request(method, f"/api/sim/{path}", json=body, headers=function)
+            assert denied.status_code == 401, f"{path} must refuse a function key"
+            allowed = anonymous.request(method, f"/api/sim/{path}", json=body, headers=MASTER)
+            assert allowed.status_code == 200, f"{path}: {allowed.text}"
+        # The service function forwards only the services' paths: a function key reaches no control.
+        assert anonymous.post("/api/sim/faults/x/y", json={}, headers=function).status_code == 404
+        assert anonymous.get("/api/sim/ledger", params={"code": MASTER_KEY}).status_code == 200
+
+    # Refused calls never reached the simulators.
+    keys = {row["Key"] for row in ledger_rows(self_contained)}
+    assert "k-function" in keys and not keys & {"k-none", "k-wrong"}
+
+
 def test_orders_are_processed_against_the_apps_own_simulators(self_contained: LocalStack) -> None:
     order_id = self_contained.submit()
     assert self_contained.wait_terminal(order_id)["processState"] == "Processed"
-    hosted = self_contained.api.get("/api/sim/ledger").json()
+    hosted = self_contained.api.get("/api/sim/ledger", headers=MASTER).json()
     assert {s: [e["applied"] for e in hosted[s].values() if e["orderId"] == order_id] for s in hosted} == {
         "inventory": [1],
         "payment": [1],
         "shipping": [1],
     }
+    # The effects are in the ledger table, where every instance of the app would see them.
+    rows = [row for row in ledger_rows(self_contained) if row["OrderId"] == order_id]
+    assert sorted((row["PartitionKey"], row["Applied"], row["Compensated"]) for row in rows) == [
+        ("inventory", 1, 0),
+        ("payment", 1, 0),
+        ("shipping", 1, 0),
+    ]
     # The separate simulator process was not used.
     assert not any(e["orderId"] == order_id for s in self_contained.ledger().values() for e in s.values())
 
 
 def test_the_hosted_simulators_take_fault_profiles(self_contained: LocalStack) -> None:
-    response = self_contained.api.post("/api/sim/faults", json={"shipping": {"permanentRate": 1}})
+    response = self_contained.api.post(
+        "/api/sim/faults", json={"shipping": {"permanentRate": 1}}, headers=MASTER
+    )
     assert response.status_code == 200, response.text
-    order_id = self_contained.submit()
-    assert self_contained.wait_terminal(order_id)["processState"] == "Compensated"
+    try:
+        order_id = self_contained.submit()
+        assert self_contained.wait_terminal(order_id)["processState"] == "Compensated"
+        rows = {row["PartitionKey"]: row for row in ledger_rows(self_contained) if row["OrderId"] == order_id}
+        assert {service: row["Compensated"] for service, row in rows.items()} == {
+            "inventory": 1,
+            "payment": 1,
+        }
+    finally:
+        self_contained.api.post("/api/sim/faults", json={"shipping": {}}, headers=MASTER)

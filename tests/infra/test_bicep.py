@@ -24,6 +24,7 @@ from adapters.table_store import watch_table_name
 from engine import queues, telemetry
 from orders.settings import SETTING_NAMES
 from orders.workflow import FULFILMENT
+from simulators.table_ledger import ledger_table_name
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -275,7 +276,7 @@ def test_every_connection_is_identity_based() -> None:
 
 def test_empty_service_urls_point_at_the_hosted_simulators() -> None:
     app = (ROOT / "function_app.py").read_text()
-    assert '"ENABLE_SIMULATORS"' in app and 'route="sim/{*path}"' in app, "the app serves them under /api/sim"
+    assert '"ENABLE_SIMULATORS"' in app and 'route="sim/' in app, "the app serves them under /api/sim"
     settings = app_settings()
     assert variable(APP / "function-app.bicep", "simulatorsUrl") == "${baseUrl}/api/sim"
     for name, param in (
@@ -292,6 +293,35 @@ def test_empty_service_urls_point_at_the_hosted_simulators() -> None:
         "true",
         "false",
     )
+
+
+def test_the_hosted_simulators_get_a_function_key_that_is_never_output() -> None:
+    main = parsed(INFRA / "main.bicep")
+    param = main["parameters"]["simulatorsKey"]
+    assert {"type": "secure"} in param["decorators"], "the key is a @secure() parameter"
+    assert param["default"] == {"function": {"type": "new_guid"}}
+    assert main["modules"]["api"]["config"]["params"]["simulatorsKey"] == "simulatorsKey"
+    app = parsed(APP / "function-app.bicep")
+    assert {"type": "secure"} in app["parameters"]["simulatorsKey"]["decorators"]
+
+    (key,) = [r for r in app["resources"].values() if r["type"] == "Microsoft.Web/sites/host/functionKeys"]
+    assert key["api_version"] == "2024-04-01"
+    assert key["config"]["condition"] == "useSimulators", "only when the app serves the simulators"
+    config = key["config"]["config"]
+    # A host-level function key: the platform routes PUT .../host/default/functionKeys/<name>.
+    assert config["name"] == "${name}/default/${simulatorsKeyName}"
+    assert config["properties"] == {"name": "simulatorsKeyName", "value": "simulatorsKey"}
+    assert config["dependsOn"] == ["site"]
+
+    enabled = app_settings()["SIMULATORS_KEY"]["operator"]["operands"]
+    assert (enabled["condition"], enabled["true_value"], enabled["false_value"]) == (
+        "useSimulators",
+        "simulatorsKey",
+        "",
+    )
+    for path in BICEP_FILES:
+        for name, output in parsed(path).get("outputs", {}).items():
+            assert "simulatorsKey" not in set(strings(output)), f"{path.name}: output {name} holds the key"
 
 
 def test_the_function_app_is_python_311_on_flex_consumption_with_the_identity() -> None:
@@ -443,10 +473,14 @@ def test_storage_accepts_entra_id_only_and_holds_the_state_tables() -> None:
         {"name": "deploymentContainerName", "publicAccess": "None"}
     ]
     tables = [t["name"] for t in account["tableServices"]["tables"]]
-    assert tables == ["stateTableName", "${stateTableName}watch"]
-    # with the default name: orders and orderswatch, as the store adapter expects
+    assert tables == ["stateTableName", "${stateTableName}watch", "${stateTableName}sim"]
+    # with the default name: orders, orderswatch and orderssim, as the store and the simulators expect
     default = parsed(INFRA / "main.bicep")["parameters"]["stateTableName"]["default"]
-    assert [default, f"{default}watch"] == ["orders", watch_table_name("orders")]
+    assert [default, f"{default}watch", f"{default}sim"] == [
+        "orders",
+        watch_table_name("orders"),
+        ledger_table_name("orders"),
+    ]
 
 
 def test_service_bus_is_standard_with_local_auth_disabled() -> None:

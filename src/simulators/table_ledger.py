@@ -1,0 +1,197 @@
+"""The simulators' ledger in an Azure table, shared by every instance of the app that hosts them.
+
+The Flex Consumption plan runs a Function App on several instances, and a retried call may land on any
+of them: the ledger must be one record that all of them see. It lives in the state store's account, in
+its own table (:func:`ledger_table_name`), one entity per service and idempotency key:
+
+- PartitionKey is the service, RowKey the SHA-256 of the key (keys may hold ``/``, ``#``, ``?`` or
+  control characters, which a RowKey may not, and may be longer than is wise for a key); the key itself
+  is kept in the ``Key`` property.
+- An apply inserts the entity (insert fails if it exists, so of two instances racing on one key exactly
+  one applies it); the loser reads the winner's entry and answers as a replay.
+- A compensation reads the entity and updates it only if its ETag is unchanged (``If-Match``); on a
+  412 it reads again, finds the compensation the other instance made, and changes nothing.
+
+The SDK's synchronous client runs in worker threads (``asyncio.to_thread``): its asynchronous client
+needs aiohttp, which the app does not otherwise install, and these calls are a demo's, not the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableClient, TableEntity, UpdateMode
+
+from .ledger import Change, LedgerStore, LedgerUnavailable, Snapshot
+from .models import SERVICES, LedgerEntry, ServiceName
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_TABLE = "orders"
+# Rounds of read-then-conditional-update a compensation tries; each lost round means another caller
+# changed the entity, and once it is compensated the next read ends the loop.
+MAX_UPDATE_ROUNDS = 5
+
+T = TypeVar("T")
+
+
+def ledger_table_name(state_table: str) -> str:
+    """The ledger table that goes with a state table (as the watch table does)."""
+    return f"{state_table}sim"
+
+
+def row_key(key: str) -> str:
+    """The RowKey of an idempotency key: valid whatever characters the key holds."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _entry(entity: Mapping[str, Any]) -> LedgerEntry:
+    return LedgerEntry(
+        order_id=str(entity["OrderId"]),
+        applied=1 if entity.get("Applied") else 0,
+        compensated=1 if entity.get("Compensated") else 0,
+    )
+
+
+class TableLedger(LedgerStore):
+    """:class:`LedgerStore` on one table; any number of processes may share it."""
+
+    def __init__(self, table: TableClient, *, create_table: bool = False) -> None:
+        self.table = table
+        # Locally (Azurite) the table is created on first use; in Azure the Bicep creates it and the
+        # app's identity needs no right to create tables.
+        self._create_table = create_table
+        self._table_ready = not create_table
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, environ: Mapping[str, str]) -> TableLedger | None:
+        """The ledger in the state store's account, or None if no state store is configured.
+
+        Reads the app's own settings: ``STATE_STORE_CONNECTION`` (a connection string, local) or
+        ``STATE_STORE_ENDPOINT`` with ``AZURE_CLIENT_ID`` (a managed identity, Azure), and
+        ``STATE_TABLE_NAME``.
+        """
+        table_name = ledger_table_name(environ.get("STATE_TABLE_NAME") or DEFAULT_STATE_TABLE)
+        connection = environ.get("STATE_STORE_CONNECTION")
+        if connection:
+            return cls(TableClient.from_connection_string(connection, table_name), create_table=True)
+        endpoint = environ.get("STATE_STORE_ENDPOINT")
+        if not endpoint:
+            return None
+        from azure.identity import DefaultAzureCredential  # only needed in Azure
+
+        credential = DefaultAzureCredential(managed_identity_client_id=environ.get("AZURE_CLIENT_ID"))
+        return cls(TableClient(endpoint=endpoint, table_name=table_name, credential=credential))
+
+    @property
+    def location(self) -> str:
+        """The table's URL."""
+        return f"{self.table.url}/{self.table.table_name}"
+
+    # ---- LedgerStore -------------------------------------------------------------------------------
+    async def find(self, service: ServiceName, key: str) -> LedgerEntry | None:
+        """The entry of one key, read from the table."""
+        entity = await self._run(self._read, service, key)
+        return None if entity is None else _entry(entity)
+
+    async def entries(self) -> Snapshot:
+        """Every entry of the table (one query, paged by the SDK)."""
+        return await self._run(self._entries)
+
+    async def apply(self, service: ServiceName, key: str, order_id: str) -> Change:
+        """Insert the key's entry; if it exists already, answer it unchanged."""
+        return await self._run(self._apply, service, key, order_id)
+
+    async def compensate(self, service: ServiceName, key: str) -> Change:
+        """Mark the key's entry compensated with an ETag-conditional update, once."""
+        return await self._run(self._compensate, service, key)
+
+    # ---- in a worker thread --------------------------------------------------------------------------
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        # Shielded like the file ledger: a cancelled request must not abandon a write half way.
+        return await asyncio.shield(asyncio.to_thread(self._guarded, call, *args))
+
+    def _guarded(self, call: Callable[..., T], *args: Any) -> T:
+        try:
+            self._ensure_table()
+            return call(*args)
+        except AzureError as exc:
+            log.error("ledger table %s: %s", self.table.table_name, exc)
+            raise LedgerUnavailable(f"the ledger table did not answer: {exc}") from exc
+
+    def _ensure_table(self) -> None:
+        if self._table_ready:
+            return
+        with self._lock:
+            if not self._table_ready:
+                with contextlib.suppress(ResourceExistsError):
+                    self.table.create_table()
+                self._table_ready = True
+
+    def _read(self, service: ServiceName, key: str) -> TableEntity | None:
+        try:
+            return self.table.get_entity(service, row_key(key))
+        except ResourceNotFoundError:
+            return None
+
+    def _entries(self) -> Snapshot:
+        snapshot: Snapshot = {service: {} for service in SERVICES}
+        for entity in self.table.list_entities():
+            service = entity["PartitionKey"]
+            if service in snapshot:
+                snapshot[service][str(entity["Key"])] = _entry(entity).wire()
+        return snapshot
+
+    def _apply(self, service: ServiceName, key: str, order_id: str) -> Change:
+        entry = LedgerEntry(order_id=order_id, applied=1, compensated=0)
+        entity = {
+            "PartitionKey": service,
+            "RowKey": row_key(key),
+            "Key": key,
+            "OrderId": order_id,
+            "Applied": 1,
+            "Compensated": 0,
+        }
+        try:
+            self.table.create_entity(entity)
+        except ResourceExistsError:
+            existing = self._read(service, key)
+            if existing is None:  # entries are never deleted, so this is a storage fault
+                raise LedgerUnavailable(f"{service} key {key!r} exists and cannot be read") from None
+            return Change(_entry(existing), changed=False)
+        return Change(entry, changed=True)
+
+    def _compensate(self, service: ServiceName, key: str) -> Change:
+        for _ in range(MAX_UPDATE_ROUNDS):
+            existing = self._read(service, key)
+            # A key never applied gets no entry: there is nothing to undo (as in the file ledger).
+            if existing is None:
+                return Change(None, changed=False)
+            entry = _entry(existing)
+            if entry.compensated:
+                return Change(entry, changed=False)
+            try:
+                self.table.update_entity(
+                    {"PartitionKey": service, "RowKey": row_key(key), "Compensated": 1},
+                    mode=UpdateMode.MERGE,
+                    etag=existing.metadata["etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except ResourceModifiedError:
+                continue  # someone changed the entity since the read: read it again
+            return Change(entry.model_copy(update={"compensated": 1}), changed=True)
+        raise LedgerUnavailable(f"{service} key {key!r} kept changing during {MAX_UPDATE_ROUNDS} updates")

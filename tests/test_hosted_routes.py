@@ -1,0 +1,71 @@
+"""function_app.py with ENABLE_SIMULATORS: two functions, keys by auth level, and no path reaches both.
+
+The app is imported in a child process, so the setting does not change the app other tests import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in the child: describe the simulator functions and which of them each path would reach.
+PROBE = """
+import json, sys
+from devhost.bindings import load_functions
+from devhost.http_host import compile_route
+from simulators.hosted import is_control_path, is_service_path
+
+specs = {s.name: s for s in load_functions(sys.argv[1]) if s.name.startswith("simulators")}
+routes = {name: compile_route(spec) for name, spec in specs.items()}
+paths = json.loads(sys.argv[2])
+print(json.dumps({
+    "functions": {n: [s.route, s.auth_level, sorted(s.methods or [])] for n, s in specs.items()},
+    "reached": {p: sorted(n for n, r in routes.items() if r.match(p.removeprefix("/api")) is not None)
+                for p in paths},
+    "service": {p: is_service_path(p) for p in paths},
+    "control": {p: is_control_path(p) for p in paths},
+}))
+"""
+SERVICE_PATHS = [
+    "/api/sim/inventory/reservations",
+    "/api/sim/payment/charges",
+    "/api/sim/payment/charges/o-1%3Apayment/refund",
+    "/api/sim/shipping/shipments/a/b/cancel",
+]
+CONTROL_PATHS = ["/api/sim/faults", "/api/sim/ledger", "/api/sim/stats", "/api/sim/health"]
+NEITHER = ["/api/sim/faults/x/y", "/api/sim/inventory/other", "/api/sim/nothing"]
+
+
+def probe(data_dir: Path) -> dict[str, Any]:
+    env = {**os.environ, "ENABLE_SIMULATORS": "true", "SIMULATORS_DATA_DIR": str(data_dir)}
+    env.pop("STATE_STORE_CONNECTION", None)
+    paths = json.dumps(SERVICE_PATHS + CONTROL_PATHS + NEITHER)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(ROOT), paths], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_services_take_a_function_key_and_controls_the_master_key(tmp_path: Path) -> None:
+    result = probe(tmp_path)
+
+    assert result["functions"] == {
+        "simulators": ["sim/{service}/{collection}/{*rest}", "function", ["POST"]],
+        "simulators_control": ["sim/{control}", "admin", ["GET", "POST"]],
+    }
+    for path in SERVICE_PATHS:
+        assert result["reached"][path] == ["simulators"], path
+        assert result["service"][path] and not result["control"][path], path
+    for path in CONTROL_PATHS:
+        assert result["reached"][path] == ["simulators_control"], path
+        assert result["control"][path] and not result["service"][path], path
+    for path in NEITHER:
+        # A route may match, but the function it reaches forwards nothing that is not its own.
+        assert not result["service"][path] and not result["control"][path], path
