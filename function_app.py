@@ -128,8 +128,8 @@ def supervisor(timer: func.TimerRequest) -> None:
 
 
 # ---- Remote-service simulators, for a deployment with no real remote services (ENABLE_SIMULATORS=true) ----
-# Two functions, so the platform checks the keys: the services' calls need a function key (the agents
-# send SIMULATORS_KEY), the controls (faults, ledger, stats, health) the host's master key. Their
+# Two functions with different keys: the services' calls need SIMULATORS_KEY (the agents send it; the
+# simulators check it), the controls (faults, ledger, stats, health) the host's master key. Their
 # templates cannot both match one path (a control is one segment, a service call two or more), and each
 # function forwards only its own paths, whatever the host's route precedence.
 if os.environ.get("ENABLE_SIMULATORS", "").lower() == "true":
@@ -142,7 +142,7 @@ if os.environ.get("ENABLE_SIMULATORS", "").lower() == "true":
         return func.HttpResponse(json.dumps(body), status_code=404, mimetype="application/json")
 
     @app.route(
-        route="sim/{service}/{collection}/{*rest}", methods=["POST"], auth_level=func.AuthLevel.FUNCTION
+        route="sim/{service}/{collection}/{*rest}", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS
     )
     async def simulators(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
         """The inventory, payment and shipping simulators' apply and compensate calls (demo only)."""

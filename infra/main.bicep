@@ -46,7 +46,7 @@ param shippingServiceUrl string = ''
 
 @secure()
 //checkov:skip=CKV_AZURE_131:the default is newGuid(), a fresh random value each deployment, not a value written here
-@description('SIMULATORS_KEY: the function key the agents send to the simulators the app hosts when a service URL is empty (the key "simulators" on the app\'s host; their controls take only the master key). A new value each deployment unless set.')
+@description('SIMULATORS_KEY: the key the agents send to the simulators the app hosts when a service URL is empty; the simulators refuse service calls without it (their controls take only the host\'s master key). A new value each deployment unless set.')
 param simulatorsKey string = newGuid()
 
 @minValue(1)

@@ -53,11 +53,11 @@ def probe(data_dir: Path) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_services_take_a_function_key_and_controls_the_master_key(tmp_path: Path) -> None:
+def test_services_are_checked_by_the_simulators_and_controls_take_the_master_key(tmp_path: Path) -> None:
     result = probe(tmp_path)
 
     assert result["functions"] == {
-        "simulators": ["sim/{service}/{collection}/{*rest}", "function", ["POST"]],
+        "simulators": ["sim/{service}/{collection}/{*rest}", "anonymous", ["POST"]],
         "simulators_control": ["sim/{control}", "admin", ["GET", "POST"]],
     }
     for path in SERVICE_PATHS:

@@ -71,7 +71,7 @@ param paymentServiceUrl string
 param shippingServiceUrl string
 
 @secure()
-@description('SIMULATORS_KEY: the function key the agents send to the simulators this app hosts; created on the app\'s host as the key "simulators".')
+@description('SIMULATORS_KEY: the key the agents send to the simulators this app hosts (x-simulators-key); their service calls are refused without it.')
 param simulatorsKey string
 
 var storageSuffix = environment().suffixes.storage
@@ -79,7 +79,6 @@ var baseUrl = 'https://${name}.azurewebsites.net'
 // function_app.py serves the three simulators under /api/sim when ENABLE_SIMULATORS is true.
 var simulatorsUrl = '${baseUrl}/api/sim'
 var useSimulators = empty(inventoryServiceUrl) || empty(paymentServiceUrl) || empty(shippingServiceUrl)
-var simulatorsKeyName = 'simulators'
 
 var appSettings = {
   // Functions host storage (timer leases, keys), identity-based.
@@ -108,7 +107,7 @@ var appSettings = {
   PAYMENT_SERVICE_URL: empty(paymentServiceUrl) ? simulatorsUrl : paymentServiceUrl
   SHIPPING_SERVICE_URL: empty(shippingServiceUrl) ? simulatorsUrl : shippingServiceUrl
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'
-  // Sent as x-functions-key to the service URLs under /api/sim only (orders.settings.service_keys).
+  // Sent as x-simulators-key to the service URLs under /api/sim only (orders.settings.service_keys).
   SIMULATORS_KEY: useSimulators ? simulatorsKey : ''
 }
 
@@ -175,22 +174,6 @@ module site 'br/public:avm/res/web/site:0.24.0' = {
       }
     ]
   }
-}
-
-// The simulators' service calls take a function key, their controls only the master key (which the
-// platform creates). A named host key with a value chosen here, so the same value can be the app
-// setting SIMULATORS_KEY and nothing ever reads keys back from the host (no listKeys, no output).
-// The Bicep type library has no definition for this child type (Bicep warns BCP081); the body is the
-// REST API's KeyInfo: PUT .../sites/{name}/host/default/functionKeys/{keyName}, api-version 2024-04-01.
-resource simulatorsFunctionKey 'Microsoft.Web/sites/host/functionKeys@2024-04-01' = if (useSimulators) {
-  name: '${name}/default/${simulatorsKeyName}'
-  properties: {
-    name: simulatorsKeyName
-    value: simulatorsKey
-  }
-  dependsOn: [
-    site
-  ]
 }
 
 @description('Name of the Function App.')

@@ -2,7 +2,7 @@
 
 Each action sends the step's idempotency key on every try, and classifies what comes back: a timeout,
 a connection failure, 408, 429 or 5xx is transient (retry); any other 4xx is a lasting fault. A service
-given a key (the simulators hosted in a Function App) also gets it as ``x-functions-key``.
+given a key (the simulators hosted in a Function App) also gets it as ``x-simulators-key``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from engine.messages import AgentRequest
 from .workflow import INVENTORY, PAYMENT, SHIPPING
 
 _TRANSIENT_STATUS = {408, 429}
-FUNCTION_KEY_HEADER = "x-functions-key"
+SIMULATORS_KEY_HEADER = "x-simulators-key"
 
 
 def _order(request: AgentRequest) -> dict[str, Any]:
@@ -49,7 +49,7 @@ class RemoteServices:
         url = f"{self.urls[agent]}{path}"
         headers = {"Idempotency-Key": request.idempotency_key}
         if agent in self._keys:
-            headers[FUNCTION_KEY_HEADER] = self._keys[agent]
+            headers[SIMULATORS_KEY_HEADER] = self._keys[agent]
         try:
             response = self.client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:

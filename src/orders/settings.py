@@ -36,7 +36,7 @@ class Settings(BaseModel):
     )
     state_shards: int = Field(default=8, ge=1, le=100, alias="STATE_SHARDS")
     azure_client_id: str | None = Field(default=None, alias="AZURE_CLIENT_ID")
-    # A function key of the app that hosts the simulators, sent as x-functions-key (see service_keys).
+    # The key of the simulators the app hosts, sent as x-simulators-key (see service_keys).
     simulators_key: str | None = Field(default=None, alias="SIMULATORS_KEY", repr=False)
 
     def engine(self) -> EngineSettings:
@@ -59,7 +59,7 @@ class Settings(BaseModel):
 
     @property
     def service_keys(self) -> dict[str, str]:
-        """The function key to send, per agent whose service is the hosted simulators (none if unset)."""
+        """The simulators key to send, per agent whose service is the hosted simulators (none if unset)."""
         if not self.simulators_key:
             return {}
         return {

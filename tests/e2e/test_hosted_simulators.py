@@ -1,8 +1,8 @@
 """A deployment with no remote services: the app serves the simulators itself and still processes orders.
 
-The devhost checks keys here as Azure does: the simulators' service calls need a function key (the
-agents send SIMULATORS_KEY), their controls the master key, and the ledger is the table next to the
-state table, as on every instance of a deployed app.
+The devhost checks host keys here as Azure does: the simulators' controls need the master key. Their
+service calls need SIMULATORS_KEY (the agents send it), which the simulators check; a host function key
+is not enough. The ledger is the table next to the state table, as on every instance of a deployed app.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from simulators.table_ledger import ledger_table_name
 from tests.e2e.conftest import LocalStack, start_stack, stop_stack
 
 FUNCTION_KEY = f"function-{uuid.uuid4().hex}"
+SIMULATORS_KEY = f"simulators-{uuid.uuid4().hex}"
 MASTER_KEY = f"master-{uuid.uuid4().hex}"
 MASTER = {"x-functions-key": MASTER_KEY}
 CHARGE = {"orderId": "o-keys", "amount": 10.0, "currency": "EUR"}
@@ -35,7 +36,7 @@ def self_contained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSt
         "INVENTORY_SERVICE_URL": own,
         "PAYMENT_SERVICE_URL": own,
         "SHIPPING_SERVICE_URL": own,
-        "SIMULATORS_KEY": FUNCTION_KEY,
+        "SIMULATORS_KEY": SIMULATORS_KEY,
     }
     stack = start_stack(
         tmp_path_factory.mktemp("devhost-hosted"),
@@ -66,9 +67,15 @@ def test_the_simulators_take_only_the_right_keys(self_contained: LocalStack) -> 
             return anonymous.post("/api/sim/payment/charges", json=CHARGE, headers=headers).status_code
 
         assert charge(None, "k-none") == 401
-        assert charge({"x-functions-key": "not-the-key"}, "k-wrong") == 401
-        assert charge({"x-functions-key": FUNCTION_KEY}, "k-function") == 201
-        refund = anonymous.post("/api/sim/payment/charges/k-function/refund", params={"code": FUNCTION_KEY})
+        assert charge({"x-simulators-key": "not-the-key"}, "k-wrong") == 401
+        assert charge({"x-functions-key": FUNCTION_KEY}, "k-host") == 401, (
+            "a host key is not the simulators key"
+        )
+        assert charge({"x-functions-key": MASTER_KEY}, "k-master") == 401
+        assert charge({"x-simulators-key": SIMULATORS_KEY}, "k-function") == 201
+        refund = anonymous.post(
+            "/api/sim/payment/charges/k-function/refund", headers={"x-simulators-key": SIMULATORS_KEY}
+        )
         assert refund.status_code == 200, refund.text
 
         function = {"x-functions-key": FUNCTION_KEY}
@@ -85,7 +92,7 @@ def test_the_simulators_take_only_the_right_keys(self_contained: LocalStack) -> 
 
     # Refused calls never reached the simulators.
     keys = {row["Key"] for row in ledger_rows(self_contained)}
-    assert "k-function" in keys and not keys & {"k-none", "k-wrong"}
+    assert "k-function" in keys and not keys & {"k-none", "k-wrong", "k-host", "k-master"}
 
 
 def test_orders_are_processed_against_the_apps_own_simulators(self_contained: LocalStack) -> None:
