@@ -19,11 +19,12 @@ SERVICEBUS_STATS = "servicebus.json"
 
 
 class StackCounts(BaseModel):
-    """Service Bus operations per queue and operation, and function executions per function."""
+    """Service Bus operations per queue and operation; executions, failures and wall seconds per function."""
 
     servicebus: dict[str, dict[str, int]] = Field(default_factory=dict)
     executions: dict[str, int] = Field(default_factory=dict)
     failures: dict[str, int] = Field(default_factory=dict)
+    seconds: dict[str, float] = Field(default_factory=dict)
 
     def minus(self, earlier: StackCounts) -> StackCounts:
         """What happened between ``earlier`` and this snapshot."""
@@ -39,6 +40,7 @@ class StackCounts(BaseModel):
             },
             executions=_difference(self.executions, earlier.executions),
             failures=_difference(self.failures, earlier.failures),
+            seconds={k: v - earlier.seconds.get(k, 0.0) for k, v in self.seconds.items()},
         )
 
     def servicebus_total(self, operations: Iterable[str] | None = None) -> int:
@@ -74,12 +76,18 @@ def read_counts(data_dir: Path) -> StackCounts:
     stats_dir = data_dir / "stats"
     executions: dict[str, int] = {}
     failures: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     for path in sorted(stats_dir.glob("worker-*.json")):
         body = json.loads(path.read_text(encoding="utf-8"))
         for name, n in body.get("executions", {}).items():
             executions[name] = executions.get(name, 0) + int(n)
         for name, n in body.get("failures", {}).items():
             failures[name] = failures.get(name, 0) + int(n)
+        for name, t in body.get("seconds", {}).items():
+            seconds[name] = seconds.get(name, 0.0) + float(t)
     return StackCounts(
-        servicebus=read_stats(stats_dir / SERVICEBUS_STATS), executions=executions, failures=failures
+        servicebus=read_stats(stats_dir / SERVICEBUS_STATS),
+        executions=executions,
+        failures=failures,
+        seconds=seconds,
     )

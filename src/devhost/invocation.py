@@ -118,6 +118,7 @@ class Invoker:
         self._running = 0
         self.executions: dict[str, int] = {}
         self.failures: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}  # wall time per function, for GB-s estimates
 
     @property
     def running(self) -> int:
@@ -159,6 +160,7 @@ class Invoker:
             raise
         finally:
             self._running -= 1
+            self.seconds[spec.name] = self.seconds.get(spec.name, 0.0) + time.monotonic() - started
         log.debug(
             "Executed 'Functions.%s' (Succeeded, Id=%s, Duration=%dms, Reason=%s)",
             spec.name,

@@ -42,8 +42,13 @@ STATS_INTERVAL_SECONDS = 0.5
 
 
 def write_execution_stats(path: Path, invoker: Invoker) -> None:
-    """Write the invoker's executions and failures per function to ``path`` (atomically)."""
-    body = {"executions": dict(invoker.executions), "failures": dict(invoker.failures), "pid": os.getpid()}
+    """Write the invoker's executions, failures and wall seconds per function to ``path`` (atomically)."""
+    body = {
+        "executions": dict(invoker.executions),
+        "failures": dict(invoker.failures),
+        "seconds": dict(invoker.seconds),
+        "pid": os.getpid(),
+    }
     tmp = path.with_name(f"{path.name}.tmp")
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True), encoding="utf-8")
     tmp.replace(path)
