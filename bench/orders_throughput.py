@@ -1,6 +1,6 @@
-"""Performance of the order-processing system on the local stack. Run with ``make bench``.
+"""Performance and capacity of the order-processing system on the local stack. Run with ``make bench``.
 
-Prints three things:
+Prints four things:
 
 1. End-to-end orders per second through orders-devhost (no faults, no added latency), next to the raw
    conditional-write rate of the same Azurite measured in the same run: the ceiling, since every
@@ -9,11 +9,17 @@ Prints three things:
    Scheduler and Agents driven in-process against Azurite (messages handed over directly).
 3. The Supervisor's sweep time over the same in-flight work with 1,000 and with 20,000 completed orders
    in the table: it must not grow with completed history (target ratio <= 1.2).
+4. Operations per order, counted where they happen: Service Bus operations per queue by the emulator and
+   function executions per function by the workers, during the end-to-end run (``<data-dir>/stats``);
+   table requests and entities per table by the state-store adapter (in-process run, plus the
+   Supervisor's clean-up sweep). From them, with the published limits and list prices in
+   ``capacity.py``, the orders/s at which each limit is reached and the cost per million orders.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import statistics
 import tempfile
@@ -22,7 +28,7 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,9 @@ from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from pydantic import BaseModel
 
 from adapters.table_store import TableStateStore, shard_of
+from capacity import OrderCounts, Setup, report
 from devhost import azurite, launch
+from devhost.counts import StackCounts, read_counts
 from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
@@ -76,11 +84,26 @@ def conditional_write_rate(connection_string: str, writes: int, threads: int) ->
     return per_thread * threads / (time.perf_counter() - start)
 
 
-def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float]:
+def settled_counts(data_dir: Path, before: StackCounts, orders: int, timeout: float = 60) -> StackCounts:
+    """The counts once every queue the stack reads is drained and every status message is sent."""
+    deadline = time.monotonic() + timeout
+    while True:
+        delta = read_counts(data_dir).minus(before)
+        status = delta.servicebus.get(queues.STATUS_QUEUE, {}).get("send", 0)
+        if delta.drained(ignore=[queues.STATUS_QUEUE]) and status >= 5 * orders:
+            time.sleep(1.0)  # the workers rewrite their files every 0.5 s: let the last one land
+            return read_counts(data_dir).minus(before)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"queues not drained after {timeout}s: {delta.servicebus}")
+        time.sleep(0.2)  # polling files the stack rewrites
+
+
+def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float, StackCounts]:
     env = {"SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
     devhost = launch.start(data_dir, workers=workers, env=env)
     api = httpx.Client(base_url=devhost.api_url, timeout=30)
     try:
+        before = read_counts(data_dir)
         ids = [f"bench-{uuid.uuid4().hex[:12]}" for _ in range(orders)]
         start = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
@@ -95,8 +118,9 @@ def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float]
                 waiting.append(order_id)
                 time.sleep(0.01)  # polling order status over HTTP
         rate = orders / (time.perf_counter() - start)
+        counts = settled_counts(data_dir, before, orders)
         ceiling = conditional_write_rate(azurite.table_connection_string(devhost.azurite_port), 2000, 8)
-        return rate, ceiling
+        return rate, ceiling, counts
     finally:
         api.close()
         devhost.stop()
@@ -113,11 +137,46 @@ class LoopbackSender:
         self.pending.append((queue, body))
 
 
-def operations_per_order(connection_string: str, orders: int) -> tuple[float, float]:
+class ShiftedClock(SystemClock):
+    """The system clock, moved forward: lets a sweep find every finished order's watch entry due."""
+
+    def __init__(self, shift: timedelta) -> None:
+        self.shift = shift
+
+    def now(self) -> datetime:
+        return super().now() + self.shift
+
+
+class TableCounts(BaseModel):
+    """Table figures per order from the in-process run."""
+
+    per_order: float
+    per_transition: float
+    requests: dict[str, float]  # per table, per order, including the Supervisor's clean-up
+    entities: dict[str, float]
+    cleanup_requests: float  # of which the Supervisor's clean-up (load + delete of the watch entry)
+    empty_sweep_requests: int  # one sweep with nothing due
+    log_records: float  # engine log records per order (INFO and up): traces in Application Insights
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def operations_per_order(connection_string: str, orders: int) -> TableCounts:
     service = TableServiceClient.from_connection_string(connection_string)
     store = TableStateStore.from_service(service, "ops" + uuid.uuid4().hex[:10])
     sender = LoopbackSender()
     clock = SystemClock()
+    records = _Records()
+    engine_log = logging.getLogger("engine")
+    engine_log.addHandler(records)
+    engine_log.setLevel(logging.INFO)
     settings = EngineSettings(step_complete_by_seconds=60)
     parts = EngineParts(FULFILMENT, store, sender, clock, settings)
     tasks = TaskService(parts)
@@ -152,7 +211,37 @@ def operations_per_order(connection_string: str, orders: int) -> tuple[float, fl
     ops = store.counter.count
     submit_ops = 2 * orders  # per submission: the watch entry, then one transaction
     assert store.load(order_id).state.process_state.value == "Processed"  # type: ignore[union-attr]
-    return ops / orders, (ops - submit_ops) / transitions
+    counter = store.counter
+    requests, entities = dict(counter.requests), dict(counter.entities)
+    requests["state"] -= 1  # that check is not the order's
+    entities["state"] -= 2 + len(FULFILMENT.steps)
+    log_records = records.count
+    engine_log.removeHandler(records)
+    # An empty sweep, then one an hour later, when every finished order's watch entry is due.
+    before = counter.count
+    Supervisor(parts).sweep()
+    empty_sweep = counter.count - before
+    later = EngineParts(FULFILMENT, store, sender, ShiftedClock(timedelta(hours=1)), settings)
+    before_requests, before_entities = dict(counter.requests), dict(counter.entities)
+    Supervisor(later).sweep()
+    cleanup = 0
+    for table in ("state", "watch"):
+        added = counter.requests.get(table, 0) - before_requests.get(table, 0)
+        added -= empty_sweep if table == "watch" else 0  # the shard queries belong to every sweep
+        requests[table] = requests.get(table, 0) + added
+        entities[table] = (
+            entities.get(table, 0) + counter.entities.get(table, 0) - before_entities.get(table, 0)
+        )
+        cleanup += added
+    return TableCounts(
+        per_order=ops / orders,
+        per_transition=(ops - submit_ops) / transitions,
+        requests={t: n / orders for t, n in requests.items() if t},
+        entities={t: n / orders for t, n in entities.items() if t},
+        cleanup_requests=cleanup / orders,
+        empty_sweep_requests=empty_sweep,
+        log_records=log_records / orders,
+    )
 
 
 # ---- 3. sweep time vs completed history -----------------------------------------------------------------
@@ -241,6 +330,61 @@ def sweep_times(
     return results
 
 
+NOT_PER_ORDER = {"get_order", "health", "supervisor"}  # status polling, probes and the timer
+SB_COLUMNS = ("send", "schedule", "receive", "complete", "abandon", "deadLetter", "renewLock")
+
+
+def print_counts(counts: StackCounts, orders: int, tables: TableCounts) -> None:
+    """The per-order operation table: Service Bus per queue, executions per function, table requests."""
+    steps = len(FULFILMENT.steps)
+    print(f"\nService Bus operations per order (emulator, {orders} orders end to end):")
+    print(f"  {'queue':<20}" + "".join(f"{c:>11}" for c in SB_COLUMNS) + f"{'total':>9}")
+    for queue in sorted(counts.servicebus):
+        ops = counts.servicebus[queue]
+        row = "".join(f"{ops.get(c, 0) / orders:>11.2f}" for c in SB_COLUMNS)
+        print(f"  {queue:<20}{row}{sum(ops.values()) / orders:>9.2f}")
+    total = counts.servicebus_total() / orders
+    print(f"  {'all queues':<20}{'':>{11 * len(SB_COLUMNS)}}{total:>9.2f}  ({total / steps:.2f} per step)")
+    print("Function executions per order (workers):")
+    executions = {k: v for k, v in counts.executions.items() if k not in NOT_PER_ORDER}
+    for name in sorted(executions):
+        mean_ms = counts.seconds.get(name, 0.0) / executions[name] * 1000
+        print(f"  {name:<20}{executions[name] / orders:>8.2f}   mean {mean_ms:6.1f} ms")
+    n = sum(executions.values()) / orders
+    print(f"  {'all':<20}{n:>8.2f}   ({n / steps:.2f} per step)")
+    print("Table requests (entities) per order (state-store adapter, Supervisor clean-up included):")
+    for table in sorted(tables.requests):
+        print(f"  {table:<20}{tables.requests[table]:>8.2f}   ({tables.entities[table]:.1f} entities)")
+    requests = sum(tables.requests.values())
+    print(f"  {'all':<20}{requests:>8.2f}   ({requests / steps:.2f} per step)")
+    print(
+        f"  of which the Supervisor's clean-up once the order is done: {tables.cleanup_requests:.2f}; "
+        f"a sweep with nothing due costs {tables.empty_sweep_requests} requests (one per shard)"
+    )
+
+
+def order_counts(counts: StackCounts, orders: int, tables: TableCounts) -> OrderCounts:
+    """The per-order figures the capacity report needs."""
+    executions = {k: v for k, v in counts.executions.items() if k not in NOT_PER_ORDER}
+    seconds = sum(counts.seconds.get(k, 0.0) for k in executions)
+    sends = counts.servicebus_total(["send", "schedule"]) / orders
+    table_requests = sum(tables.requests.values())
+    executions_per_order = sum(executions.values()) / orders
+    remote_calls = len(FULFILMENT.steps)
+    return OrderCounts(
+        servicebus_operations=counts.servicebus_total() / orders,
+        status_messages=counts.servicebus.get(queues.STATUS_QUEUE, {}).get("send", 0) / orders,
+        table_transactions=table_requests,
+        state_entities=tables.entities.get("state", 0.0),
+        watch_entities=tables.entities.get("watch", 0.0),
+        executions=executions_per_order,
+        execution_seconds=seconds / orders,
+        # one request row per execution, one dependency row per table, Service Bus or remote call, and
+        # the engine's own log records
+        telemetry_records=executions_per_order + table_requests + sends + remote_calls + tables.log_records,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -250,10 +394,19 @@ def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, default=200, help="in-flight orders during the sweeps (default 200)"
     )
+    parser.add_argument(
+        "--sweep-period", type=float, default=30.0, help="Supervisor period in Azure, seconds (default 30)"
+    )
+    parser.add_argument(
+        "--throughput",
+        type=float,
+        default=10.0,
+        help="orders/s over which the Supervisor's fixed cost is spread (default 10)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="orders-bench-") as tmp:
-        rate, ceiling = end_to_end(args.orders, args.workers, Path(tmp) / "e2e")
+        rate, ceiling, counts = end_to_end(args.orders, args.workers, Path(tmp) / "e2e")
         print(
             f"end to end: {rate:.1f} orders/s with {args.workers} workers ({args.orders} orders, no faults)"
         )
@@ -266,10 +419,10 @@ def main() -> None:
         process = azurite.launch(Path(tmp) / "azurite", port, in_memory=True)
         try:
             connection = azurite.table_connection_string(port)
-            per_order, per_transition = operations_per_order(connection, 50)
+            tables = operations_per_order(connection, 50)
             print(
-                f"table operations: {per_order:.1f} per order, {per_transition:.2f} per step transition "
-                "(target <= 2)"
+                f"table operations: {tables.per_order:.1f} per order, {tables.per_transition:.2f} per step "
+                "transition (target <= 2)"
             )
             times = sweep_times(connection, args.in_flight, [1_000, 20_000])
             for history, seconds in times.items():
@@ -282,6 +435,15 @@ def main() -> None:
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
+
+    print_counts(counts, args.orders, tables)
+    setup = Setup(
+        sweep_period_seconds=args.sweep_period,
+        throughput=args.throughput,
+        sweep_table_requests=tables.empty_sweep_requests,
+    )
+    print()
+    print(report(order_counts(counts, args.orders, tables), setup))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,23 @@ param instanceMemoryMB int = 512
 @description('Most instances the Flex Consumption plan scales out to.')
 param maximumInstanceCount int = 100
 
+@description('Service Bus tier. Standard is billed per operation and throttled at 1,000 credits per second per namespace (README, Capacity); Premium has dedicated messaging units, zone redundancy and no per-operation charge.')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param serviceBusSku string = 'Standard'
+
+@description('Messaging units of a Premium namespace; ignored for Standard.')
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+param serviceBusCapacity int = 1
+
 // ---- Names -------------------------------------------------------------------------------------------
 
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
@@ -139,6 +156,8 @@ module messaging 'app/servicebus.bicep' = {
     name: 'sb-${resourceToken}'
     location: location
     tags: tags
+    sku: serviceBusSku
+    capacity: serviceBusCapacity
   }
 }
 

@@ -1,4 +1,4 @@
-// Messaging: a Standard Service Bus namespace with the workflow's queues (engine/queues.py names them).
+// Messaging: a Service Bus namespace (Standard by default, or Premium) with the workflow's queues (engine/queues.py names them).
 // SAS is switched off (disableLocalAuth) and no authorization rule is created: senders and receivers use
 // Microsoft Entra ID and the data roles granted in rbac.bicep.
 //
@@ -17,6 +17,9 @@
 //   retries the step), and on order-status (notifications nobody read).
 // - requiresDuplicateDetection with a 10-minute window on the queues the engine sends to with a stable
 //   message id, so a re-send after a crash is dropped by the broker; order-status is best-effort.
+// The queues set nothing tier-specific (no enableExpress, which Premium refuses; no enablePartitioning,
+// which Premium decides per namespace; no maxMessageSizeInKilobytes, which only Premium reads and whose
+// 1 MB default is above anything the engine sends), so the same list is valid in both tiers.
 
 @description('Name of the Service Bus namespace (globally unique).')
 param name string
@@ -26,6 +29,25 @@ param location string
 
 @description('Tags of the namespace.')
 param tags object
+
+@description('Tier of the namespace.')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param sku string = 'Standard'
+
+@description('Messaging units of a Premium namespace; not sent for Standard, which has none.')
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+param capacity int = 1
+
+var isPremium = sku == 'Premium'
 
 var queues = [
   {
@@ -96,11 +118,9 @@ module namespace 'br/public:avm/res/service-bus/namespace:0.16.1' = {
     name: name
     location: location
     tags: tags
-    skuObject: {
-      name: 'Standard'
-    }
-    // Zone redundancy is a Premium feature; Standard is enough for this workload.
-    zoneRedundant: false
+    skuObject: isPremium ? { name: 'Premium', capacity: capacity } : { name: 'Standard' }
+    // Zone redundancy needs Premium (the module's default of true would fail on Standard).
+    zoneRedundant: isPremium
     // Microsoft Entra ID only: no SAS keys, and no RootManageSharedAccessKey rule to leak.
     disableLocalAuth: true
     authorizationRules: []

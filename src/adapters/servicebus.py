@@ -30,10 +30,15 @@ def client_from_settings(
 
 
 class ServiceBusSender:
-    """Sends JSON messages. Thread-safe: the SDK's senders are not, so each queue's has a lock."""
+    """Sends JSON messages. Thread-safe: the SDK's senders are not, so each queue's has a lock.
+
+    ``counts`` holds the operations sent per queue (``send``, ``schedule``), counted under the queue's
+    lock once the SDK has returned: the figures a capacity estimate needs, at no measurable cost.
+    """
 
     def __init__(self, client: ServiceBusClient) -> None:
         self._client = client
+        self.counts: dict[str, dict[str, int]] = {}
         self._senders: dict[str, Any] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -43,6 +48,7 @@ class ServiceBusSender:
             if queue not in self._senders:
                 self._senders[queue] = self._client.get_queue_sender(queue)
                 self._locks[queue] = threading.Lock()
+                self.counts[queue] = {}
             return self._senders[queue], self._locks[queue]
 
     def send(
@@ -73,8 +79,12 @@ class ServiceBusSender:
         with lock:
             if scheduled_at is not None:
                 sender.schedule_messages(message, scheduled_at)
+                operation = "schedule"
             else:
                 sender.send_messages(message)
+                operation = "send"
+            per_queue = self.counts[queue]  # created with the queue's sender, under the guard
+            per_queue[operation] = per_queue.get(operation, 0) + 1
 
     def close(self) -> None:
         """Close every sender and the client."""

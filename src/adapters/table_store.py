@@ -43,16 +43,26 @@ _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fie
 
 
 class OperationCounter:
-    """Counts requests to the table service (a transaction or a query page is one)."""
+    """Counts requests to the table service (a transaction or a query page is one), and, per table, the
+    requests and the entities they read or wrote (what the per-partition scalability target counts)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.count = 0
+        self.requests: dict[str, int] = {}
+        self.entities: dict[str, int] = {}
 
-    def add(self, n: int = 1) -> None:
-        """Count ``n`` operations."""
+    def add(self, n: int = 1, *, table: str = "", entities: int = 0) -> None:
+        """Count ``n`` requests to ``table`` that touched ``entities`` entities."""
         with self._lock:
             self.count += n
+            self.requests[table] = self.requests.get(table, 0) + n
+            self.entities[table] = self.entities.get(table, 0) + entities
+
+
+# Names the operation counter files requests under.
+STATE = "state"
+WATCH = "watch"
 
 
 def watch_table_name(table_name: str) -> str:
@@ -188,7 +198,7 @@ class TableStateStore:
         if state_entity["Watched"]:
             self._put_watch(record.state)
         try:
-            self.counter.add()
+            self.counter.add(table=STATE, entities=len(operations))
             results = self.table.submit_transaction(operations)
         except TableTransactionError as exc:
             if exc.status_code != 409:
@@ -208,7 +218,6 @@ class TableStateStore:
 
     def load(self, order_id: str) -> TaskRecord | None:
         """One query over the task's key range."""
-        self.counter.add()
         entities = list(
             self.table.query_entities(
                 "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
@@ -219,6 +228,7 @@ class TableStateStore:
                 },
             )
         )
+        self.counter.add(table=STATE, entities=len(entities))
         state_entity = next((e for e in entities if e.get("Kind") == "state"), None)
         input_entity = next((e for e in entities if e.get("Kind") == "input"), None)
         if state_entity is None or input_entity is None:
@@ -252,7 +262,7 @@ class TableStateStore:
         if state_entity["Watched"] and not record.indexed:
             self._put_watch(record.state)  # back in flight (resubmitted): watch before the state says so
         try:
-            self.counter.add()
+            self.counter.add(table=STATE, entities=len(operations))
             results = self.table.submit_transaction(operations)
         except TableTransactionError as exc:
             if exc.status_code in (404, 409, 412):
@@ -266,7 +276,7 @@ class TableStateStore:
         return record
 
     def _put_watch(self, state: TaskState) -> None:
-        self.counter.add()
+        self.counter.add(table=WATCH, entities=1)
         self.watch.upsert_entity(self._watch_entity(state), mode=UpdateMode.REPLACE)
 
     def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
@@ -278,8 +288,9 @@ class TableStateStore:
                 results_per_page=1000,
             ).by_page()
             for page in pages:
-                self.counter.add()
-                for entity in page:
+                entities = list(page)
+                self.counter.add(table=WATCH, entities=len(entities))
+                for entity in entities:
                     yield ExpiredEntry(
                         order_id=entity["RowKey"],
                         complete_by=entity["CompleteBy"],
@@ -294,7 +305,7 @@ class TableStateStore:
             "CompleteBy": complete_by,
         }
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
-            self.counter.add()
+            self.counter.add(table=WATCH, entities=1)
             self.watch.update_entity(
                 entity,
                 mode=UpdateMode.REPLACE,
@@ -305,7 +316,7 @@ class TableStateStore:
     def unwatch(self, entry: ExpiredEntry) -> None:
         """Remove the watch entry of a finished task, unless it changed since it was read (resubmitted)."""
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
-            self.counter.add()
+            self.counter.add(table=WATCH, entities=1)
             self.watch.delete_entity(
                 self._pk(entry.order_id),
                 entry.order_id,
@@ -325,8 +336,9 @@ class TableStateStore:
                 parameters={"pk": f"s{shard:02d}", "state": state.value},
                 results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
-            self.counter.add()
-            items.extend(self._to_state(e) for e in next(pages, []))
+            found = [self._to_state(e) for e in next(pages, [])]
+            self.counter.add(table=STATE, entities=len(found))
+            items.extend(found)
             token = pages.continuation_token
             if token is None:
                 shard += 1

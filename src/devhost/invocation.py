@@ -1,7 +1,8 @@
 """Calling a user function as the Python worker does: sync functions in a thread pool, async ones awaited.
 
 Every invocation gets an id and is logged once: at DEBUG when it succeeds, at ERROR with the traceback
-when it raises.
+when it raises. The invoker counts executions per function (a dictionary increment), which the worker
+writes to its stats file for capacity estimates.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ class Invoker:
         self._executor = executor
         self._app_dir = str(app_dir)
         self._running = 0
+        self.executions: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}  # wall time per function, for GB-s estimates
 
     @property
     def running(self) -> int:
@@ -133,6 +137,7 @@ class Invoker:
             kwargs[CONTEXT_PARAMETER] = InvocationContext(invocation_id, spec.name, self._app_dir)
         started = time.monotonic()
         self._running += 1
+        self.executions[spec.name] = self.executions.get(spec.name, 0) + 1
         try:
             if spec.is_async:
                 result = await spec.func(**kwargs)
@@ -143,6 +148,7 @@ class Invoker:
                 )
                 result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         except Exception:
+            self.failures[spec.name] = self.failures.get(spec.name, 0) + 1
             log.error(
                 "Executed 'Functions.%s' (Failed, Id=%s, Duration=%dms, Reason=%s)",
                 spec.name,
@@ -154,6 +160,7 @@ class Invoker:
             raise
         finally:
             self._running -= 1
+            self.seconds[spec.name] = self.seconds.get(spec.name, 0.0) + time.monotonic() - started
         log.debug(
             "Executed 'Functions.%s' (Succeeded, Id=%s, Duration=%dms, Reason=%s)",
             spec.name,

@@ -3,7 +3,9 @@
 It starts and supervises, as separate processes: Azurite (Table service), the Service Bus emulator
 with the repository's queue config, the remote-service simulators, and N function workers that load
 ``function_app.py`` unchanged. Worker 1 serves the HTTP triggers. A worker that dies is restarted after
-a short delay, as the platform would. ``<data-dir>/devhost.json`` tells which process is which.
+a short delay, as the platform would. ``<data-dir>/devhost.json`` tells which process is which;
+``<data-dir>/stats/`` holds the emulator's per-queue operation counts and each worker process's
+executions per function (read them with ``devhost.counts.read_counts``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import httpx
 from servicebus_emulator import launcher as servicebus
 
 from . import azurite
+from .counts import SERVICEBUS_STATS
 
 log = logging.getLogger("devhost")
 
@@ -90,6 +93,7 @@ class Stack:
         self.args = args
         self.data_dir: Path = args.data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
+        self.stats_dir = self.data_dir / "stats"
         self.azurite: subprocess.Popen[bytes] | None = None
         self.servicebus: subprocess.Popen[bytes] | None = None
         self.simulators: Child | None = None
@@ -100,13 +104,18 @@ class Stack:
     def start(self) -> None:
         """Bring everything up, in dependency order, and wait until the HTTP API answers."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.stats_dir.mkdir(parents=True, exist_ok=True)
         a = self.args
         with (self.log_dir / "azurite.log").open("ab") as out:
             self.azurite = azurite.launch(self.data_dir / "azurite", a.azurite_port, log=out)
         log.info("Azurite (tables) on 127.0.0.1:%d, pid %d", a.azurite_port, self.azurite.pid)
         with (self.log_dir / "servicebus.log").open("ab") as out:
             self.servicebus = servicebus.launch(
-                QUEUE_CONFIG, a.sb_port, log=out, log_level="DEBUG" if a.verbose else "INFO"
+                QUEUE_CONFIG,
+                a.sb_port,
+                log=out,
+                log_level="DEBUG" if a.verbose else "INFO",
+                stats_file=self.stats_dir / SERVICEBUS_STATS,
             )
         log.info("Service Bus emulator on 127.0.0.1:%d, pid %d", a.sb_port, self.servicebus.pid)
         self.simulators = Child(
@@ -139,6 +148,8 @@ class Stack:
                 str(n),
                 "--log-level",
                 "DEBUG" if a.verbose else "INFO",
+                "--stats-file",
+                str(self.stats_dir / f"worker-{n}-{{pid}}.json"),  # one file per process: restarts add up
             ]
             if n == 1:
                 command += ["--http-port", str(a.port)]

@@ -1,7 +1,7 @@
 """One worker process: import the app, serve its HTTP, Service Bus and timer triggers until SIGTERM/SIGINT.
 
     python -m devhost.worker --app-dir DIR --worker-id N [--http-port P] [--log-level INFO]
-        [--function-key K] [--master-key M]
+        [--function-key K] [--master-key M] [--stats-file F]
 
 All settings come from the environment (the caller sets them, as the Functions host sets app settings).
 Exit codes: 0 after SIGTERM/SIGINT, 2 when the app or its settings do not allow a start (the reason is
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -41,6 +42,20 @@ THREADPOOL_SETTING = "PYTHON_THREADPOOL_THREAD_COUNT"
 # Settings that turn on key checks when the flags are not given (orders-devhost passes its keys this way).
 FUNCTION_KEY_SETTING = "DEVHOST_FUNCTION_KEY"
 MASTER_KEY_SETTING = "DEVHOST_MASTER_KEY"
+STATS_INTERVAL_SECONDS = 0.5
+
+
+def write_execution_stats(path: Path, invoker: Invoker) -> None:
+    """Write the invoker's executions, failures and wall seconds per function to ``path`` (atomically)."""
+    body = {
+        "executions": dict(invoker.executions),
+        "failures": dict(invoker.failures),
+        "seconds": dict(invoker.seconds),
+        "pid": os.getpid(),
+    }
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(body, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -69,6 +84,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--master-key",
         help=f"the master key: opens every route and is the only key for admin-level ones "
         f"(default: ${MASTER_KEY_SETTING})",
+    )
+    parser.add_argument(
+        "--stats-file",
+        type=Path,
+        help="keep this worker's executions per function in this JSON file ({pid} is replaced by the PID)",
     )
     parser.add_argument(
         "--shutdown-timeout",
@@ -109,8 +129,10 @@ class Worker:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         environ: Mapping[str, str] | None = None,
         keys: HostKeys | None = None,
+        stats_file: Path | None = None,
     ) -> None:
         self.app_dir = app_dir.resolve()
+        self.stats_file = stats_file
         self.http_port = http_port
         self.http_host = http_host
         self.shutdown_timeout = shutdown_timeout
@@ -172,6 +194,17 @@ class Worker:
         servicebus = len(by_kind[TriggerKind.SERVICE_BUS]) * self.settings.max_concurrent_calls
         return max(32, servicebus + len(by_kind[TriggerKind.TIMER]) + 16)
 
+    async def _write_stats(self) -> None:
+        """Keep the stats file current, off the invocation path: rewritten when the counts changed."""
+        assert self.stats_file is not None
+        written: tuple[dict[str, int], dict[str, int]] | None = None
+        while True:
+            counts = (dict(self.invoker.executions), dict(self.invoker.failures))
+            if counts != written:
+                write_execution_stats(self.stats_file, self.invoker)
+                written = counts
+            await asyncio.sleep(STATS_INTERVAL_SECONDS)
+
     def request_stop(self, signal_number: int) -> None:
         """Begin a graceful stop (signal handler)."""
         if self._stop.is_set():
@@ -207,6 +240,7 @@ class Worker:
                 self.http.serve(self.http_socket, self.shutdown_timeout), name="http"
             )
         log.info("ready: %s", self._describe())
+        stats_task = asyncio.create_task(self._write_stats(), name="stats") if self.stats_file else None
 
         stop_task = asyncio.create_task(self._stop.wait())
         watched: set[asyncio.Future[object]] = {stop_task}
@@ -236,6 +270,9 @@ class Worker:
         for task in pending:
             task.cancel()
         self.stuck_invocations = self.invoker.running
+        if stats_task is not None and self.stats_file is not None:
+            stats_task.cancel()
+            write_execution_stats(self.stats_file, self.invoker)
         if self.stuck_invocations:
             log.warning(
                 "%d invocation(s) still running after %.0fs; exiting anyway",
@@ -254,7 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     keys = None
     if args.function_key or args.master_key:
         keys = HostKeys(args.function_key, args.master_key)
-    worker = Worker(args.app_dir, args.http_port, args.http_host, args.shutdown_timeout, keys=keys)
+    stats_file = Path(str(args.stats_file).replace("{pid}", str(os.getpid()))) if args.stats_file else None
+    worker = Worker(
+        args.app_dir, args.http_port, args.http_host, args.shutdown_timeout, keys=keys, stats_file=stats_file
+    )
     try:
         worker.prepare()
     except ConfigurationError as exc:

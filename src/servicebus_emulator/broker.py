@@ -21,8 +21,9 @@ from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from .codec import MessageFormatError, encode_delivery, parse_message, split_batch, to_timestamp
 from .config import EmulatorConfig
-from .entity import LockLost, Outcome, Queue, Subqueue
+from .entity import LockLost, Outcome, Queue, Subqueue, scheduled_enqueue_time
 from .management import LOCK_LOST, ManagementNode
+from .stats import RECEIVE, SCHEDULE, SEND, OperationStats
 
 log = logging.getLogger("servicebus_emulator.broker")
 
@@ -86,8 +87,10 @@ class Broker(Handler):
         *,
         clock: Callable[[], float] = time.time,
         tick_interval: float = 0.05,
+        stats: OperationStats | None = None,
     ) -> None:
         super().__init__()
+        self.stats = stats or OperationStats()
         self.queues = {name: Queue(name, props) for name, props in config.queues.items()}
         self._display_names = {q.name.lower(): q.name for q in config.namespace.queues}
         self._clock = clock
@@ -110,6 +113,7 @@ class Broker(Handler):
         if on_listening is not None:
             on_listening()
         container.run()
+        self.stats.write()
         log.info("stopped")
 
     def request_stop(self) -> None:
@@ -133,6 +137,7 @@ class Broker(Handler):
         for queue in self.queues.values():
             for subqueue in queue.tick(now):
                 self._dispatch(subqueue)
+        self.stats.maybe_write()
         event.container.schedule(self._tick_interval, self)
 
     # ---- connections and sessions --------------------------------------------------------------
@@ -207,7 +212,7 @@ class Broker(Handler):
             if link.is_sender:
                 conn_state.management_replies[lowered] = link
             else:
-                state.management = ManagementNode(queue, dead_letter, self._encode)
+                state.management = ManagementNode(queue, dead_letter, self._encode, self.stats)
         else:
             queue, dead_letter = self._lookup(lowered)
             if queue is None:
@@ -363,6 +368,9 @@ class Broker(Handler):
         now = self._clock()
         for sections in parsed:
             state.subqueue.send(sections, now)
+            self.stats.add(
+                state.subqueue.path, SEND if scheduled_enqueue_time(sections) is None else SCHEDULE
+            )
         self._answer(delivery, Disposition.ACCEPTED)
         self._dispatch(state.subqueue)
 
@@ -389,6 +397,7 @@ class Broker(Handler):
         else:
             delivery.settle()
             return
+        self.stats.add(state.subqueue.path, outcome.stat)
         try:
             state.subqueue.settle(token, outcome, self._clock(), reason, description)
         except LockLost as exc:
@@ -448,6 +457,7 @@ class Broker(Handler):
                 delivery.lock_token = message.lock_token
                 link.send(payload)
                 link.advance()
+                self.stats.add(subqueue.path, RECEIVE)
                 if state.receive_and_delete:
                     delivery.settle()
                 delivered = True

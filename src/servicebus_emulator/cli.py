@@ -11,6 +11,7 @@ from types import FrameType
 
 from .broker import Broker
 from .config import ConfigError, load_config
+from .stats import OperationStats
 
 DEFAULT_CONFIG = Path("local/servicebus-config.json")
 
@@ -26,6 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=5672, help="port to listen on (default: 5672)")
     parser.add_argument(
         "--config", type=Path, default=DEFAULT_CONFIG, help=f"queue config file (default: {DEFAULT_CONFIG})"
+    )
+    parser.add_argument(
+        "--stats-file",
+        type=Path,
+        help="write per-queue operation counts (sends, receives, settlements, ...) to this JSON file",
     )
     parser.add_argument(
         "--log-level",
@@ -51,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"servicebus-emulator: {exc}", file=sys.stderr)
         return 2
-    broker = Broker(config)
+    broker = Broker(config, stats=OperationStats(args.stats_file))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         broker.request_stop()

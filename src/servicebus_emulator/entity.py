@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from . import stats
 from .codec import MessageSections
 from .config import QueueProperties
 
@@ -43,6 +44,20 @@ class Outcome(Enum):
     RELEASE = "release"  # abandon without counting a delivery attempt
     DEFER = "defer"
     DEAD_LETTER = "dead-letter"
+
+    @property
+    def stat(self) -> str:
+        """The operation's name in the emulator's stats file."""
+        return _OUTCOME_STATS[self]
+
+
+_OUTCOME_STATS = {
+    Outcome.COMPLETE: stats.COMPLETE,
+    Outcome.ABANDON: stats.ABANDON,
+    Outcome.RELEASE: stats.RELEASE,
+    Outcome.DEFER: stats.DEFER,
+    Outcome.DEAD_LETTER: stats.DEAD_LETTER,
+}
 
 
 @dataclass(eq=False)
@@ -92,7 +107,7 @@ class Subqueue:
             log.debug("%s: dropped duplicate message_id=%r", self.path, sections.message_id)
             return duplicate
         if scheduled_time is None:
-            scheduled_time = _scheduled_time(sections)
+            scheduled_time = scheduled_enqueue_time(sections)
         seq = next(self._sequence)
         scheduled = scheduled_time is not None and scheduled_time > now
         enqueued = scheduled_time if scheduled and scheduled_time is not None else now
@@ -368,7 +383,8 @@ def _id_key(message_id: Any) -> str:
     return f"{type(message_id).__name__}:{message_id}"
 
 
-def _scheduled_time(sections: MessageSections) -> float | None:
+def scheduled_enqueue_time(sections: MessageSections) -> float | None:
+    """The scheduled enqueue time a sender set on a message (epoch seconds), or None."""
     for key, value in sections.annotations.items():
         if str(key) == "x-opt-scheduled-enqueue-time" and value is not None:
             return int(value) / 1000.0

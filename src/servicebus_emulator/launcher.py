@@ -46,25 +46,31 @@ def launch(
     log: IO[bytes] | None = None,
     log_level: str = "INFO",
     timeout: float = 20.0,
+    stats_file: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``python -m servicebus_emulator`` and return once it accepts connections.
 
+    With ``stats_file`` the emulator keeps per-queue operation counts in that file (see ``stats``).
+
     Raises RuntimeError (after stopping the child) if it exits or does not listen within ``timeout``.
     """
+    command = [
+        sys.executable,
+        "-m",
+        "servicebus_emulator",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--config",
+        str(config),
+        "--log-level",
+        log_level,
+    ]
+    if stats_file is not None:
+        command += ["--stats-file", str(stats_file)]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "servicebus_emulator",
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--config",
-            str(config),
-            "--log-level",
-            log_level,
-        ],
+        command,
         stdout=log or subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )

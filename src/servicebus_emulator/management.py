@@ -12,6 +12,7 @@ from proton import Array, Data, Message, symbol
 
 from .codec import MessageFormatError, parse_message, to_timestamp
 from .entity import BrokerMessage, LockLost, Outcome, Queue, Subqueue
+from .stats import RENEW_LOCK, SCHEDULE, OperationStats
 
 log = logging.getLogger("servicebus_emulator.management")
 
@@ -26,6 +27,14 @@ _DISPOSITIONS = {
     "suspended": Outcome.DEAD_LETTER,
     "defered": Outcome.DEFER,  # the SDK's spelling
     "deferred": Outcome.DEFER,
+}
+
+
+# Management operations that act on several messages are counted once per message, as Service Bus meters.
+_PER_MESSAGE = {
+    "com.microsoft:renew-lock",
+    "com.microsoft:update-disposition",
+    "com.microsoft:schedule-message",
 }
 
 
@@ -56,14 +65,19 @@ EncodeFn = Callable[[BrokerMessage, Subqueue, bool], bytes]
 class ManagementNode:
     """Runs the operations of one queue's ``$management`` node."""
 
-    def __init__(self, queue: Queue, dead_letter: bool, encode: EncodeFn) -> None:
+    def __init__(
+        self, queue: Queue, dead_letter: bool, encode: EncodeFn, stats: OperationStats | None = None
+    ) -> None:
         self.queue = queue
         self.subqueue = queue.subqueue(dead_letter)
         self._encode = encode
+        self._stats = stats or OperationStats()
 
     def handle(self, request: Message, now: float) -> Reply:
         """Answer one request; never raises for bad input."""
         operation = str((request.properties or {}).get("operation", ""))
+        if operation not in _PER_MESSAGE:  # counted per message by their handlers
+            self._stats.add(self.subqueue.path, operation.removeprefix("com.microsoft:"))
         body = request.body if isinstance(request.body, dict) else {}
         body = {str(k): v for k, v in body.items()}
         handler = getattr(self, "_op_" + operation.removeprefix("com.microsoft:").replace("-", "_"), None)
@@ -82,6 +96,7 @@ class ManagementNode:
     # Operation names map to methods: com.microsoft:renew-lock -> _op_renew_lock.
     def _op_renew_lock(self, body: dict[str, Any], now: float) -> Reply:
         tokens = [_uuid(t) for t in _elements(body["lock-tokens"])]
+        self._stats.add(self.subqueue.path, RENEW_LOCK, len(tokens))
         expirations = [to_timestamp(self.subqueue.renew(t, now)) for t in tokens]
         return Reply(200, body={"expirations": Array(Data.NULL, Data.TIMESTAMP, *expirations)})
 
@@ -93,6 +108,7 @@ class ManagementNode:
         reason = body.get("deadletter-reason")
         description = body.get("deadletter-description")
         for token in _elements(body["lock-tokens"]):
+            self._stats.add(self.subqueue.path, outcome.stat)
             self.subqueue.settle(
                 _uuid(token),
                 outcome,
@@ -107,6 +123,7 @@ class ManagementNode:
         for entry in _elements(body["messages"]):
             entry = {str(k): v for k, v in entry.items()}
             sections = parse_message(bytes(entry["message"]))
+            self._stats.add(self.queue.main.path, SCHEDULE)
             result = self.queue.main.send(sections, now)
             sequence_numbers.append(result if isinstance(result, int) else result.sequence_number)
         return Reply(200, body={"sequence-numbers": Array(Data.NULL, Data.LONG, *sequence_numbers)})

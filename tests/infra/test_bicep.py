@@ -227,8 +227,11 @@ def test_every_queue_has_the_same_properties_in_bicep_and_the_emulator_config(qu
         assert ours == theirs, f"{queue}.{bicep_name}: Bicep {ours!r} != emulator config {theirs!r}"
 
 
-def test_queue_properties_are_valid_for_service_bus_standard() -> None:
+def test_queue_properties_are_valid_for_service_bus_standard_and_premium() -> None:
     for name, queue in bicep_queues().items():
+        # enableExpress is refused by Premium, partitioning is per namespace there, and the message size
+        # limit is read by Premium only: the same queues must deploy on either tier
+        assert not {"enableExpress", "enablePartitioning", "maxMessageSizeInKilobytes"} & set(queue), name
         assert timedelta(seconds=5) <= duration(queue["lockDuration"]) <= timedelta(minutes=5), name
         assert 1 <= queue["maxDeliveryCount"] <= 2000, name
         assert queue["requiresSession"] is False, f"{name}: the triggers do not use sessions"
@@ -478,9 +481,45 @@ def test_storage_accepts_entra_id_only_and_holds_the_state_tables() -> None:
     ]
 
 
-def test_service_bus_is_standard_with_local_auth_disabled() -> None:
+def allowed(parameter: dict[str, Any]) -> list[Any]:
+    return next(d["argument"] for d in parameter["decorators"] if d["type"] == "allowed")
+
+
+def test_service_bus_is_standard_by_default_and_premium_by_parameter() -> None:
+    main = parsed(INFRA / "main.bicep")["parameters"]
+    sku, units = main["serviceBusSku"], main["serviceBusCapacity"]
+    assert (sku["default"], allowed(sku)) == ("Standard", ["Standard", "Premium"])
+    # the AVM module's skuType allows Basic, Standard, Premium; Premium namespaces have 1-16 units
+    assert (units["default"], allowed(units)) == (1, [1, 2, 4, 8, 16])
+    values = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert values["serviceBusSku"]["value"] == "${SERVICE_BUS_SKU=Standard}"
+    assert values["serviceBusCapacity"]["value"] == "${SERVICE_BUS_CAPACITY=1}"
+    params = parsed(INFRA / "main.bicep")["modules"]["messaging"]["config"]["params"]
+    assert (params["sku"], params["capacity"]) == ("serviceBusSku", "serviceBusCapacity")
+    inner = parsed(APP / "servicebus.bicep")
+    assert allowed(inner["parameters"]["sku"]) == allowed(sku)
+    assert allowed(inner["parameters"]["capacity"]) == allowed(units)
+    assert variable(APP / "servicebus.bicep", "isPremium") == {
+        "operator": {"type": "equals", "operands": {"operand_1": "sku", "operand_2": "Premium"}}
+    }
     namespace = module(APP / "servicebus.bicep", "avm/res/service-bus/namespace")
-    assert namespace["skuObject"] == {"name": "Standard"}
+    # capacity (messaging units) only for Premium; Standard has none
+    assert namespace["skuObject"] == {
+        "operator": {
+            "type": "conditional",
+            "operands": {
+                "condition": "isPremium",
+                "true_value": {"name": "Premium", "capacity": "capacity"},
+                "false_value": {"name": "Standard"},
+            },
+        }
+    }
+    # zone redundancy needs Premium; the module defaults it to true, which Standard refuses
+    assert namespace["zoneRedundant"] == "isPremium"
+
+
+def test_service_bus_has_local_auth_disabled() -> None:
+    namespace = module(APP / "servicebus.bicep", "avm/res/service-bus/namespace")
     assert namespace["disableLocalAuth"] is True
     assert namespace["authorizationRules"] == []
     assert namespace["minimumTlsVersion"] == "1.2"

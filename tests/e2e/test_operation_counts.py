@@ -1,0 +1,73 @@
+"""One order through the whole local stack costs exactly the operations the capacity figures assume.
+
+The counts come from where the operations happen: the Service Bus emulator (every client operation per
+queue) and the function workers (executions per function), read from ``<data-dir>/stats``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from devhost.counts import StackCounts, read_counts
+from engine import queues
+from tests.e2e.conftest import LocalStack, start_stack, stop_stack
+from tests.support import wait_for
+
+AGENTS = ("inventory", "payment", "shipping")
+STATUS_EVENTS_PER_ORDER = 5  # received, step-completed x 3, processed
+# Status polling, health probes and the timer run whatever the orders do.
+NOT_PER_ORDER = {"get_order", "health", "supervisor"}
+
+
+@pytest.fixture(scope="module")
+def quiet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One worker and step budgets long enough that nothing expires on a loaded machine."""
+    running = start_stack(
+        tmp_path_factory.mktemp("counts"), workers=1, extra_env={"STEP_COMPLETE_BY_SECONDS": "120"}
+    )
+    try:
+        yield running
+    finally:
+        stop_stack(running)
+
+
+def test_one_order_costs_exactly_the_counted_operations(quiet_stack: LocalStack) -> None:
+    before = read_counts(quiet_stack.data_dir)
+    order_id = quiet_stack.submit()
+    assert quiet_stack.wait_terminal(order_id)["processState"] == "Processed"
+
+    one_message = {"send": 1, "receive": 1, "complete": 1}
+    expected_servicebus = {
+        queues.SCHEDULER_QUEUE: one_message,
+        **{queues.agent_queue(agent): one_message for agent in AGENTS},
+        queues.REPLY_QUEUE: {"send": 3, "receive": 3, "complete": 3},
+        queues.STATUS_QUEUE: {"send": STATUS_EVENTS_PER_ORDER},  # read by the application, not here
+    }
+    expected_executions = {
+        "submit_order": 1,
+        "scheduler": 1,
+        "agent_inventory": 1,
+        "agent_payment": 1,
+        "agent_shipping": 1,
+        "scheduler_replies": 3,
+    }
+    last: list[StackCounts] = []
+
+    def counted() -> bool:
+        # The files trail the work by up to half a second: poll until they show it all (or time out).
+        delta = read_counts(quiet_stack.data_dir).minus(before)
+        delta.executions = {k: v for k, v in delta.executions.items() if k not in NOT_PER_ORDER}
+        last[:] = [delta]
+        return delta.servicebus == expected_servicebus and delta.executions == expected_executions
+
+    with contextlib.suppress(AssertionError):  # on a timeout the assertions below say what differs
+        wait_for(counted, timeout=30, interval=0.2, what="the order's operations")
+    delta = last[0]
+    assert delta.servicebus == expected_servicebus
+    assert delta.executions == expected_executions
+    assert delta.drained(ignore=[queues.STATUS_QUEUE])
+    assert delta.servicebus_total() == 4 * 3 + 9 + 5
+    assert delta.failures == {}
