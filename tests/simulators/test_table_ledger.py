@@ -152,13 +152,17 @@ def test_two_hosted_apps_share_the_ledger_table_next_to_the_state_table(
     azurite_connection_string: str, new_table: Callable[[], str]
 ) -> None:
     state_table = new_table()
-    settings = {"STATE_STORE_CONNECTION": azurite_connection_string, "STATE_TABLE_NAME": state_table}
+    settings = {
+        "STATE_STORE_CONNECTION": azurite_connection_string,
+        "STATE_TABLE_NAME": state_table,
+        "SIMULATORS_KEY": "k",
+    }
     first, second = hosted_app(settings), hosted_app(settings)
 
     async def scenario() -> tuple[int, int]:
         async with client(first) as a, client(second) as b:
             body = {**SHIPPING.body, "orderId": "o-4"}
-            headers = {"Idempotency-Key": "o-4:shipping"}
+            headers = {"Idempotency-Key": "o-4:shipping", "x-simulators-key": "k"}
             created = await a.post(f"/api/sim{SHIPPING.collection}", json=body, headers=headers)
             replayed = await b.post(f"/api/sim{SHIPPING.collection}", json=body, headers=headers)
             return created.status_code, replayed.status_code
