@@ -8,6 +8,7 @@ import pytest
 
 from engine import queues, telemetry
 from engine.clock import ManualClock
+from engine.errors import Conflict, InvalidState
 from engine.messages import (
     AgentReply,
     AgentRequest,
@@ -18,10 +19,10 @@ from engine.messages import (
 )
 from engine.parts import EngineParts
 from engine.scheduler import Scheduler
+from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepStatus
 from engine.supervisor import Supervisor
-from engine.tasks import Conflict, InvalidState, TaskService
-from engine.transitions import EngineSettings
+from engine.tasks import TaskService
 from engine.workflow import StepDefinition, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
@@ -313,7 +314,7 @@ def test_concurrent_supervisors_recover_a_task_once() -> None:
     entries = list(world.store.expired(world.clock.now()))
     loaded = [world.store.load(e.order_id) for e in entries for _ in range(2)]
     from engine import transitions
-    from engine.ports import ConcurrencyError
+    from engine.errors import ConcurrencyError
     from engine.transitions import Context
 
     wins = 0
