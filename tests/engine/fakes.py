@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine.errors import ConcurrencyError
+from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page
 from engine.state import ProcessState, TaskRecord
 
@@ -73,7 +73,10 @@ class MemoryStore:
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         matching = [r.state for _, r in self.records.values() if r.state.process_state is state]
-        start = int(continuation or 0)
+        try:
+            start = int(continuation or 0)
+        except ValueError as exc:
+            raise InvalidContinuation(continuation or "") from exc
         end = start + page_size
         return Page(matching[start:end], str(end) if end < len(matching) else None)
 
