@@ -63,7 +63,8 @@ class ManagementNode:
 
     def handle(self, request: Message, now: float) -> Reply:
         """Answer one request; never raises for bad input."""
-        operation = str((request.properties or {}).get("operation", ""))
+        properties: dict[Any, Any] = request.properties or {}
+        operation = str(properties.get("operation", ""))
         body = request.body if isinstance(request.body, dict) else {}
         body = {str(k): v for k, v in body.items()}
         handler = getattr(self, "_op_" + operation.removeprefix("com.microsoft:").replace("-", "_"), None)
