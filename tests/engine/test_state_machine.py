@@ -388,3 +388,15 @@ def test_sweep_ignores_work_that_is_not_expired() -> None:
     world.kick()
     world.clock.advance(9)
     assert world.supervisor.sweep().expired == 0
+
+
+def test_the_sweep_event_reports_every_count(caplog: pytest.LogCaptureFixture) -> None:
+    world = World()
+    world.submit()
+    world.commands()  # the kick is lost
+    world.clock.advance(10)
+    with caplog.at_level(logging.INFO, logger="engine"):
+        world.supervisor.sweep()
+    (event,) = [r for r in caplog.records if telemetry.SUPERVISOR_SWEEP_COMPLETED in r.getMessage()]
+    counts = {k: getattr(event, k) for k in ("expired", "kicked", "retried", "errored", "lostRaces")}
+    assert counts == {"expired": 1, "kicked": 1, "retried": 0, "errored": 0, "lostRaces": 0}
