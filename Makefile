@@ -32,6 +32,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench function_app.py infra
 	$(BIN)/ruff format --check src tests bench function_app.py infra
+	$(BIN)/mypy  # settings (files, the pydantic plugin) in pyproject.toml
 
 # Every module call and resource in infra/ against the pinned contract of the version it names
 # (infra/contracts), then the check's self-test on deliberately broken fixtures.

@@ -51,7 +51,7 @@ def submit_order(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="orders", methods=["GET"])
 def list_orders(req: func.HttpRequest) -> func.HttpResponse:
     """List orders in one ProcessState, paged."""
-    return _respond(api.list(dict(req.params)))
+    return _respond(api.list_by_state(dict(req.params)))
 
 
 @app.route(route="orders/{orderId}", methods=["GET"])

@@ -103,6 +103,7 @@ var appSettings = {
   SUPERVISOR_MAX_FAILURES: string(supervisorMaxFailures)
   SUPERVISOR_BACKOFF_SECONDS: string(supervisorBackoffSeconds)
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
+  CANCEL_GRACE_SECONDS: '1'
   INVENTORY_SERVICE_URL: empty(inventoryServiceUrl) ? simulatorsUrl : inventoryServiceUrl
   PAYMENT_SERVICE_URL: empty(paymentServiceUrl) ? simulatorsUrl : paymentServiceUrl
   SHIPPING_SERVICE_URL: empty(shippingServiceUrl) ? simulatorsUrl : shippingServiceUrl

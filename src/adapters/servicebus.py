@@ -61,7 +61,6 @@ class ServiceBusSender:
         reply_to: str | None = None,
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
-        properties: dict[str, Any] | None = None,
     ) -> None:
         """Send (or schedule, when ``scheduled_at`` is given) one message."""
         message = ServiceBusMessage(
@@ -71,7 +70,6 @@ class ServiceBusSender:
             correlation_id=correlation_id,
             reply_to=reply_to,
             subject=type(body).__name__,
-            application_properties=properties,
         )
         if time_to_live_seconds is not None:
             message.time_to_live = timedelta(seconds=time_to_live_seconds)

@@ -28,13 +28,15 @@ import threading
 import zlib
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
-from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, UpdateMode
+from azure.core.paging import PageIterator
+from azure.data.tables import TableClient, TableEntity, TableServiceClient, TableTransactionError, UpdateMode
 
-from engine.ports import ConcurrencyError, CreateOutcome, ExpiredEntry, Page
+from engine.errors import ConcurrencyError, InvalidContinuation
+from engine.ports import CreateOutcome, ExpiredEntry, Page
 from engine.state import ProcessState, StepState, TaskRecord, TaskState
 
 _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
@@ -213,7 +215,7 @@ class TableStateStore:
             if entity.get("Kind") in ("state", "step"):
                 record.etags[entity["RowKey"]] = result["etag"]
         record.indexed = bool(state_entity["Watched"])
-        record.dirty_steps.clear()
+        record.mark_saved()
         return CreateOutcome.CREATED, record
 
     def load(self, order_id: str) -> TaskRecord | None:
@@ -235,10 +237,10 @@ class TableStateStore:
             return None
         steps = sorted((self._to_step(e) for e in entities if e.get("Kind") == "step"), key=lambda s: s.index)
         body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
-        etags = {_state_key(order_id): state_entity.metadata["etag"]}
+        etags = {_state_key(order_id): state_entity.metadata["etag"] or ""}
         for e in entities:
             if e.get("Kind") == "step":
-                etags[e["RowKey"]] = e.metadata["etag"]
+                etags[e["RowKey"]] = e.metadata["etag"] or ""
         return TaskRecord(
             state=self._to_state(state_entity),
             steps=steps,
@@ -256,7 +258,7 @@ class TableStateStore:
         operations: list[Any] = [
             ("update", state_entity, {**conditional, "etag": record.etags[_state_key(order_id)]})
         ]
-        for index in sorted(record.dirty_steps):
+        for index in record.changed_steps():
             entity = self._step_entity(order_id, record.steps[index])
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
         if state_entity["Watched"] and not record.indexed:
@@ -266,13 +268,13 @@ class TableStateStore:
             results = self.table.submit_transaction(operations)
         except TableTransactionError as exc:
             if exc.status_code in (404, 409, 412):
-                raise ConcurrencyError(f"order {order_id} changed since it was loaded") from exc
+                raise ConcurrencyError(order_id) from exc
             raise
         for (_, entity, *_), result in zip(operations, results, strict=False):
             if entity["RowKey"] in record.etags and result.get("etag"):
                 record.etags[entity["RowKey"]] = result["etag"]
         record.indexed = bool(state_entity["Watched"])
-        record.dirty_steps.clear()
+        record.mark_saved()
         return record
 
     def _put_watch(self, state: TaskState) -> None:
@@ -294,7 +296,7 @@ class TableStateStore:
                     yield ExpiredEntry(
                         order_id=entity["RowKey"],
                         complete_by=entity["CompleteBy"],
-                        token=entity.metadata["etag"],
+                        token=entity.metadata["etag"] or "",
                     )
 
     def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
@@ -339,7 +341,8 @@ class TableStateStore:
             found = [self._to_state(e) for e in next(pages, [])]
             self.counter.add(table=STATE, entities=len(found))
             items.extend(found)
-            token = pages.continuation_token
+            # by_page is typed as a plain iterator; it is the SDK's PageIterator, which keeps the token.
+            token = cast(PageIterator[TableEntity], pages).continuation_token
             if token is None:
                 shard += 1
         more = shard < self.shards
@@ -359,4 +362,4 @@ def _decode_token(value: str | None) -> tuple[int, Any]:
         data = json.loads(raw)
         return int(data["s"]), data.get("t")
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError("invalid continuation token") from exc
+        raise InvalidContinuation(value) from exc

@@ -235,7 +235,7 @@ class _Reader:
         if kind == "false":
             return Lit(False, line)
         if kind == "int_type":
-            return Lit(int(kids[0]), line)
+            return Lit(int(str(kids[0])), line)
         if kind == "string":
             return self.expr(kids[0])
         if kind == "multi_line_string":
@@ -362,7 +362,7 @@ def parse_text(text: str, path: Path) -> BicepFile:
     for element in tree.children:
         if not isinstance(element, Tree):
             continue
-        kids = element.children
+        kids: list[Any] = element.children  # tokens and subtrees, by the grammar's positions
         line = _line(element)
         if element.data == "param":
             name = str(kids[1])

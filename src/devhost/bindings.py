@@ -205,7 +205,7 @@ def describe_function(function: Function) -> FunctionSpec:
         binding=_binding_dict(trigger),
         route=getattr(trigger, "route", None) if kind is TriggerKind.HTTP else None,
         methods=tuple(_enum_text(m).upper() for m in methods) if methods else None,
-        auth_level=_enum_text(trigger.auth_level) if getattr(trigger, "auth_level", None) else None,
+        auth_level=_enum_text(auth) if (auth := getattr(trigger, "auth_level", None)) else None,
         queue_name=getattr(trigger, "queue_name", None),
         topic_name=getattr(trigger, "topic_name", None),
         subscription_name=getattr(trigger, "subscription_name", None),

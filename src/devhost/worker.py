@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from devhost.bindings import FunctionSpec, TriggerKind, load_functions
 from devhost.errors import ConfigurationError
@@ -243,7 +244,7 @@ class Worker:
         stats_task = asyncio.create_task(self._write_stats(), name="stats") if self.stats_file else None
 
         stop_task = asyncio.create_task(self._stop.wait())
-        watched: set[asyncio.Future[object]] = {stop_task}
+        watched: set[asyncio.Future[Any]] = {stop_task}
         if http_task is not None:
             watched.add(http_task)
         await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)

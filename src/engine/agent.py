@@ -9,6 +9,7 @@ Agent instance may already be retrying the step.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -22,25 +23,16 @@ from tenacity import (
 )
 
 from . import queues, telemetry
-from .breaker import CircuitBreaker, CircuitOpenError
+from .breaker import CircuitBreaker
 from .clock import Clock
-from .messages import AgentReply, AgentRequest, ReplyOutcome
+from .errors import CircuitOpenError, DeadlineReached, PermanentError, TransientError
+from .messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id
 from .ports import MessageSender
-from .workflow import RetryPolicy
+from .workflow import RetryPolicy, WorkflowDefinition
+
+__all__ = ["Action", "Agent", "DeadlineReached", "PermanentError", "TransientError"]
 
 log = logging.getLogger("engine.agent")
-
-
-class TransientError(Exception):
-    """A fault worth retrying: timeouts, 5xx, connection errors."""
-
-
-class PermanentError(Exception):
-    """A lasting fault: retrying cannot help (the service rejected the request)."""
-
-
-class DeadlineReached(Exception):
-    """Complete-by passed: the Agent stops silently."""
 
 
 # An action gets the request and the seconds it may spend on one call; it returns the result to record.
@@ -48,7 +40,11 @@ Action = Callable[[AgentRequest, float], dict[str, Any]]
 
 
 class Agent:
-    """Runs the actions of one remote service for the Scheduler."""
+    """Runs the actions of one remote service for the Scheduler.
+
+    ``policy`` is the agent's retry policy and sets its circuit breaker; ``step_policies`` overrides the
+    retries per step (by step name), so two steps on one agent can retry differently.
+    """
 
     def __init__(
         self,
@@ -58,16 +54,44 @@ class Agent:
         clock: Clock,
         policy: RetryPolicy,
         sleep: Callable[[float], None] | None = None,
+        *,
+        step_policies: Mapping[str, RetryPolicy] | None = None,
     ) -> None:
         self.name = name
         self.actions = dict(actions)
         self.sender = sender
         self.clock = clock
         self.policy = policy
-        self._sleep = sleep
+        self.step_policies = dict(step_policies or {})
+        self._sleep = sleep or time.sleep
         # One breaker per agent per process: a service that keeps failing is left alone for a while
         # instead of being hammered by every retry of every order.
         self.breaker = CircuitBreaker(policy.breaker_fail_max, policy.breaker_reset_seconds)
+
+    @classmethod
+    def for_workflow(
+        cls,
+        workflow: WorkflowDefinition,
+        name: str,
+        actions: Mapping[str, Action],
+        sender: MessageSender,
+        clock: Clock,
+        sleep: Callable[[float], None] | None = None,
+    ) -> Agent:
+        """The agent ``name`` of a workflow, with each of its steps' own retry policy.
+
+        The workflow guarantees that the steps sharing an agent agree on its breaker; a request for a
+        step the workflow does not know (sent by an older version) uses the agent's first step's policy.
+        """
+        policies = {s.name: s.retry for s in workflow.steps if s.agent == name}
+        if not policies:
+            raise ValueError(f"workflow {workflow.name} has no step on agent {name}")
+        default = next(iter(policies.values()))
+        return cls(name, actions, sender, clock, default, sleep, step_policies=policies)
+
+    def policy_for(self, step: str) -> RetryPolicy:
+        """The retry policy of one step."""
+        return self.step_policies.get(step, self.policy)
 
     def _seconds_left(self, deadline: datetime) -> float:
         return (deadline - self.clock.now()).total_seconds()
@@ -99,7 +123,7 @@ class Agent:
 
     def _call_with_retries(self, action: Action, request: AgentRequest) -> dict[str, Any]:
         deadline = request.complete_by
-        policy = self.policy
+        policy = self.policy_for(request.step)
 
         def before_sleep_within_deadline(state: RetryCallState) -> None:
             # Never sleep past complete-by: stop instead.
@@ -125,7 +149,7 @@ class Agent:
             retry=retry_if_exception_type((TransientError, CircuitOpenError)),
             before_sleep=before_sleep_within_deadline,
             reraise=True,
-            **({"sleep": self._sleep} if self._sleep else {}),
+            sleep=self._sleep,
         )
 
         def one_call() -> dict[str, Any]:
@@ -169,11 +193,10 @@ class Agent:
         if self._seconds_left(request.complete_by) <= 0:
             telemetry.info(log, "finished after complete-by; nothing sent", **fields)
             return None
-        phase = "c" if request.compensating else "f"
         self.sender.send(
             queues.REPLY_QUEUE,
             reply,
-            message_id=f"{request.order_id}:{request.step_index}:{phase}:{request.attempt}:reply",
+            message_id=reply_message_id(request),
             correlation_id=request.order_id,
         )
         telemetry.info(log, "replied", **fields, outcome=reply.outcome.value)

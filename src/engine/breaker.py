@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
+from .errors import CircuitOpenError
+
 
 class BreakerState(StrEnum):
     """Closed: calls flow. Open: calls fail fast. Half-open: one trial call decides."""
@@ -19,10 +21,6 @@ class BreakerState(StrEnum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half-open"
-
-
-class CircuitOpenError(Exception):
-    """The breaker is open: the call was not made."""
 
 
 class CircuitBreaker:

@@ -8,15 +8,11 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import telemetry
+from .errors import PoisonMessage
 
 log = logging.getLogger("engine.inbound")
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class PoisonMessage(Exception):
-    """A message that can never be processed. Raising it makes the host abandon the message; the
-    queue dead-letters it once its max delivery count is reached, so it is never retried forever."""
 
 
 def parse(model: type[M], body: bytes, queue: str, message_id: str | None, delivery_count: int | None) -> M:
@@ -35,4 +31,4 @@ def parse(model: type[M], body: bytes, queue: str, message_id: str | None, deliv
             deliveryCount=delivery_count,
             reason=reason[:500],
         )
-        raise PoisonMessage(f"{queue}: message {message_id} is not a {model.__name__}: {reason}") from exc
+        raise PoisonMessage(queue, message_id, model.__name__, reason) from exc

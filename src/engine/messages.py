@@ -44,6 +44,19 @@ class AgentRequest(_Message):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
+def request_message_id(order_id: str, step_index: int, compensating: bool, attempt: int) -> str:
+    """The message id of one dispatch of a step: the same dispatch sent twice is one message to the
+    broker's duplicate detection, and a re-dispatch (a new attempt) is a new one."""
+    phase = "c" if compensating else "f"
+    return f"{order_id}:{step_index}:{phase}:{attempt}"
+
+
+def reply_message_id(request: AgentRequest) -> str:
+    """The message id of the reply to ``request``."""
+    dispatch = request_message_id(request.order_id, request.step_index, request.compensating, request.attempt)
+    return f"{dispatch}:reply"
+
+
 class ReplyOutcome(StrEnum):
     """What an Agent reports. A timeout is never reported: the Agent stays silent."""
 

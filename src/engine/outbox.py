@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from . import telemetry
+from .decisions import Alert, Decision, Outgoing
 from .ports import MessageSender
-from .transitions import Outgoing
 
 
-def deliver(
-    sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterable[dict[str, Any]] = ()
-) -> None:
+def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterable[Alert] = ()) -> None:
     """Send each message in order, then emit the alert events. Call only after the state is saved."""
     for message in messages:
         sender.send(
@@ -25,5 +22,9 @@ def deliver(
             scheduled_at=message.scheduled_at,
         )
     for alert in alerts:
-        fields = dict(alert)
-        telemetry.emit_event(fields.pop("name"), **fields)
+        telemetry.emit_event(alert.name, **alert.fields())
+
+
+def carry_out(sender: MessageSender, decision: Decision) -> None:
+    """Send a saved decision's messages and raise its alerts."""
+    deliver(sender, decision.messages, decision.alerts)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from .clock import Clock
 from .ports import MessageSender, StateStore
-from .transitions import EngineSettings
+from .settings import EngineSettings
+from .transitions import Context
 from .workflow import WorkflowDefinition
 
 
@@ -19,3 +20,7 @@ class EngineParts:
     sender: MessageSender
     clock: Clock
     settings: EngineSettings
+
+    def context(self, instance_id: str = "") -> Context:
+        """What a transition needs, as of now on this engine's clock."""
+        return Context(self.workflow, self.settings, self.clock.now(), instance_id)

@@ -6,15 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel
 
 from .state import ProcessState, TaskRecord, TaskState
-
-
-class ConcurrencyError(Exception):
-    """Someone else changed the record first (ETag mismatch): back off without side effects."""
 
 
 class CreateOutcome(StrEnum):
@@ -56,7 +52,7 @@ class StateStore(Protocol):
     def save(self, record: TaskRecord) -> TaskRecord:
         """Write the state and changed steps in one transaction, each conditional on its ETag.
 
-        Raises :class:`ConcurrencyError` if any of them changed since it was loaded.
+        Raises :class:`engine.errors.ConcurrencyError` if any of them changed since it was loaded.
         """
         ...
 
@@ -74,7 +70,10 @@ class StateStore(Protocol):
         ...
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one ProcessState, a page at a time."""
+        """Tasks in one ProcessState, a page at a time.
+
+        Raises :class:`engine.errors.InvalidContinuation` for a token it did not issue.
+        """
         ...
 
 
@@ -91,7 +90,6 @@ class MessageSender(Protocol):
         reply_to: str | None = None,
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
-        properties: dict[str, Any] | None = None,
     ) -> None:
         """Send (or schedule) a JSON message; raise on failure."""
         ...

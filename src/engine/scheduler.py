@@ -9,12 +9,12 @@ import uuid
 from datetime import timedelta
 
 from . import telemetry, transitions
-from .messages import AgentReply, ReplyOutcome, SchedulerCommand
-from .outbox import deliver
+from .decisions import Decision
+from .errors import ConcurrencyError
+from .messages import AgentReply, SchedulerCommand
+from .outbox import carry_out
 from .parts import EngineParts
-from .ports import ConcurrencyError
-from .state import Phase, ProcessState, StepStatus, TaskRecord
-from .transitions import Context, Outgoing
+from .state import TaskRecord
 
 log = logging.getLogger("engine.scheduler")
 
@@ -32,42 +32,37 @@ class Scheduler:
 
     def __init__(self, parts: EngineParts, instance: str | None = None) -> None:
         self.parts = parts
-        self.workflow, self.store, self.sender = parts.workflow, parts.store, parts.sender
-        self.clock, self.settings = parts.clock, parts.settings
         self.instance = instance or instance_id()
 
-    def _context(self) -> Context:
-        return Context(self.workflow, self.settings, self.clock.now(), self.instance)
-
-    def _commit(self, record: TaskRecord, ctx: Context, out: list[Outgoing]) -> bool:
+    def _commit(self, record: TaskRecord, decision: Decision) -> bool:
         """Update state, then send. Returns False if another instance moved the task first."""
         try:
-            self.store.save(record)
+            self.parts.store.save(record)
         except ConcurrencyError:
             telemetry.info(
                 log, "lost a race; another instance moved the task", **telemetry.context(record.order_id)
             )
             return False
-        deliver(self.sender, out, ctx.alerts)
+        carry_out(self.parts.sender, decision)
         return True
 
     def handle_command(self, command: SchedulerCommand) -> bool:
         """Claim the task if it is free and due, and dispatch its current work. True if it did."""
-        record = self.store.load(command.order_id)
+        record = self.parts.store.load(command.order_id)
         if record is None:
             telemetry.warning(
                 log, "command for an unknown task dropped", **telemetry.context(command.order_id)
             )
             return False
-        ctx = self._context()
+        ctx = self.parts.context(self.instance)
         state = record.state
         if state.next_attempt_at is not None and state.next_attempt_at - _EARLY_TOLERANCE > ctx.now:
             telemetry.info(
                 log, "command before the task's retry time ignored", **telemetry.context(record.order_id)
             )
             return False
-        out = transitions.claim(record, ctx)
-        if not out:
+        decision = transitions.claim(record, ctx)
+        if not decision.changed:
             telemetry.info(
                 log,
                 "task not claimable; command ignored",
@@ -76,7 +71,7 @@ class Scheduler:
                 ),
             )
             return False
-        claimed = self._commit(record, ctx, out)
+        claimed = self._commit(record, decision)
         if claimed:
             step = record.steps[record.state.current_step]
             telemetry.info(
@@ -90,14 +85,11 @@ class Scheduler:
 
     def handle_reply(self, reply: AgentReply) -> bool:
         """Apply an Agent's reply if it is for the task's current step and attempt (fencing)."""
-        record = self.store.load(reply.order_id)
+        record = self.parts.store.load(reply.order_id)
         if record is None:
             telemetry.warning(log, "reply for an unknown task dropped", **telemetry.context(reply.order_id))
             return False
         state = record.state
-        expected_phase = Phase.COMPENSATE if reply.compensating else Phase.FORWARD
-        expected_state = ProcessState.COMPENSATING if reply.compensating else ProcessState.PROCESSING
-        expected_step = StepStatus.COMPENSATING if reply.compensating else StepStatus.RUNNING
         current = record.steps[state.current_step] if state.current_step < len(record.steps) else None
         fields = telemetry.context(
             reply.order_id,
@@ -106,27 +98,11 @@ class Scheduler:
             stepIndex=reply.step_index,
             outcome=reply.outcome.value,
         )
-        if (
-            state.phase is not expected_phase
-            or state.process_state is not expected_state
-            or state.current_step != reply.step_index
-            or state.attempt != reply.attempt
-            or current is None
-            or current.status is not expected_step
-        ):
+        decision = transitions.apply_reply(record, self.parts.context(self.instance), reply)
+        if not decision.changed:
             telemetry.info(log, "stale or duplicate reply dropped", **fields)
             return False
-        ctx = self._context()
-        if reply.compensating:
-            if reply.outcome is ReplyOutcome.SUCCEEDED:
-                out = transitions.compensation_succeeded(record, ctx)
-            else:
-                out = transitions.compensation_failed(record, ctx, reply.error or "compensation failed")
-        elif reply.outcome is ReplyOutcome.SUCCEEDED:
-            out = transitions.step_succeeded(record, ctx, reply.result)
-        else:
-            out = transitions.step_failed(record, ctx, reply.error or "step failed")
-        applied = self._commit(record, ctx, out)
+        applied = self._commit(record, decision)
         if applied:
             telemetry.info(log, "reply applied", **fields, processState=record.state.process_state.value)
         return applied

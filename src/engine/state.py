@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 class ProcessState(StrEnum):
@@ -91,8 +91,9 @@ class StepState(BaseModel):
 class TaskRecord(BaseModel):
     """A task as loaded from the state store: its state, its steps, its input and their ETags.
 
-    ``dirty_steps`` lists the steps changed since loading; the store writes those and the state in one
-    conditional transaction.
+    The record remembers its steps as they were last loaded or saved; :meth:`changed_steps` compares
+    against that, so any change to a step (``record.steps[i].status = ...``) is saved with the state in
+    one conditional transaction, with nothing to mark by hand.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -103,12 +104,24 @@ class TaskRecord(BaseModel):
     input_hash: str
     etags: dict[str, str] = Field(default_factory=dict)
     indexed: bool = Field(default=False, description="an in-flight index entry exists in the store")
-    dirty_steps: set[int] = Field(default_factory=set)
+    _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """A record is built from what the store holds (or is about to write): that is its saved view."""
+        self.mark_saved()
 
     def step(self, index: int) -> StepState:
-        """A step, marked as changed so it is saved with the state."""
-        self.dirty_steps.add(index)
+        """A step (changes to it are saved like any change to ``steps[index]``)."""
         return self.steps[index]
+
+    def changed_steps(self) -> list[int]:
+        """The indexes of the steps that differ from what was last loaded or saved, in order."""
+        saved = self._saved_steps
+        return [i for i, step in enumerate(self.steps) if i >= len(saved) or step.model_dump() != saved[i]]
+
+    def mark_saved(self) -> None:
+        """The store wrote the record: its steps as they are now are the saved view."""
+        self._saved_steps = [step.model_dump() for step in self.steps]
 
     @property
     def order_id(self) -> str:

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import telemetry, transitions
-from .outbox import deliver
+from .decisions import Outcome
+from .errors import ConcurrencyError
+from .outbox import carry_out
 from .parts import EngineParts
-from .ports import ConcurrencyError
-from .transitions import Context
 
 log = logging.getLogger("engine.supervisor")
 
@@ -29,6 +29,15 @@ class SweepReport:
     seconds: float = 0.0
     order_ids: list[str] = field(default_factory=list)
 
+    def count(self, outcome: Outcome) -> None:
+        """Count one recovery by what it did."""
+        if outcome is Outcome.KICKED:
+            self.kicked += 1
+        elif outcome is Outcome.RETRIED:
+            self.retried += 1
+        elif outcome is Outcome.ERRORED:
+            self.errored += 1
+
 
 class Supervisor:
     """Run :meth:`sweep` periodically. Concurrent Supervisors are safe: every change is ETag-conditional,
@@ -36,51 +45,36 @@ class Supervisor:
 
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
-        self.workflow, self.store, self.sender = parts.workflow, parts.store, parts.sender
-        self.clock, self.settings = parts.clock, parts.settings
 
     def sweep(self) -> SweepReport:
         """One pass over expired in-flight tasks."""
         started = time.perf_counter()
         report = SweepReport()
-        now = self.clock.now()
-        for entry in self.store.expired(now):
-            record = self.store.load(entry.order_id)
-            state = record.state if record else None
-            if (
-                record is None
-                or state is None
-                or not state.process_state.in_flight
-                or state.complete_by is None
-            ):
-                self.store.unwatch(entry)  # finished: stop watching it
+        store = self.parts.store
+        ctx = self.parts.context()
+        for entry in store.expired(ctx.now):
+            record = store.load(entry.order_id)
+            if record is None or not record.state.process_state.in_flight or record.state.complete_by is None:
+                store.unwatch(entry)  # finished: stop watching it
                 report.unwatched += 1
                 continue
-            if state.complete_by > now:
-                self.store.rewatch(entry, state.complete_by)  # still within its time: look again then
+            if record.state.complete_by > ctx.now:
+                store.rewatch(entry, record.state.complete_by)  # still within its time: look again then
                 report.rewatched += 1
                 continue
             report.expired += 1
-            ctx = Context(self.workflow, self.settings, now)
             before = record.state.process_state
-            failures_before = record.state.failure_count
-            out = transitions.recover_expired(record, ctx)
-            if not out:
+            decision = transitions.recover_expired(record, ctx)
+            if not decision.changed:
                 continue  # moved on since the index was read
             try:
-                self.store.save(record)
+                store.save(record)
             except ConcurrencyError:
                 report.lost_races += 1
                 continue
-            deliver(self.sender, out, ctx.alerts)
+            carry_out(self.parts.sender, decision)
             report.order_ids.append(record.order_id)
-            after = record.state.process_state
-            if ctx.alerts:
-                report.errored += 1
-            elif record.state.failure_count == failures_before:
-                report.kicked += 1
-            else:
-                report.retried += 1
+            report.count(decision.outcome)
             telemetry.info(
                 log,
                 "recovered expired task",
@@ -89,7 +83,7 @@ class Supervisor:
                     record.steps[record.state.current_step].name,
                     record.state.attempt,
                     was=before.value,
-                    now=after.value,
+                    now=record.state.process_state.value,
                     failureCount=record.state.failure_count,
                 ),
             )
@@ -99,8 +93,10 @@ class Supervisor:
             expired=report.expired,
             rewatched=report.rewatched,
             unwatched=report.unwatched,
+            kicked=report.kicked,
             retried=report.retried,
             errored=report.errored,
+            lostRaces=report.lost_races,
             seconds=round(report.seconds, 4),
         )
         return report

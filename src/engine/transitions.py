@@ -1,23 +1,37 @@
-"""The state machine: pure changes to a loaded task record, and the messages to send after saving them.
+"""The state machine's moves: pure changes to a loaded task record, each returning a :class:`Decision`.
 
-Every function here mutates a :class:`TaskRecord` in memory and returns the messages that must go out
-once the record is saved. Callers follow the rule "update state, then send": a crash in between leaves
-a record whose CompleteBy will pass, and the Supervisor recovers it.
+Each move first asks the table in :mod:`engine.machine` whether it is allowed; a refused move changes
+nothing. An allowed one mutates the :class:`TaskRecord` in memory and returns the messages that must go
+out once the record is saved, the alerts to raise, and the kind of move it made. Callers follow the rule
+"update state, then send": a crash in between leaves a record whose CompleteBy will pass, and the
+Supervisor recovers it.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
-
-from . import queues, telemetry
-from .messages import AgentRequest, CommandKind, SchedulerCommand, StatusEvent, StatusMessage
+from . import machine, queues
+from .decisions import REFUSED, UNCHANGED, Decision, OrderEnteredError, Outcome, Outgoing
+from .machine import Operation
+from .messages import (
+    AgentReply,
+    AgentRequest,
+    CommandKind,
+    ReplyOutcome,
+    SchedulerCommand,
+    StatusEvent,
+    StatusMessage,
+    request_message_id,
+)
+from .settings import EngineSettings
 from .state import Phase, ProcessState, StepStatus, TaskRecord
 from .workflow import StepDefinition, WorkflowDefinition
+
+__all__ = ["Context", "Decision", "EngineSettings", "Outgoing"]
 
 # Steps that may have had an effect and so are undone when the task is compensated. A step that
 # failed or was running may still have been applied (a lost reply), and undoing an effect that never
@@ -26,34 +40,6 @@ _MAY_HAVE_EFFECT = (StepStatus.COMPLETED, StepStatus.RUNNING, StepStatus.FAILED,
 
 
 @dataclass(frozen=True)
-class EngineSettings:
-    """Timing knobs of the engine."""
-
-    step_complete_by_seconds: float = 30.0
-    supervisor_max_failures: int = 3
-    backoff_base_seconds: float = 2.0
-    backoff_max_seconds: float = 60.0
-    cancel_grace_seconds: float = 1.0
-
-    def backoff(self, failure_count: int) -> float:
-        """The extended period before a retry: doubles with each failure, bounded."""
-        return min(self.backoff_base_seconds * 2 ** max(failure_count - 1, 0), self.backoff_max_seconds)
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """A message to send once the state change that decided it is saved."""
-
-    queue: str
-    body: BaseModel
-    message_id: str
-    correlation_id: str
-    reply_to: str | None = None
-    time_to_live_seconds: float | None = None
-    scheduled_at: datetime | None = None
-
-
-@dataclass
 class Context:
     """What a transition needs besides the record."""
 
@@ -61,16 +47,38 @@ class Context:
     settings: EngineSettings
     now: datetime
     instance_id: str = ""
-    alerts: list[dict[str, Any]] = field(default_factory=list)
 
     def budget(self, step: StepDefinition) -> timedelta:
         """A step's complete-by budget."""
         return timedelta(seconds=step.complete_by_seconds or self.settings.step_complete_by_seconds)
 
 
+# ---- the table -------------------------------------------------------------------------------------
+def _current_status(record: TaskRecord) -> StepStatus | None:
+    index = record.state.current_step
+    return record.steps[index].status if index < len(record.steps) else None
+
+
+def allows(operation: Operation, record: TaskRecord) -> machine.Rule | None:
+    """The table's row that allows ``operation`` on this record now, or None."""
+    return machine.rule(operation, record.state, _current_status(record))
+
+
+def reply_operation(reply: AgentReply) -> Operation:
+    """Which operation an Agent's reply asks for."""
+    succeeded = reply.outcome is ReplyOutcome.SUCCEEDED
+    if reply.compensating:
+        return Operation.COMPENSATION_SUCCEEDED if succeeded else Operation.COMPENSATION_FAILED
+    return Operation.STEP_SUCCEEDED if succeeded else Operation.STEP_FAILED
+
+
 # ---- helpers ---------------------------------------------------------------------------------------
 def _touch(record: TaskRecord, ctx: Context) -> None:
     record.state.updated_at = ctx.now
+
+
+def _moved(*messages: Outgoing) -> Decision:
+    return Decision(Outcome.MOVED, messages)
 
 
 def status(
@@ -124,18 +132,13 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool) -
         complete_by=step.complete_by,
         payload={
             "input": record.input,
-            "results": {
-                record.steps[i].name: record.steps[i].result
-                for i in range(len(record.steps))
-                if record.steps[i].result
-            },
+            "results": {s.name: s.result for s in record.steps if s.result},
         },
     )
-    phase = "c" if compensating else "f"
     return Outgoing(
         queue=queues.agent_queue(definition.agent),
         body=body,
-        message_id=f"{record.order_id}:{index}:{phase}:{attempt}",
+        message_id=request_message_id(record.order_id, index, compensating, attempt),
         correlation_id=record.order_id,
         reply_to=queues.REPLY_QUEUE,
         # The request is worthless after complete-by: let the broker drop it.
@@ -143,10 +146,10 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool) -
     )
 
 
-def _dispatch(record: TaskRecord, ctx: Context, index: int, compensating: bool) -> list[Outgoing]:
+def _dispatch(record: TaskRecord, ctx: Context, index: int, compensating: bool) -> Decision:
     """Mark a step running (or being undone) with a fresh complete-by, and ask its Agent."""
     state = record.state
-    step = record.step(index)
+    step = record.steps[index]
     if compensating:
         step.status = StepStatus.COMPENSATING
         step.compensation_attempts += 1
@@ -162,78 +165,102 @@ def _dispatch(record: TaskRecord, ctx: Context, index: int, compensating: bool) 
     if state.locked_by is None:
         state.locked_by = ctx.instance_id
     _touch(record, ctx)
-    return [_request(record, ctx, index, compensating)]
+    return _moved(_request(record, ctx, index, compensating))
 
 
 # ---- forward -----------------------------------------------------------------------------------------
 def new_record_state(record: TaskRecord, ctx: Context) -> None:
     """A submitted task: Pending, unlocked, with a CompleteBy by which a Scheduler must have claimed it."""
     state = record.state
-    state.process_state = ProcessState.PENDING
+    state.process_state = machine.INITIAL
     state.locked_by = None
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     state.created_at = state.updated_at = ctx.now
 
 
-def claim(record: TaskRecord, ctx: Context) -> list[Outgoing]:
+def claim(record: TaskRecord, ctx: Context) -> Decision:
     """A Scheduler takes a free task (Pending, or Compensating and unlocked) and dispatches its work.
 
-    Returns no messages when the task is not claimable, which the caller treats as "someone else has it".
+    Refused when the task is not claimable, which the caller treats as "someone else has it".
     """
+    if allows(Operation.CLAIM, record) is None:
+        return REFUSED
     state = record.state
-    free = state.locked_by is None and state.process_state in (
-        ProcessState.PENDING,
-        ProcessState.COMPENSATING,
-    )
-    if not free:
-        return []
     state.locked_by = ctx.instance_id
     state.next_attempt_at = None
     _touch(record, ctx)
     if state.phase is Phase.COMPENSATE:
-        return dispatch_compensation(record, ctx, start=state.current_step)
-    out: list[Outgoing] = []
+        return _dispatch_compensation(record, ctx, start=state.current_step)
     first_time = state.failure_count == 0 and all(s.attempts == 0 for s in record.steps)
-    sends = dispatch_forward(record, ctx)
-    if first_time:
-        out.append(status(record, ctx, StatusEvent.RECEIVED))
-    return out + sends
+    decision = _dispatch_forward(record, ctx)
+    return decision.after(status(record, ctx, StatusEvent.RECEIVED)) if first_time else decision
 
 
-def dispatch_forward(record: TaskRecord, ctx: Context) -> list[Outgoing]:
+def _dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
     """Run the first step that is not completed, or finish the task."""
     index = next((i for i, s in enumerate(record.steps) if s.status is not StepStatus.COMPLETED), None)
     if index is None:
-        return finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
+        return _finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
     return _dispatch(record, ctx, index, compensating=False)
 
 
-def step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> list[Outgoing]:
+def apply_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision:
+    """Apply an Agent's reply if the table allows it and it is for the current step and attempt (fencing).
+
+    A late or duplicate reply is refused and changes nothing.
+    """
+    state = record.state
+    if state.current_step != reply.step_index or state.attempt != reply.attempt:
+        return REFUSED
+    operation = reply_operation(reply)
+    if allows(operation, record) is None:
+        return REFUSED
+    if operation is Operation.STEP_SUCCEEDED:
+        return _step_succeeded(record, ctx, reply.result)
+    if operation is Operation.STEP_FAILED:
+        return _step_failed(record, ctx, reply.error or "step failed")
+    if operation is Operation.COMPENSATION_SUCCEEDED:
+        return _compensation_succeeded(record, ctx)
+    return _compensation_failed(record, ctx, reply.error or "compensation failed")
+
+
+def step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> Decision:
     """The current forward step is done: record what compensating it needs, then move on."""
-    index = record.state.current_step
-    step = record.step(index)
+    if allows(Operation.STEP_SUCCEEDED, record) is None:
+        return REFUSED
+    return _step_succeeded(record, ctx, result)
+
+
+def _step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> Decision:
+    step = record.steps[record.state.current_step]
     step.status = StepStatus.COMPLETED
     step.result = result
     step.last_error = None
     done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name)
-    return [done, *dispatch_forward(record, ctx)]
+    return _dispatch_forward(record, ctx).after(done)
 
 
-def step_failed(record: TaskRecord, ctx: Context, error: str) -> list[Outgoing]:
+def step_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
     """A lasting fault in the current forward step: undo the task."""
+    if allows(Operation.STEP_FAILED, record) is None:
+        return REFUSED
+    return _step_failed(record, ctx, error)
+
+
+def _step_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
     index = record.state.current_step
-    step = record.step(index)
+    step = record.steps[index]
     step.status = StepStatus.FAILED
     step.last_error = error
     record.state.last_error = f"{step.name}: {error}"
     record.state.phase = Phase.COMPENSATE
     record.state.process_state = ProcessState.COMPENSATING
-    out = [status(record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error)]
-    return out + dispatch_compensation(record, ctx, start=index)
+    compensating = status(record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error)
+    return _dispatch_compensation(record, ctx, start=index).after(compensating)
 
 
 # ---- compensation --------------------------------------------------------------------------------
-def dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> list[Outgoing]:
+def _dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> Decision:
     """Undo the highest step at or below ``start`` that may have had an effect, or finish as Compensated."""
     index = next(
         (
@@ -244,29 +271,29 @@ def dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> list[
         None,
     )
     if index is None:
-        return finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+        return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
     return _dispatch(record, ctx, index, compensating=True)
 
 
-def compensation_succeeded(record: TaskRecord, ctx: Context) -> list[Outgoing]:
+def _compensation_succeeded(record: TaskRecord, ctx: Context) -> Decision:
     """The current step is undone: undo the one before it."""
     index = record.state.current_step
-    step = record.step(index)
+    step = record.steps[index]
     step.status = StepStatus.COMPENSATED
     step.last_error = None
     undone = status(record, ctx, StatusEvent.STEP_COMPENSATED, step=step.name)
-    return [undone, *dispatch_compensation(record, ctx, start=index - 1)]
+    return _dispatch_compensation(record, ctx, start=index - 1).after(undone)
 
 
-def compensation_failed(record: TaskRecord, ctx: Context, error: str) -> list[Outgoing]:
+def _compensation_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
     """A compensation cannot be done: an operator must look."""
-    step = record.step(record.state.current_step)
+    step = record.steps[record.state.current_step]
     step.last_error = error
-    return enter_error(record, ctx, f"compensation of {step.name} failed: {error}")
+    return _enter_error(record, ctx, f"compensation of {step.name} failed: {error}")
 
 
 # ---- endings -------------------------------------------------------------------------------------
-def finish(record: TaskRecord, ctx: Context, final: ProcessState, event: StatusEvent) -> list[Outgoing]:
+def _finish(record: TaskRecord, ctx: Context, final: ProcessState, event: StatusEvent) -> Decision:
     """Processed or Compensated: unlock, clear CompleteBy (the Supervisor stops watching)."""
     state = record.state
     state.process_state = final
@@ -274,10 +301,10 @@ def finish(record: TaskRecord, ctx: Context, final: ProcessState, event: StatusE
     state.complete_by = None
     state.next_attempt_at = None
     _touch(record, ctx)
-    return [status(record, ctx, event)]
+    return _moved(status(record, ctx, event))
 
 
-def enter_error(record: TaskRecord, ctx: Context, reason: str) -> list[Outgoing]:
+def _enter_error(record: TaskRecord, ctx: Context, reason: str) -> Decision:
     """Error: unlock, stop watching, and raise an alert for an operator."""
     state = record.state
     state.process_state = ProcessState.ERROR
@@ -286,38 +313,42 @@ def enter_error(record: TaskRecord, ctx: Context, reason: str) -> list[Outgoing]
     state.next_attempt_at = None
     state.last_error = reason
     _touch(record, ctx)
-    ctx.alerts.append(
-        {
-            "name": telemetry.ORDER_ENTERED_ERROR,
-            "orderId": state.order_id,
-            "failureCount": state.failure_count,
-            "phase": state.phase.value,
-            "step": record.steps[state.current_step].name,
-            "reason": reason,
-        }
+    step = record.steps[state.current_step].name
+    alert = OrderEnteredError(
+        order_id=state.order_id,
+        failure_count=state.failure_count,
+        phase=state.phase.value,
+        step=step,
+        reason=reason,
     )
-    return [status(record, ctx, StatusEvent.ERROR, step=record.steps[state.current_step].name, detail=reason)]
+    message = status(record, ctx, StatusEvent.ERROR, step=step, detail=reason)
+    return Decision(Outcome.ERRORED, (message,), (alert,))
 
 
 # ---- Supervisor ----------------------------------------------------------------------------------
-def recover_expired(record: TaskRecord, ctx: Context) -> list[Outgoing]:
+def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
     """What the Supervisor does with a task whose CompleteBy has passed.
 
     It knows no business logic: it counts the failure, then either gives the task back for another
     Scheduler to pick up after a growing backoff, or, past the threshold, sets Error and alerts.
-    A Pending task past its CompleteBy lost its kick and is simply kicked again.
+    A Pending task past its CompleteBy lost its kick and is simply kicked again. A task not past its
+    CompleteBy, or not in flight, is refused.
     """
     state = record.state
-    if state.complete_by is None or state.complete_by > ctx.now or not state.process_state.in_flight:
-        return []
+    if state.complete_by is None or state.complete_by > ctx.now:
+        return REFUSED
     window = timedelta(seconds=ctx.settings.step_complete_by_seconds)
-    if state.process_state is ProcessState.PENDING and state.locked_by is None:
+    if allows(Operation.KICK, record):
         state.complete_by = ctx.now + window
         _touch(record, ctx)
-        return [command(state.order_id, CommandKind.START, "supervisor: kick lost")]
+        return Decision(
+            Outcome.KICKED, (command(state.order_id, CommandKind.START, "supervisor: kick lost"),)
+        )
+    if allows(Operation.EXPIRE, record) is None:
+        return REFUSED
     state.failure_count += 1
     if state.failure_count >= ctx.settings.supervisor_max_failures:
-        return enter_error(
+        return _enter_error(
             record, ctx, f"{state.failure_count} failures: step did not complete by its deadline"
         )
     retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(state.failure_count))
@@ -330,14 +361,15 @@ def recover_expired(record: TaskRecord, ctx: Context) -> list[Outgoing]:
     else:
         kind = CommandKind.RESUME
     _touch(record, ctx)
-    return [
-        command(state.order_id, kind, f"supervisor: retry after failure {state.failure_count}", at=retry_at)
-    ]
+    reason = f"supervisor: retry after failure {state.failure_count}"
+    return Decision(Outcome.RETRIED, (command(state.order_id, kind, reason, at=retry_at),))
 
 
 # ---- operator and application requests --------------------------------------------------------
-def resubmit(record: TaskRecord, ctx: Context) -> list[Outgoing]:
+def resubmit(record: TaskRecord, ctx: Context) -> Decision:
     """An operator sends an Error task back to Pending with FailureCount reset."""
+    if allows(Operation.RESUBMIT, record) is None:
+        return REFUSED
     state = record.state
     state.process_state = ProcessState.PENDING
     state.failure_count = 0
@@ -345,19 +377,24 @@ def resubmit(record: TaskRecord, ctx: Context) -> list[Outgoing]:
     state.next_attempt_at = None
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     _touch(record, ctx)
-    return [command(state.order_id, CommandKind.START, "operator: resubmit")]
+    return _moved(command(state.order_id, CommandKind.START, "operator: resubmit"))
 
 
-def cancel(record: TaskRecord, ctx: Context) -> list[Outgoing]:
-    """Undo a task that is not terminal.
+def cancel(record: TaskRecord, ctx: Context) -> Decision:
+    """Undo a task that is not terminal (a task already being undone is left as it is).
 
     A step that is running may still land at the remote service until its complete-by, so its
     compensation waits for that deadline (plus a grace period) rather than racing the agent.
     """
+    rule = allows(Operation.CANCEL, record)
+    if rule is None:
+        return REFUSED
+    if not rule.changes:
+        return UNCHANGED
     state = record.state
     if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
         state.phase = Phase.COMPENSATE
-        return finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+        return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
     running = [s.complete_by for s in record.steps if s.status is StepStatus.RUNNING and s.complete_by]
     resume_at = max([ctx.now, *running])
     if resume_at > ctx.now:
@@ -370,7 +407,7 @@ def cancel(record: TaskRecord, ctx: Context) -> list[Outgoing]:
     state.current_step = max(i for i, s in enumerate(record.steps) if s.status is not StepStatus.NOT_STARTED)
     _touch(record, ctx)
     at = resume_at if resume_at > ctx.now else None
-    return [
+    return _moved(
         status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
         command(state.order_id, CommandKind.RESUME, "cancel", at=at),
-    ]
+    )

@@ -52,6 +52,17 @@ class WorkflowDefinition(BaseModel):
             raise ValueError("step names must be unique")
         return self
 
+    @model_validator(mode="after")
+    def _one_breaker_per_agent(self) -> WorkflowDefinition:
+        # An agent has one circuit breaker (it guards the remote service, not a step), so the steps that
+        # share an agent must agree on its settings; their retries may differ.
+        breakers: dict[str, tuple[int, float]] = {}
+        for step in self.steps:
+            breaker = (step.retry.breaker_fail_max, step.retry.breaker_reset_seconds)
+            if breakers.setdefault(step.agent, breaker) != breaker:
+                raise ValueError(f"the steps on agent {step.agent} must agree on its breaker settings")
+        return self
+
     @property
     def agents(self) -> list[str]:
         """Every agent the workflow uses, in step order, without repeats."""

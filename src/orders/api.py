@@ -1,7 +1,9 @@
 """The HTTP API, independent of the hosting framework: requests in, status + JSON out.
 
 Errors always have the shape ``{"error": {"code", "message", "details"?}}``, and a rejected request
-writes nothing.
+writes nothing. The engine's errors become replies in one place, :func:`engine_error`; anything else
+(a corrupt stored record, a storage outage) is not the caller's fault and propagates, so the host
+answers 500.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.state import ProcessState
-from engine.tasks import Conflict, InvalidState, NotFound, TaskService
+from engine.errors import Conflict, EngineError, InvalidContinuation, InvalidState, NotFound
+from engine.state import ProcessState, TaskRecord
+from engine.tasks import TaskService
 
 from .models import OrderRequest, body_hash, status_view, summary
 
@@ -43,6 +46,25 @@ def error(status: int, code: str, message: str, details: Any = None) -> Reply:
     if details is not None:
         payload["details"] = details
     return Reply(status, {"error": payload})
+
+
+# Status and code per engine error the API expects; the first class in an error's MRO that is listed
+# decides. An engine error not listed here is a fault, not an answer, and is raised on.
+_ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
+    NotFound: (404, "NotFound"),
+    Conflict: (409, "Conflict"),
+    InvalidState: (409, "InvalidState"),
+    InvalidContinuation: (400, "ValidationFailed"),
+}
+
+
+def engine_error(exc: EngineError) -> Reply:
+    """The reply to an engine error the caller caused; re-raises any other."""
+    for cls in type(exc).__mro__:
+        if cls in _ENGINE_ERRORS:
+            status, code = _ENGINE_ERRORS[cls]
+            return error(status, code, str(exc))
+    raise exc
 
 
 def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
@@ -79,8 +101,8 @@ class OrdersApi:
         document = order.document(order_id)
         try:
             created, record = self._tasks().submit(order_id, document, body_hash(document))
-        except Conflict as exc:
-            return error(409, "Conflict", str(exc))
+        except EngineError as exc:
+            return engine_error(exc)
         location = f"{base_url.rstrip('/')}/api/orders/{order_id}"
         reply = {"orderId": order_id, "processState": record.state.process_state.value, "statusUrl": location}
         return Reply(202 if created else 200, reply, {"Location": location})
@@ -88,13 +110,13 @@ class OrdersApi:
     def get(self, order_id: str) -> Reply:
         """``GET /api/orders/{orderId}``."""
         if not _ORDER_ID.match(order_id):
-            return error(404, "NotFound", f"no order {order_id!r}")
+            return engine_error(NotFound(order_id))
         try:
             return Reply(200, status_view(self._tasks().get(order_id)))
-        except NotFound:
-            return error(404, "NotFound", f"no order {order_id!r}")
+        except EngineError as exc:
+            return engine_error(exc)
 
-    def list(self, query: Mapping[str, str]) -> Reply:
+    def list_by_state(self, query: Mapping[str, str]) -> Reply:
         """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``."""
         wanted = query.get("processState")
         states = [s.value for s in ProcessState]
@@ -108,10 +130,11 @@ class OrdersApi:
             return error(
                 400, "ValidationFailed", f"pageSize must be a whole number from 1 to {MAX_PAGE_SIZE}"
             )
+        token = query.get("continuationToken") or None
         try:
-            page = self._tasks().list(ProcessState(wanted), page_size, query.get("continuationToken") or None)
-        except ValueError as exc:
-            return error(400, "ValidationFailed", str(exc))
+            page = self._tasks().list_by_state(ProcessState(wanted), page_size, token)
+        except EngineError as exc:
+            return engine_error(exc)
         return Reply(
             200, {"items": [summary(s) for s in page.states], "continuationToken": page.continuation}
         )
@@ -124,15 +147,13 @@ class OrdersApi:
         """``POST /api/orders/{orderId}/cancel``: compensate an order that is not terminal."""
         return self._change(order_id, lambda tasks: tasks.cancel(order_id))
 
-    def _change(self, order_id: str, change: Callable[[TaskService], Any]) -> Reply:
+    def _change(self, order_id: str, change: Callable[[TaskService], TaskRecord]) -> Reply:
         if not _ORDER_ID.match(order_id):
-            return error(404, "NotFound", f"no order {order_id!r}")
+            return engine_error(NotFound(order_id))
         try:
             record = change(self._tasks())
-        except NotFound:
-            return error(404, "NotFound", f"no order {order_id!r}")
-        except InvalidState as exc:
-            return error(409, "InvalidState", str(exc))
+        except EngineError as exc:
+            return engine_error(exc)
         return Reply(202, status_view(record))
 
     @staticmethod

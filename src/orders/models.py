@@ -38,11 +38,6 @@ class OrderRequest(BaseModel):
         """The order as stored and handed to the agents."""
         return {"orderId": order_id, **self.model_dump(by_alias=True, exclude={"order_id"})}
 
-    @property
-    def total(self) -> float:
-        """The amount to charge."""
-        return round(sum(i.quantity * i.unit_price for i in self.items), 2)
-
 
 def body_hash(document: dict[str, Any]) -> str:
     """Identifies a body: the same order resubmitted with the same body hashes the same."""

@@ -26,9 +26,6 @@ from .workflow import FULFILMENT
 class Runtime:
     """Everything the functions call into."""
 
-    settings: Settings
-    store: TableStateStore
-    sender: ServiceBusSender
     tasks: TaskService
     scheduler: Scheduler
     supervisor: Supervisor
@@ -55,16 +52,10 @@ def build(settings: Settings) -> Runtime:
     services = RemoteServices(settings.service_urls, keys=settings.service_keys)
     actions = services.actions()
     agents = {
-        name: Agent(
-            name, actions[name], sender, clock, next(s.retry for s in FULFILMENT.steps if s.agent == name)
-        )
-        for name in FULFILMENT.agents
+        name: Agent.for_workflow(FULFILMENT, name, actions[name], sender, clock) for name in FULFILMENT.agents
     }
     parts = EngineParts(FULFILMENT, store, sender, clock, engine_settings)
     return Runtime(
-        settings=settings,
-        store=store,
-        sender=sender,
         tasks=TaskService(parts),
         scheduler=Scheduler(parts),
         supervisor=Supervisor(parts),

@@ -13,7 +13,8 @@ from urllib.parse import quote
 
 import httpx
 
-from engine.agent import Action, PermanentError, TransientError
+from engine.agent import Action
+from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 
 from .workflow import INVENTORY, PAYMENT, SHIPPING

@@ -8,7 +8,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.transitions import EngineSettings
+from engine.settings import EngineSettings
+
+from .workflow import INVENTORY, PAYMENT, SHIPPING
 
 # Where the Function App serves the simulators (simulators.hosted.ROUTE_PREFIX): a service URL whose
 # path ends here gets SIMULATORS_KEY, and no other does, so the key never reaches a real service.
@@ -25,6 +27,7 @@ class Settings(BaseModel):
     supervisor_max_failures: int = Field(default=3, ge=1, alias="SUPERVISOR_MAX_FAILURES")
     supervisor_backoff_seconds: float = Field(default=2.0, gt=0, alias="SUPERVISOR_BACKOFF_SECONDS")
     supervisor_max_backoff_seconds: float = Field(default=60.0, gt=0, alias="SUPERVISOR_MAX_BACKOFF_SECONDS")
+    cancel_grace_seconds: float = Field(default=1.0, ge=0, alias="CANCEL_GRACE_SECONDS")
     inventory_service_url: str = Field(alias="INVENTORY_SERVICE_URL", min_length=1)
     payment_service_url: str = Field(alias="PAYMENT_SERVICE_URL", min_length=1)
     shipping_service_url: str = Field(alias="SHIPPING_SERVICE_URL", min_length=1)
@@ -46,15 +49,16 @@ class Settings(BaseModel):
             supervisor_max_failures=self.supervisor_max_failures,
             backoff_base_seconds=self.supervisor_backoff_seconds,
             backoff_max_seconds=self.supervisor_max_backoff_seconds,
+            cancel_grace_seconds=self.cancel_grace_seconds,
         )
 
     @property
     def service_urls(self) -> dict[str, str]:
         """Base URL per agent."""
         return {
-            "inventory": self.inventory_service_url,
-            "payment": self.payment_service_url,
-            "shipping": self.shipping_service_url,
+            INVENTORY: self.inventory_service_url,
+            PAYMENT: self.payment_service_url,
+            SHIPPING: self.shipping_service_url,
         }
 
     @property

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from proton import Condition, Delivery, Disposition, Endpoint, Handler, Link, Message, Sender, Terminus
 from proton.reactor import ApplicationEvent, Container, EventInjector
@@ -277,7 +277,7 @@ class Broker(Handler):
         state: LinkState | None = getattr(link, "emulator", None)
         if state is None:
             return
-        if state.subqueue is not None and link.is_sender:
+        if state.subqueue is not None and isinstance(link, Sender):
             consumers = self._consumers.get(state.subqueue, [])
             if link in consumers:
                 consumers.remove(link)
@@ -421,7 +421,7 @@ class Broker(Handler):
         if link is None:
             log.warning("no reply link for a request; the reply is dropped")
             return
-        delivery = link.delivery(uuid.uuid4().bytes)
+        delivery = link.delivery(uuid.uuid4().bytes)  # type: ignore[arg-type]  # proton takes bytes; typed str
         link.send(message.encode())
         link.advance()
         if link.snd_settle_mode == Link.SND_SETTLED:
@@ -453,7 +453,7 @@ class Broker(Handler):
                     break
                 payload = self._encode(message, subqueue, not state.receive_and_delete)
                 tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
-                delivery = link.delivery(tag)
+                delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes; typed str
                 delivery.lock_token = message.lock_token
                 link.send(payload)
                 link.advance()
@@ -498,7 +498,7 @@ def _decode_request(raw: bytes) -> Message | None:
 def _dead_letter_info(condition: Condition | None) -> tuple[str | None, str | None]:
     if condition is None or not condition.info:
         return None, None
-    info = {str(k): v for k, v in dict(condition.info).items()}
+    info = {str(k): v for k, v in cast(dict[Any, Any], condition.info).items()}
     reason = info.get("DeadLetterReason")
     description = info.get("DeadLetterErrorDescription")
     return (None if reason is None else str(reason)), (None if description is None else str(description))

@@ -101,7 +101,7 @@ def split_sections(raw: bytes) -> list[Section]:
         data.enter()
         data.next()
         descriptor = data.get_object()
-        code = _SYMBOLIC.get(str(descriptor), -1) if isinstance(descriptor, symbol) else int(descriptor)
+        code = _SYMBOLIC.get(str(descriptor), -1) if isinstance(descriptor, symbol) else int(descriptor or -1)
         if code not in _ORDER:
             raise MessageFormatError(f"unknown section descriptor {descriptor!r}")
         data.next()

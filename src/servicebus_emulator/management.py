@@ -75,7 +75,8 @@ class ManagementNode:
 
     def handle(self, request: Message, now: float) -> Reply:
         """Answer one request; never raises for bad input."""
-        operation = str((request.properties or {}).get("operation", ""))
+        properties: dict[Any, Any] = request.properties or {}
+        operation = str(properties.get("operation", ""))
         if operation not in _PER_MESSAGE:  # counted per message by their handlers
             self._stats.add(self.subqueue.path, operation.removeprefix("com.microsoft:"))
         body = request.body if isinstance(request.body, dict) else {}

@@ -340,7 +340,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
     message = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
-    return error_response(exc.status_code, code, message, headers=exc.headers)
+    return error_response(exc.status_code, code, message, headers=dict(exc.headers) if exc.headers else None)
 
 
 async def _ledger_unavailable(request: Request, exc: Exception) -> Response:

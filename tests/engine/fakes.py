@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine.ports import ConcurrencyError, CreateOutcome, ExpiredEntry, Page
+from engine.errors import ConcurrencyError, InvalidContinuation
+from engine.ports import CreateOutcome, ExpiredEntry, Page
 from engine.state import ProcessState, TaskRecord
 
 
@@ -29,7 +30,7 @@ class MemoryStore:
     def _put(self, record: TaskRecord) -> TaskRecord:
         etag = f"e{next(self._etags)}"
         stored = record.model_copy(deep=True)
-        stored.dirty_steps = set()
+        stored.mark_saved()
         stored.etags = {"state": etag}
         self.records[record.order_id] = (etag, stored)
         return stored.model_copy(deep=True)
@@ -54,7 +55,7 @@ class MemoryStore:
             raise ConcurrencyError(record.order_id)
         saved = self._put(record)
         record.etags = saved.etags
-        record.dirty_steps.clear()
+        record.mark_saved()
         return record
 
     def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
@@ -72,7 +73,10 @@ class MemoryStore:
 
     def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         matching = [r.state for _, r in self.records.values() if r.state.process_state is state]
-        start = int(continuation or 0)
+        try:
+            start = int(continuation or 0)
+        except ValueError as exc:
+            raise InvalidContinuation(continuation or "") from exc
         end = start + page_size
         return Page(matching[start:end], str(end) if end < len(matching) else None)
 
@@ -108,7 +112,6 @@ class RecordingSender:
         reply_to: str | None = None,
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
-        properties: dict[str, Any] | None = None,
     ) -> None:
         self.sent.append(
             Sent(queue, body, message_id, correlation_id, reply_to, time_to_live_seconds, scheduled_at)

@@ -168,3 +168,25 @@ def test_calls_through_the_breaker_run_concurrently() -> None:
     release.set()
     slow.join(5)
     assert fast is not None and fast.result == {"attempt": 2}
+
+
+def test_each_step_on_an_agent_retries_by_its_own_policy() -> None:
+    from engine.workflow import StepDefinition, WorkflowDefinition
+
+    workflow = WorkflowDefinition(
+        name="two-on-one-agent",
+        steps=(
+            StepDefinition(name="first", agent="alpha", action="do", retry=RetryPolicy(max_tries=1)),
+            StepDefinition(name="second", agent="alpha", action="do", retry=RetryPolicy(max_tries=3)),
+        ),
+    )
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("503")] * 3)
+    sender = RecordingSender()
+    agent = Agent.for_workflow(workflow, "alpha", {"do": action}, sender, clock, sleep=clock.advance)
+    assert agent.handle(request(clock)) is None  # one try, as the first step says: gave up, nothing sent
+    second = request(clock).model_copy(update={"step": "second", "step_index": 1})
+    reply = agent.handle(second)  # three tries: two more failures, then success
+    assert reply is not None and reply.outcome is ReplyOutcome.SUCCEEDED
+    assert len(action.timeouts) == 4
+    assert [s.message_id for s in sender.sent] == ["o-1:1:f:1:reply"]

@@ -8,6 +8,7 @@ import pytest
 
 from engine import queues, telemetry
 from engine.clock import ManualClock
+from engine.errors import Conflict, InvalidState
 from engine.messages import (
     AgentReply,
     AgentRequest,
@@ -18,10 +19,10 @@ from engine.messages import (
 )
 from engine.parts import EngineParts
 from engine.scheduler import Scheduler
+from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepStatus
 from engine.supervisor import Supervisor
-from engine.tasks import Conflict, InvalidState, TaskService
-from engine.transitions import EngineSettings
+from engine.tasks import TaskService
 from engine.workflow import StepDefinition, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
@@ -313,7 +314,7 @@ def test_concurrent_supervisors_recover_a_task_once() -> None:
     entries = list(world.store.expired(world.clock.now()))
     loaded = [world.store.load(e.order_id) for e in entries for _ in range(2)]
     from engine import transitions
-    from engine.ports import ConcurrencyError
+    from engine.errors import ConcurrencyError
     from engine.transitions import Context
 
     wins = 0
@@ -387,3 +388,15 @@ def test_sweep_ignores_work_that_is_not_expired() -> None:
     world.kick()
     world.clock.advance(9)
     assert world.supervisor.sweep().expired == 0
+
+
+def test_the_sweep_event_reports_every_count(caplog: pytest.LogCaptureFixture) -> None:
+    world = World()
+    world.submit()
+    world.commands()  # the kick is lost
+    world.clock.advance(10)
+    with caplog.at_level(logging.INFO, logger="engine"):
+        world.supervisor.sweep()
+    (event,) = [r for r in caplog.records if telemetry.SUPERVISOR_SWEEP_COMPLETED in r.getMessage()]
+    counts = {k: getattr(event, k) for k in ("expired", "kicked", "retried", "errored", "lostRaces")}
+    assert counts == {"expired": 1, "kicked": 1, "retried": 0, "errored": 0, "lostRaces": 0}

@@ -11,11 +11,13 @@ from azure.data.tables import TableServiceClient
 
 from adapters.table_store import TableStateStore, shard_of
 from engine import transitions
+from engine.errors import ConcurrencyError
 from engine.parts import EngineParts
-from engine.ports import ConcurrencyError, CreateOutcome
+from engine.ports import CreateOutcome
+from engine.settings import EngineSettings
 from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
-from engine.transitions import Context, EngineSettings
+from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
 from tests.engine.fakes import RecordingSender
 

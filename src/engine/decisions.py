@@ -1,0 +1,85 @@
+"""What a transition decided: the messages to send once the change is saved, the alerts to raise, and
+what kind of move it was. Callers need no side channels to learn what happened."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from . import telemetry
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message to send once the state change that decided it is saved."""
+
+    queue: str
+    body: BaseModel
+    message_id: str
+    correlation_id: str
+    reply_to: str | None = None
+    time_to_live_seconds: float | None = None
+    scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OrderEnteredError:
+    """Alert: a task entered Error and waits for an operator."""
+
+    name: ClassVar[str] = telemetry.ORDER_ENTERED_ERROR
+
+    order_id: str
+    failure_count: int
+    phase: str
+    step: str
+    reason: str
+
+    def fields(self) -> dict[str, Any]:
+        """The event's properties, as the alert rules and dashboards read them."""
+        return {
+            "orderId": self.order_id,
+            "failureCount": self.failure_count,
+            "phase": self.phase,
+            "step": self.step,
+            "reason": self.reason,
+        }
+
+
+Alert = OrderEnteredError
+
+
+class Outcome(StrEnum):
+    """What kind of move a transition made."""
+
+    REFUSED = "refused"  # the state machine does not allow it now: nothing changed, nothing to send
+    UNCHANGED = "unchanged"  # allowed, and already under way: nothing changed, nothing to send
+    MOVED = "moved"  # the task moved on
+    KICKED = "kicked"  # the Supervisor re-sent a lost kick
+    RETRIED = "retried"  # the Supervisor counted a failure and gave the task back
+    ERRORED = "errored"  # the task entered Error (with an alert)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The result of one transition."""
+
+    outcome: Outcome
+    messages: tuple[Outgoing, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether the record was changed and must be saved (then the messages sent)."""
+        return self.outcome not in (Outcome.REFUSED, Outcome.UNCHANGED)
+
+    def after(self, *first: Outgoing) -> Decision:
+        """The same decision with ``first`` sent before its own messages."""
+        return Decision(self.outcome, (*first, *self.messages), self.alerts)
+
+
+REFUSED = Decision(Outcome.REFUSED)
+UNCHANGED = Decision(Outcome.UNCHANGED)

@@ -1,0 +1,171 @@
+"""The task state machine as one declared table: which operation may run in which state, and where it leads.
+
+Every operation on a task (the Scheduler's claim and reply handling, the Supervisor's recovery, the
+application's resubmit and cancel) asks this table whether it is allowed before it changes anything.
+The README's state diagram is generated from the same table (``python -m engine.machine``), and a test
+checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .state import Phase, ProcessState, StepStatus, TaskState
+
+INITIAL = ProcessState.PENDING
+
+
+class Operation(StrEnum):
+    """Everything that can happen to a task after it is submitted."""
+
+    CLAIM = "claim"  # a Scheduler takes a free task and dispatches its current work
+    STEP_SUCCEEDED = "step succeeded"
+    STEP_FAILED = "step failed"  # a lasting fault: undo the task
+    COMPENSATION_SUCCEEDED = "compensation succeeded"
+    COMPENSATION_FAILED = "compensation failed"
+    KICK = "kick"  # the Supervisor re-sends a lost kick
+    EXPIRE = "expire"  # the Supervisor recovers a task past its CompleteBy
+    RESUBMIT = "resubmit"  # an operator sends an Error task back
+    CANCEL = "cancel"  # the application undoes a task that is not terminal
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row: ``operation`` is allowed on a task in ``source`` that meets the guards, and leaves it in
+    one of the ``targets`` states (which one depends on the task's steps and counters; each target says
+    when).
+
+    Guards: ``unlocked`` needs no Scheduler holding the task (``LockedBy`` empty); ``phase`` and
+    ``step`` need the task's phase and its current step's status. A rule with ``changes=False`` is
+    allowed and does nothing (asking again for what is already under way).
+    """
+
+    operation: Operation
+    source: ProcessState
+    targets: tuple[tuple[ProcessState, str], ...]
+    unlocked: bool = False
+    phase: Phase | None = None
+    step: StepStatus | None = None
+    changes: bool = True
+
+    def admits(self, state: TaskState, step: StepStatus | None) -> bool:
+        """Whether a task with this state record, whose current step has status ``step``, meets the row."""
+        return (
+            state.process_state is self.source
+            and (not self.unlocked or state.locked_by is None)
+            and (self.phase is None or state.phase is self.phase)
+            and (self.step is None or step is self.step)
+        )
+
+    @property
+    def target_states(self) -> tuple[ProcessState, ...]:
+        """The states the operation may leave the task in."""
+        return tuple(target for target, _ in self.targets)
+
+
+P, R, D = ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.PROCESSED
+C, CD, E = ProcessState.COMPENSATING, ProcessState.COMPENSATED, ProcessState.ERROR
+Op = Operation
+FORWARD, BACK = Phase.FORWARD, Phase.COMPENSATE
+RUNNING, UNDOING = StepStatus.RUNNING, StepStatus.COMPENSATING
+
+TABLE: tuple[Rule, ...] = (
+    # The Scheduler claims a free task (ETag-conditional) and dispatches its current step, forward or
+    # back; a task with nothing left to do finishes on the spot.
+    Rule(
+        Op.CLAIM,
+        P,
+        (
+            (R, "Scheduler claims (ETag), dispatches a step"),
+            (C, "Scheduler claims (ETag), resumes undoing"),
+            (D, "Scheduler claims, no step left"),
+            (CD, "Scheduler claims, nothing left to undo"),
+        ),
+        unlocked=True,
+    ),
+    Rule(
+        Op.CLAIM,
+        C,
+        ((C, "Scheduler claims (ETag), dispatches an undo"), (CD, "Scheduler claims, nothing left to undo")),
+        unlocked=True,
+    ),
+    # Agents' replies, fenced: only for the step that is running in the task's current phase.
+    Rule(
+        Op.STEP_SUCCEEDED,
+        R,
+        ((R, "step done, next step dispatched"), (D, "last step done")),
+        phase=FORWARD,
+        step=RUNNING,
+    ),
+    Rule(
+        Op.STEP_FAILED,
+        R,
+        ((C, "lasting agent error"), (CD, "lasting agent error, nothing to undo")),
+        phase=FORWARD,
+        step=RUNNING,
+    ),
+    Rule(
+        Op.COMPENSATION_SUCCEEDED,
+        C,
+        ((C, "step undone, next undo dispatched"), (CD, "every step undone")),
+        phase=BACK,
+        step=UNDOING,
+    ),
+    Rule(Op.COMPENSATION_FAILED, C, ((E, "compensation failed (alert)"),), phase=BACK, step=UNDOING),
+    # The Supervisor, for a task past its CompleteBy. It knows no business logic: it counts failures.
+    Rule(Op.KICK, P, ((P, "kick lost (Supervisor re-kicks)"),), unlocked=True),
+    Rule(
+        Op.EXPIRE,
+        R,
+        (
+            (P, "CompleteBy passed, FailureCount < max (Supervisor, backoff)"),
+            (E, "CompleteBy passed, FailureCount >= max (Supervisor, alert)"),
+        ),
+    ),
+    Rule(
+        Op.EXPIRE,
+        C,
+        (
+            (C, "CompleteBy passed, FailureCount < max (Supervisor, backoff)"),
+            (E, "CompleteBy passed, FailureCount >= max (Supervisor, alert)"),
+        ),
+    ),
+    # The operator and the application.
+    Rule(Op.RESUBMIT, E, ((P, "operator resubmit (FailureCount reset)"),)),
+    Rule(Op.CANCEL, P, ((C, "cancel"), (CD, "cancel, nothing started"))),
+    Rule(Op.CANCEL, R, ((C, "cancel"),)),
+    Rule(Op.CANCEL, C, ((C, "cancel while undoing: nothing to do"),), changes=False),
+)
+del P, R, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING
+
+
+def rule(operation: Operation, state: TaskState, step: StepStatus | None = None) -> Rule | None:
+    """The row that allows ``operation`` on a task in this state, or None if the table forbids it."""
+    return next((r for r in TABLE if r.operation is operation and r.admits(state, step)), None)
+
+
+def sources(operation: Operation) -> tuple[ProcessState, ...]:
+    """The states in which ``operation`` can be allowed at all (for error messages)."""
+    return tuple(dict.fromkeys(r.source for r in TABLE if r.operation is operation))
+
+
+def edges() -> list[tuple[ProcessState, ProcessState, str]]:
+    """Every (from, to, label) the table allows, one per pair of states (labels joined), in table order."""
+    labels: dict[tuple[ProcessState, ProcessState], list[str]] = {}
+    for row in TABLE:
+        if row.changes:
+            for target, label in row.targets:
+                labels.setdefault((row.source, target), []).append(label)
+    return [(a, b, " / ".join(texts)) for (a, b), texts in labels.items()]
+
+
+def diagram() -> str:
+    """The state diagram (Mermaid) of :data:`TABLE`, as the README shows it."""
+    lines = ["stateDiagram-v2", f"    [*] --> {INITIAL.value}: submit"]
+    lines += [f"    {a.value} --> {b.value}: {label}" for a, b, label in edges()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(diagram())

@@ -1,0 +1,20 @@
+"""The engine's timing knobs. The application fills them from its own settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Timing knobs of the engine."""
+
+    step_complete_by_seconds: float = 30.0
+    supervisor_max_failures: int = 3
+    backoff_base_seconds: float = 2.0
+    backoff_max_seconds: float = 60.0
+    cancel_grace_seconds: float = 1.0
+
+    def backoff(self, failure_count: int) -> float:
+        """The extended period before a retry: doubles with each failure, bounded."""
+        return min(self.backoff_base_seconds * 2 ** max(failure_count - 1, 0), self.backoff_max_seconds)

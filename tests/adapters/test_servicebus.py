@@ -1,0 +1,71 @@
+"""The Service Bus sender through the real azure-servicebus SDK against the bundled emulator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from azure.servicebus import ServiceBusClient
+
+from adapters.servicebus import ServiceBusSender, client_from_settings
+from engine.messages import CommandKind, SchedulerCommand
+from tests.servicebus_emulator.conftest import RunningEmulator, start_emulator, write_config
+from tests.support import stop_process
+
+COMMAND = SchedulerCommand(order_id="o-1", kind=CommandKind.START, reason="test")
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[RunningEmulator]:
+    running = start_emulator(write_config(tmp_path / "config.json", {"q": {}}), tmp_path / "emulator.log")
+    yield running
+    stop_process(running.process)
+
+
+@pytest.fixture
+def sender(emulator: RunningEmulator) -> Iterator[ServiceBusSender]:
+    sender = ServiceBusSender(client_from_settings({"ServiceBusConnection": emulator.connection_string}))
+    yield sender
+    sender.close()
+
+
+def test_a_message_carries_its_json_body_ids_and_time_to_live(
+    emulator: RunningEmulator, sender: ServiceBusSender
+) -> None:
+    sender.send(
+        "q", COMMAND, message_id="m-1", correlation_id="o-1", reply_to="replies", time_to_live_seconds=60
+    )
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver("q", max_wait_time=10) as receiver,
+    ):
+        (message,) = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+        assert json.loads(str(message)) == {"orderId": "o-1", "kind": "start", "reason": "test"}
+        assert (message.message_id, message.correlation_id, message.reply_to) == ("m-1", "o-1", "replies")
+        assert message.content_type == "application/json" and message.subject == "SchedulerCommand"
+        assert message.time_to_live == timedelta(seconds=60)
+        receiver.complete_message(message)
+
+
+def test_a_scheduled_message_arrives_at_its_time(emulator: RunningEmulator, sender: ServiceBusSender) -> None:
+    at = datetime.now(UTC) + timedelta(seconds=2)
+    sender.send("q", COMMAND, message_id="m-2", correlation_id="o-1", scheduled_at=at)
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver("q", max_wait_time=10) as receiver,
+    ):
+        received = []
+        deadline = datetime.now(UTC) + timedelta(seconds=15)
+        while not received and datetime.now(UTC) < deadline:
+            received = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        (message,) = received
+        assert message.message_id == "m-2" and datetime.now(UTC) >= at - timedelta(milliseconds=200)
+        receiver.complete_message(message)
+
+
+def test_a_client_needs_a_connection_string_or_a_namespace() -> None:
+    with pytest.raises(RuntimeError, match="ServiceBusConnection__fullyQualifiedNamespace"):
+        client_from_settings({})

@@ -1,0 +1,313 @@
+"""The state machine's table and its transitions as pure functions on in-memory records (no I/O)."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from engine import machine, telemetry, transitions
+from engine.decisions import Decision, Outcome
+from engine.machine import Operation
+from engine.messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id, request_message_id
+from engine.settings import EngineSettings
+from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.transitions import Context
+from engine.workflow import RetryPolicy, StepDefinition, WorkflowDefinition
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+WORKFLOW = WorkflowDefinition(
+    name="two-steps",
+    steps=(
+        StepDefinition(name="first", agent="alpha", action="do-a", compensation="undo-a"),
+        StepDefinition(name="second", agent="beta", action="do-b", compensation="undo-b"),
+    ),
+)
+SETTINGS = EngineSettings(step_complete_by_seconds=10, supervisor_max_failures=2, cancel_grace_seconds=1)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def new_record(order_id: str = "o-1") -> TaskRecord:
+    record = TaskRecord(
+        state=TaskState(order_id=order_id, workflow=WORKFLOW.name, created_at=T0, updated_at=T0),
+        steps=[StepState(index=i, name=s.name) for i, s in enumerate(WORKFLOW.steps)],
+        input={"n": 1},
+        input_hash="h",
+    )
+    transitions.new_record_state(record, Context(WORKFLOW, SETTINGS, T0))
+    return record
+
+
+def ctx(now: datetime = T0, instance: str = "sched-1") -> Context:
+    return Context(WORKFLOW, SETTINGS, now, instance)
+
+
+def reply(record: TaskRecord, outcome: ReplyOutcome, compensating: bool, **kw: object) -> AgentReply:
+    state = record.state
+    return AgentReply(
+        order_id=state.order_id,
+        step_index=state.current_step,
+        attempt=max(state.attempt, 1),
+        compensating=compensating,
+        outcome=outcome,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def requests(decision: Decision) -> list[AgentRequest]:
+    return [m.body for m in decision.messages if isinstance(m.body, AgentRequest)]
+
+
+# ---- the table ---------------------------------------------------------------------------------------
+def test_every_operation_has_a_row_and_rows_never_overlap() -> None:
+    assert {r.operation for r in machine.TABLE} == set(Operation)
+    for a in machine.TABLE:
+        for b in machine.TABLE:
+            if a is not b and a.operation is b.operation:
+                assert a.source is not b.source, f"two rows for {a.operation} from {a.source}"
+
+
+def test_every_in_flight_state_can_be_recovered_by_the_supervisor_and_terminal_ones_are_left_alone() -> None:
+    supervisor_ops = {Operation.KICK, Operation.EXPIRE}
+    for state in ProcessState:
+        recoverable = any(r.operation in supervisor_ops and r.source is state for r in machine.TABLE)
+        assert recoverable == state.in_flight, state
+    # Processed and Compensated are final; Error only goes back through an operator.
+    outgoing = {(r.source, r.operation) for r in machine.TABLE if r.changes}
+    assert not [op for state, op in outgoing if state in (ProcessState.PROCESSED, ProcessState.COMPENSATED)]
+    assert {op for state, op in outgoing if state is ProcessState.ERROR} == {Operation.RESUBMIT}
+
+
+def test_every_state_is_reachable_from_submission() -> None:
+    reached = {machine.INITIAL}
+    frontier = [machine.INITIAL]
+    while frontier:
+        source = frontier.pop()
+        for a, b, _ in machine.edges():
+            if a is source and b not in reached:
+                reached.add(b)
+                frontier.append(b)
+    assert reached == set(ProcessState)
+
+
+def test_guards_lock_phase_and_step() -> None:
+    record = new_record()
+    assert machine.rule(Operation.CLAIM, record.state) is not None
+    record.state.locked_by = "someone"
+    assert machine.rule(Operation.CLAIM, record.state) is None  # held by another Scheduler
+    record.state.locked_by = None
+    record.state.process_state = ProcessState.PROCESSING
+    assert machine.rule(Operation.STEP_SUCCEEDED, record.state, StepStatus.RUNNING) is not None
+    assert machine.rule(Operation.STEP_SUCCEEDED, record.state, StepStatus.COMPLETED) is None
+    record.state.phase = Phase.COMPENSATE
+    assert machine.rule(Operation.STEP_SUCCEEDED, record.state, StepStatus.RUNNING) is None
+
+
+def test_the_readme_diagram_is_the_tables() -> None:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"```mermaid\n(stateDiagram-v2\n.*?)\n```", text, re.DOTALL)
+    assert found, "the README has no state diagram"
+    assert found.group(1) == machine.diagram(), "regenerate it with: python -m engine.machine"
+
+
+# ---- every move, explored ---------------------------------------------------------------------------
+Move = tuple[Operation | None, Callable[[TaskRecord], Decision]]
+
+
+def moves(record: TaskRecord) -> list[Move]:
+    """Everything that could happen to a task in any state, right or wrong."""
+    later = (record.state.complete_by or T0) + timedelta(seconds=1)
+    out: list[Move] = [
+        (Operation.CLAIM, lambda r: transitions.claim(r, ctx())),
+        (None, lambda r: transitions.recover_expired(r, ctx(later))),
+        (Operation.RESUBMIT, lambda r: transitions.resubmit(r, ctx())),
+        (Operation.CANCEL, lambda r: transitions.cancel(r, ctx())),
+    ]
+    for compensating in (False, True):
+        for outcome in ReplyOutcome:
+            answer = reply(record, outcome, compensating, result={"id": 1}, error="no")
+            out.append(
+                (
+                    transitions.reply_operation(answer),
+                    lambda r, a=answer: transitions.apply_reply(r, ctx(), a),
+                )
+            )
+    return out
+
+
+def key(record: TaskRecord) -> tuple[object, ...]:
+    s = record.state
+    return (
+        s.process_state,
+        s.phase,
+        s.current_step,
+        s.locked_by is None,
+        s.failure_count,
+        tuple(step.status for step in record.steps),
+    )
+
+
+def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
+    used: set[tuple[Operation, ProcessState, ProcessState]] = set()
+    seen = {key(new_record())}
+    queue = deque([new_record()])
+    while queue:
+        record = queue.popleft()
+        for operation, move in moves(record):
+            after = record.model_copy(deep=True)
+            before = after.model_dump()
+            if operation is None:  # the Supervisor picks kick or expire itself
+                operation = Operation.KICK if transitions.allows(Operation.KICK, after) else Operation.EXPIRE
+            rule = transitions.allows(operation, after)
+            decision = move(after)
+            if not decision.changed:
+                assert after.model_dump() == before, f"{operation} changed a record it refused"
+                assert not decision.messages and not decision.alerts
+                assert rule is None or not rule.changes, f"{operation} refused what the table allows"
+                continue
+            assert rule is not None, f"{operation} moved a {record.state.process_state} task"
+            assert after.state.process_state in rule.target_states, (operation, after.state.process_state)
+            assert (decision.outcome is Outcome.ERRORED) == (after.state.process_state is ProcessState.ERROR)
+            assert bool(decision.alerts) == (decision.outcome is Outcome.ERRORED)
+            used.add((operation, rule.source, after.state.process_state))
+            if key(after) not in seen:
+                seen.add(key(after))
+                queue.append(after)
+    declared = {(r.operation, r.source, t) for r in machine.TABLE if r.changes for t in r.target_states}
+    unused = declared - used
+    # Only an all-done or nothing-to-undo task claimed from Pending is unreachable with this workflow.
+    assert unused <= {
+        (Operation.CLAIM, ProcessState.PENDING, ProcessState.PROCESSED),
+        (Operation.CLAIM, ProcessState.PENDING, ProcessState.COMPENSATED),
+        (Operation.CLAIM, ProcessState.COMPENSATING, ProcessState.COMPENSATED),
+        (Operation.STEP_FAILED, ProcessState.PROCESSING, ProcessState.COMPENSATED),
+    }, unused
+
+
+# ---- single transitions ------------------------------------------------------------------------------
+def test_claim_dispatches_the_first_step_and_announces_the_order() -> None:
+    record = new_record()
+    decision = transitions.claim(record, ctx())
+    assert decision.outcome is Outcome.MOVED
+    assert [type(m.body).__name__ for m in decision.messages] == ["StatusMessage", "AgentRequest"]
+    (request,) = requests(decision)
+    assert (request.step, request.attempt, request.idempotency_key) == ("first", 1, "o-1:first")
+    assert decision.messages[1].message_id == request_message_id("o-1", 0, False, 1)
+    assert record.state.locked_by == "sched-1" and record.steps[0].status is StepStatus.RUNNING
+    assert record.changed_steps() == [0]
+
+
+def test_a_claimed_task_cannot_be_claimed_again() -> None:
+    record = new_record()
+    transitions.claim(record, ctx())
+    assert transitions.claim(record, ctx(instance="sched-2")).outcome is Outcome.REFUSED
+    assert record.state.locked_by == "sched-1"
+
+
+def test_a_reply_for_another_attempt_or_phase_is_fenced_out() -> None:
+    record = new_record()
+    transitions.claim(record, ctx())
+    stale = reply(record, ReplyOutcome.SUCCEEDED, False).model_copy(update={"attempt": 2})
+    assert transitions.apply_reply(record, ctx(), stale).outcome is Outcome.REFUSED
+    wrong_phase = reply(record, ReplyOutcome.SUCCEEDED, True)
+    assert transitions.apply_reply(record, ctx(), wrong_phase).outcome is Outcome.REFUSED
+    done = transitions.apply_reply(
+        record, ctx(), reply(record, ReplyOutcome.SUCCEEDED, False, result={"r": 1})
+    )
+    assert done.outcome is Outcome.MOVED and record.steps[0].result == {"r": 1}
+    assert [r.step for r in requests(done)] == ["second"]
+
+
+def test_a_failed_compensation_enters_error_with_a_typed_alert() -> None:
+    record = new_record()
+    transitions.claim(record, ctx())
+    undo = transitions.apply_reply(record, ctx(), reply(record, ReplyOutcome.FAILED, False, error="no stock"))
+    assert [r.action for r in requests(undo)] == ["undo-a"]
+    failed = transitions.apply_reply(record, ctx(), reply(record, ReplyOutcome.FAILED, True, error="gone"))
+    assert failed.outcome is Outcome.ERRORED and record.state.process_state is ProcessState.ERROR
+    (alert,) = failed.alerts
+    assert alert.name == telemetry.ORDER_ENTERED_ERROR
+    assert alert.fields() == {
+        "orderId": "o-1",
+        "failureCount": 0,
+        "phase": "compensate",
+        "step": "first",
+        "reason": "compensation of first failed: gone",
+    }
+
+
+def test_the_supervisor_kicks_retries_then_errors() -> None:
+    record = new_record()
+    expired = record.state.complete_by + timedelta(seconds=1)  # type: ignore[operator]
+    assert transitions.recover_expired(record, ctx(T0)).outcome is Outcome.REFUSED  # not expired yet
+    assert transitions.recover_expired(record, ctx(expired)).outcome is Outcome.KICKED
+    assert record.state.failure_count == 0
+    transitions.claim(record, ctx(expired))
+    later = record.state.complete_by + timedelta(seconds=1)  # type: ignore[operator]
+    retried = transitions.recover_expired(record, ctx(later))
+    assert retried.outcome is Outcome.RETRIED and record.state.process_state is ProcessState.PENDING
+    assert retried.messages[0].scheduled_at == later + timedelta(seconds=SETTINGS.backoff(1))
+    transitions.claim(record, ctx(later))
+    last = record.state.complete_by + timedelta(seconds=1)  # type: ignore[operator]
+    errored = transitions.recover_expired(record, ctx(last))
+    assert errored.outcome is Outcome.ERRORED and record.state.failure_count == 2
+
+
+def test_cancel_and_resubmit_follow_the_table() -> None:
+    record = new_record()
+    transitions.claim(record, ctx())
+    assert transitions.resubmit(record, ctx()).outcome is Outcome.REFUSED
+    assert transitions.cancel(record, ctx()).outcome is Outcome.MOVED
+    assert record.state.process_state is ProcessState.COMPENSATING
+    assert transitions.cancel(record, ctx()).outcome is Outcome.UNCHANGED
+
+
+def test_a_step_changed_directly_is_still_saved() -> None:
+    record = new_record()
+    assert record.changed_steps() == []
+    record.steps[1].attempts = 3
+    assert record.changed_steps() == [1]
+    record.mark_saved()
+    assert record.changed_steps() == []
+    record.steps[0].result = {"a": 1}
+    record.steps[0].result["b"] = 2  # a change inside a step's value counts too
+    record.mark_saved()
+    record.steps[0].result["c"] = 3
+    assert record.changed_steps() == [0]
+
+
+def test_request_and_reply_ids_come_from_one_format() -> None:
+    request = AgentRequest(
+        order_id="o-1",
+        step="second",
+        step_index=1,
+        attempt=2,
+        compensating=True,
+        action="undo-b",
+        idempotency_key="o-1:second",
+        complete_by=T0,
+    )
+    assert request_message_id("o-1", 1, True, 2) == "o-1:1:c:2"
+    assert reply_message_id(request) == "o-1:1:c:2:reply"
+
+
+def test_steps_on_one_agent_must_agree_on_its_breaker_but_may_retry_differently() -> None:
+    WorkflowDefinition(
+        name="ok",
+        steps=(
+            StepDefinition(name="a", agent="x", action="a", retry=RetryPolicy(max_tries=1)),
+            StepDefinition(name="b", agent="x", action="b", retry=RetryPolicy(max_tries=9)),
+        ),
+    )
+    with pytest.raises(ValueError, match="breaker"):
+        WorkflowDefinition(
+            name="bad",
+            steps=(
+                StepDefinition(name="a", agent="x", action="a", retry=RetryPolicy(breaker_fail_max=1)),
+                StepDefinition(name="b", agent="x", action="b", retry=RetryPolicy(breaker_fail_max=2)),
+            ),
+        )

@@ -1,0 +1,153 @@
+"""The remote-service clients against a real local HTTP server: what they send, how answers are classified."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from engine.errors import PermanentError, TransientError
+from engine.messages import AgentRequest
+from orders.services import RemoteServices
+from orders.workflow import INVENTORY, PAYMENT, SHIPPING
+from servicebus_emulator.launcher import free_port
+
+ORDER = {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 2.5}], "currency": "EUR"}
+
+
+class Service:
+    """A scripted HTTP service: answers the next scripted (status, body, delay) and records requests."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, bytes, float]] = []
+        self.seen: list[tuple[str, dict[str, str], Any]] = []
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"null")
+                service.seen.append((self.path, dict(self.headers), body))
+                status, answer, delay = service.script.pop(0) if service.script else (200, b"{}", 0.0)
+                time.sleep(delay)  # a slow service, not synchronisation
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    def answer(self, status: int, body: Any = None, delay: float = 0.0) -> None:
+        raw = body if isinstance(body, bytes) else json.dumps(body if body is not None else {}).encode()
+        self.script.append((status, raw, delay))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def service() -> Iterator[Service]:
+    running = Service()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def services(service: Service) -> Iterator[RemoteServices]:
+    remote = RemoteServices({INVENTORY: service.url, PAYMENT: service.url, SHIPPING: service.url + "/"})
+    yield remote
+    remote.client.close()
+
+
+def request(action: str, step: str = "charge-payment") -> AgentRequest:
+    return AgentRequest(
+        order_id="o-1",
+        step=step,
+        step_index=1,
+        attempt=1,
+        action=action,
+        idempotency_key=f"o-1:{step}",
+        complete_by=datetime.now(UTC) + timedelta(seconds=30),
+        payload={"input": ORDER, "results": {}},
+    )
+
+
+def test_every_action_the_workflow_names_exists(services: RemoteServices) -> None:
+    from orders.workflow import FULFILMENT
+
+    actions = services.actions()
+    for step in FULFILMENT.steps:
+        assert step.action in actions[step.agent] and step.compensation in actions[step.agent]
+
+
+def test_a_charge_sends_the_total_and_the_idempotency_key(service: Service, services: RemoteServices) -> None:
+    service.answer(201, {"chargeId": "ch-1"})
+    result = services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+    assert result == {"chargeId": "ch-1"}
+    ((path, headers, body),) = service.seen
+    assert path == "/payment/charges" and headers["Idempotency-Key"] == "o-1:charge-payment"
+    assert body == {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
+
+
+def test_an_undo_addresses_the_first_call_by_its_key(service: Service, services: RemoteServices) -> None:
+    services.actions()[SHIPPING]["cancel"](request("cancel", step="create-shipment"), 5.0)
+    assert service.seen[0][0] == "/shipping/shipments/o-1%3Acreate-shipment/cancel"
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_timeouts_throttling_and_server_errors_are_transient(
+    service: Service, services: RemoteServices, status: int
+) -> None:
+    service.answer(status, {"error": {"message": "later"}})
+    with pytest.raises(TransientError, match=f"HTTP {status}"):
+        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+
+
+@pytest.mark.parametrize("status", [400, 402, 404, 409, 422])
+def test_other_client_errors_are_lasting_and_carry_the_services_reason(
+    service: Service, services: RemoteServices, status: int
+) -> None:
+    service.answer(status, {"error": {"code": "Declined", "message": "card declined"}})
+    with pytest.raises(PermanentError, match="payment: card declined"):
+        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+
+
+def test_a_lasting_error_without_a_json_reason_names_the_status(
+    service: Service, services: RemoteServices
+) -> None:
+    service.answer(400, b"nope")
+    with pytest.raises(PermanentError, match="HTTP 400"):
+        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+
+
+def test_an_answer_that_is_not_json_is_transient(service: Service, services: RemoteServices) -> None:
+    service.answer(200, b"<html>")
+    with pytest.raises(TransientError, match="not JSON"):
+        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+
+
+def test_a_slow_answer_is_a_transient_timeout(service: Service, services: RemoteServices) -> None:
+    service.answer(200, {}, delay=0.6)
+    with pytest.raises(TransientError, match="timed out"):
+        services.actions()[PAYMENT]["charge"](request("charge"), 0.2)
+
+
+def test_a_service_that_is_down_is_transient() -> None:
+    down = RemoteServices({PAYMENT: f"http://127.0.0.1:{free_port()}"})
+    with pytest.raises(TransientError, match="ConnectError"):
+        down.actions()[PAYMENT]["charge"](request("charge"), 2.0)

@@ -1,0 +1,69 @@
+"""App settings: what is required, what is defaulted, and how they reach the engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from orders.settings import SETTING_NAMES, load_settings
+from orders.workflow import FULFILMENT
+
+REQUIRED = {
+    "INVENTORY_SERVICE_URL": "http://inventory",
+    "PAYMENT_SERVICE_URL": "http://payment",
+    "SHIPPING_SERVICE_URL": "http://shipping",
+    "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
+}
+
+
+def test_defaults_reach_the_engine() -> None:
+    engine = load_settings(REQUIRED).engine()
+    assert (engine.step_complete_by_seconds, engine.supervisor_max_failures) == (30.0, 3)
+    assert (engine.backoff_base_seconds, engine.backoff_max_seconds, engine.cancel_grace_seconds) == (
+        2,
+        60,
+        1,
+    )
+
+
+def test_every_timing_setting_reaches_the_engine() -> None:
+    settings = load_settings(
+        {
+            **REQUIRED,
+            "STEP_COMPLETE_BY_SECONDS": "5",
+            "SUPERVISOR_MAX_FAILURES": "7",
+            "SUPERVISOR_BACKOFF_SECONDS": "0.5",
+            "SUPERVISOR_MAX_BACKOFF_SECONDS": "9",
+            "CANCEL_GRACE_SECONDS": "0",
+        }
+    )
+    engine = settings.engine()
+    assert engine.step_complete_by_seconds == 5 and engine.supervisor_max_failures == 7
+    assert engine.backoff_base_seconds == 0.5 and engine.backoff_max_seconds == 9
+    assert engine.cancel_grace_seconds == 0
+
+
+def test_service_urls_are_keyed_by_the_workflows_agents() -> None:
+    urls = load_settings(REQUIRED).service_urls
+    assert set(urls) == set(FULFILMENT.agents)
+    assert urls["payment"] == "http://payment"
+
+
+def test_missing_or_bad_settings_are_named() -> None:
+    without_url = {k: v for k, v in REQUIRED.items() if k != "PAYMENT_SERVICE_URL"}
+    with pytest.raises(RuntimeError, match="PAYMENT_SERVICE_URL"):
+        load_settings(without_url)
+    with pytest.raises(RuntimeError, match="CANCEL_GRACE_SECONDS"):
+        load_settings({**REQUIRED, "CANCEL_GRACE_SECONDS": "-1"})
+    with pytest.raises(RuntimeError, match="STATE_SHARDS"):
+        load_settings({**REQUIRED, "STATE_SHARDS": "0"})
+
+
+def test_a_state_store_is_required() -> None:
+    no_store = {k: v for k, v in REQUIRED.items() if k != "STATE_STORE_CONNECTION"}
+    with pytest.raises(RuntimeError, match="STATE_STORE_CONNECTION"):
+        load_settings(no_store)
+    assert load_settings({**no_store, "STATE_STORE_ENDPOINT": "https://a.table.core.windows.net"})
+
+
+def test_setting_names_are_the_app_setting_names() -> None:
+    assert "CANCEL_GRACE_SECONDS" in SETTING_NAMES and "STEP_COMPLETE_BY_SECONDS" in SETTING_NAMES
