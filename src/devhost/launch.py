@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,13 @@ class RunningDevhost:
         stop(self.process, timeout=timeout)
 
 
+def _ready(data_dir: Path) -> bool:
+    try:
+        return bool(json.loads((data_dir / "devhost.json").read_text()).get("ready"))
+    except (OSError, ValueError):
+        return False
+
+
 def start(
     data_dir: Path,
     *,
@@ -76,11 +84,14 @@ def start(
             raise RuntimeError(
                 f"orders-devhost exited with {process.returncode}; see {data_dir / 'devhost.out'}"
             )
-        try:
-            if httpx.get(f"{running.api_url}/api/health", timeout=1).status_code == 200:
-                return running
-        except httpx.HTTPError:
-            pass
+        # Ready when the devhost itself says so: worker 1 may answer before the devhost has seen it, and a
+        # worker that dies before then ends the start-up instead of being restarted.
+        if _ready(data_dir):
+            try:
+                if httpx.get(f"{running.api_url}/api/health", timeout=1).status_code == 200:
+                    return running
+            except httpx.HTTPError:
+                pass
         if time.monotonic() > deadline:
             running.stop()
             raise RuntimeError(

@@ -99,6 +99,7 @@ class Stack:
         self.simulators: Child | None = None
         self.workers: list[Child] = []
         self._stopping = False
+        self.ready = False  # set once worker 1 answers: devhost.json then says "ready": true
 
     # ---- start -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -158,6 +159,8 @@ class Stack:
             self.workers.append(worker)
         self.write_state()
         self._wait_http(f"http://127.0.0.1:{a.port}/api/health", self.workers[0], "worker 1")
+        self.ready = True
+        self.write_state()
         log.info("ready: http://127.0.0.1:%d/api (%d worker%s)", a.port, a.workers, "s" * (a.workers > 1))
 
     def worker_environment(self) -> dict[str, str]:
@@ -205,6 +208,8 @@ class Stack:
                 for i, w in enumerate(self.workers)
             ],
             "http": f"http://127.0.0.1:{self.args.port}/api",
+            # Until then the devhost is still starting and gives up if a worker dies.
+            "ready": self.ready,
         }
         path = self.data_dir / "devhost.json"
         tmp = path.with_suffix(".json.tmp")

@@ -28,6 +28,7 @@ def test_stop_ends_every_component_and_state_survives_a_restart(tmp_path: Path) 
     try:
         state = json.loads((data_dir / "devhost.json").read_text())
         assert set(state) >= {"azurite", "servicebus", "simulators", "workers"}
+        assert state["ready"] is True, "launch.start returns only once the devhost has seen worker 1 answer"
         assert [set(w) >= {"pid"} for w in state["workers"]] == [True, True]
         assert state["servicebus"]["port"] == first.sb_port and state["azurite"]["port"] == first.azurite_port
         api = httpx.Client(base_url=first.api_url, timeout=10)
