@@ -60,9 +60,11 @@ demo: install
 devhost: install
 	$(BIN)/orders-devhost $(DEVHOST_ARGS)
 
+# Per-step overhead, throughput and costs, then the demo's 100 orders (about 30 s) for its p50 latency.
 bench: install
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/orders_throughput.py
+	$(BIN)/python -m devhost.demo
 
 bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
