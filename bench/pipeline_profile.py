@@ -282,7 +282,10 @@ def main() -> None:
             stop.set()
             load.join(60)
             devhost.stop()
-    print(f"load: {throughput:.1f} orders/s Processed during the window ({args.workers} workers)")
+    print(
+        f"load: {throughput:.1f} orders/s seen Processed by the load's poller during the window "
+        f"({args.workers} workers; it checks orders in turn, so short windows count in bursts)"
+    )
     print_report(profiles, used, window, args.rate)
     print(f"\nraw collapsed stacks (flamegraph.pl, speedscope): {out}")
 
