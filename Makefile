@@ -60,11 +60,26 @@ demo: install
 devhost: install
 	$(BIN)/orders-devhost $(DEVHOST_ARGS)
 
+# Per-step overhead, throughput and costs, then the demo's 100 orders (about 30 s) for its p50 latency.
 bench: install
+	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/orders_throughput.py
+	$(BIN)/python -m devhost.demo
 
 bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
+
+.PHONY: profile test-under-load
+
+# py-spy on every Python process of the stack under make bench's end-to-end load; top frames per process.
+# e.g. PROFILE_ARGS="--seconds 30 --out prof" make profile
+profile: install
+	$(BIN)/python bench/pipeline_profile.py $(PROFILE_ARGS)
+
+# The tests with two CPU hogs running beside them (not part of make test), e.g.
+# make test-under-load PYTEST_ARGS=tests/e2e
+test-under-load: install
+	$(BIN)/python tests/load/run_under_load.py --hogs 2 -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 emulator: $(STAMP)
 	$(BIN)/servicebus-emulator --config local/servicebus-config.json

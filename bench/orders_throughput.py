@@ -61,6 +61,12 @@ ORDER = {
 
 
 # ---- 1. end to end ---------------------------------------------------------------------------------
+# Table requests per order on its happy path (submission 2, then a load and a save per transition x 4),
+# the figure part 2 measures; each costs about what one conditional write does in Azurite.
+TABLE_OPERATIONS_PER_ORDER = 10
+TARGET_CEILING_SHARE = 0.5  # end-to-end orders/s with 2 workers, as a share of the Azurite ceiling
+
+
 def conditional_write_rate(connection_string: str, writes: int, threads: int) -> float:
     """Replace-if-unchanged updates per second against one Azurite, from ``threads`` threads."""
     service = TableServiceClient.from_connection_string(connection_string)
@@ -410,9 +416,16 @@ def main() -> None:
         print(
             f"end to end: {rate:.1f} orders/s with {args.workers} workers ({args.orders} orders, no faults)"
         )
+        orders_ceiling = ceiling / TABLE_OPERATIONS_PER_ORDER
         print(
-            f"Azurite conditional writes in the same run: {ceiling:.0f}/s (8 threads); "
-            f"an order needs 5 transitions, so the ceiling is ~{ceiling / 10:.0f} orders/s"
+            f"Azurite conditional writes in the same run: {ceiling:.0f}/s (8 threads); at "
+            f"{TABLE_OPERATIONS_PER_ORDER} table operations per order the ceiling is ~{orders_ceiling:.0f} "
+            "orders/s"
+        )
+        verdict = "meets" if rate >= TARGET_CEILING_SHARE * orders_ceiling else "misses"
+        print(
+            f"end to end / ceiling: {rate / orders_ceiling:.0%} "
+            f"(target >= {TARGET_CEILING_SHARE:.0%}: {verdict})"
         )
 
         port = free_port()
