@@ -9,10 +9,23 @@ here, a file on the local disk, for the standalone ``remote-simulators`` process
 file), and ``table_ledger.TableLedger``, a table shared by every instance of a Function App that hosts
 the simulators (a file on one instance's disk would let a retry that lands elsewhere apply twice).
 
-In the file ledger, every change is written to a temporary file in the data directory, flushed to disk
-and renamed over the ledger file, and only then made visible in memory and answered: a crash leaves
-either the old or the new ledger, never half of one, and no caller is told about an effect the file
-does not hold.
+The file ledger keeps two files in its data directory, so that a change costs the same however many
+entries the ledger holds:
+
+- the journal (``simulators-ledger.journal``): one JSON line per change, numbered (``seq``), holding the
+  key's entry after the change. A change is appended, flushed and fsynced before it is made visible in
+  memory and answered, so no caller is told about an effect the journal does not hold. A crash in the
+  middle of an append leaves an incomplete last line (no newline yet): that change was never answered,
+  and the next start ignores it.
+- the snapshot (``simulators-ledger.json``): every entry, and the number of the last change it includes.
+
+A start reads the snapshot, replays the journal's changes numbered after it, and compacts: it writes a
+new snapshot (to a temporary file, fsynced, renamed over the old one, the directory fsynced), and only
+then empties the journal. A crash between those steps leaves an old snapshot with the whole journal, or
+the new snapshot with a journal whose changes it already includes (skipped by their numbers); either
+way the same state. The running ledger compacts the same way once the journal holds as many changes as
+the ledger has entries (and at least :data:`COMPACT_AFTER` changes), so the rewrite's cost, spread over
+the changes that led to it, stays constant per change.
 """
 
 from __future__ import annotations
@@ -20,18 +33,24 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from .models import SERVICES, LedgerEntry, LedgerFile, ServiceName
+from .models import SERVICES, JournalRecord, LedgerEntry, LedgerFile, ServiceName
 
 LEDGER_FILE_NAME = "simulators-ledger.json"
+JOURNAL_FILE_NAME = "simulators-ledger.journal"
+# The fewest changes the journal holds before the running ledger compacts it (beyond that, as many as
+# the ledger has entries). About 100 bytes a line: a journal of a few MB at most before a large ledger.
+COMPACT_AFTER = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -91,52 +110,80 @@ class LedgerStore(abc.ABC):
 
 
 class Ledger(LedgerStore):
-    """The applied/compensated state of every key of every service, in a file persisted after each change."""
+    """The applied/compensated state of every key of every service: a snapshot file and a journal of changes.
 
-    def __init__(self, path: Path, entries: Entries | None = None) -> None:
-        self.path = path
-        self._entries: Entries = {service: {} for service in SERVICES}
-        if entries:
-            for service, by_key in entries.items():
-                self._entries[service].update(by_key)
-        # Writes happen in a worker thread; the lock keeps one change (read, write, publish) at a time so
-        # two calls with the same key cannot both see it unapplied, and files are renamed in order.
+    Use :meth:`load`. One ledger owns its data directory: a second one (in this or another process) is
+    refused until the first is closed or its process has ended.
+    """
+
+    def __init__(
+        self, data_dir: Path, entries: Entries, sequence: int, journal: _Journal, compact_after: int
+    ) -> None:
+        self.path = data_dir / LEDGER_FILE_NAME
+        self._entries = entries
+        self._sequence = sequence  # the number of the last change, in the journal or the snapshot
+        self._journal = journal
+        self._compact_after = compact_after
+        # The journal's size at which the next compaction is due: a failed compaction is tried again only
+        # after as many changes again, not on every change.
+        self._next_compaction = compact_after
+        # Writes happen in a worker thread; the lock keeps one change (append, publish) at a time so two
+        # calls with the same key cannot both see it unapplied, and changes are numbered in file order.
         self._lock = asyncio.Lock()
 
     @classmethod
-    def load(cls, data_dir: Path) -> Ledger:
+    def load(cls, data_dir: Path, compact_after: int = COMPACT_AFTER) -> Ledger:
         """The ledger kept in ``data_dir`` (created if missing), or an empty one if there is none yet.
 
-        Raises LedgerError if the file exists but is not a ledger this version can read.
+        Replays the journal over the snapshot and compacts both into a new snapshot. ``compact_after``
+        is the fewest journal lines that make the running ledger compact. Raises LedgerError if the
+        files are not a ledger this version can read, cannot be compacted, or are in use by another
+        ledger; the files are then left as they were.
         """
+        if compact_after < 1:
+            raise ValueError("compact_after must be at least 1")
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LedgerError(f"cannot create the data directory {data_dir}: {exc}") from exc
-        path = data_dir / LEDGER_FILE_NAME
+        journal = _Journal.open(data_dir / JOURNAL_FILE_NAME)
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return cls(path)
-        except OSError as exc:
-            raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
-        try:
-            stored = LedgerFile.model_validate_json(text)
-        except ValidationError as exc:
-            raise LedgerError(f"the ledger {path} is not valid: {exc}") from exc
-        return cls(path, stored.services)
+            _remove_stale_temporaries(data_dir)
+            entries, sequence = _read_snapshot(data_dir / LEDGER_FILE_NAME)
+            sequence = _replay(journal.path, entries, sequence)
+            # Same order as a snapshot read back: ``GET /ledger`` lists keys as it did before a restart.
+            entries = {service: dict(sorted(by_key.items())) for service, by_key in entries.items()}
+            ledger = cls(data_dir, entries, sequence, journal, compact_after)
+            if journal.size:
+                try:
+                    ledger._compact()
+                except OSError as exc:
+                    raise LedgerError(f"cannot compact the ledger in {data_dir}: {exc}") from exc
+        except BaseException:
+            journal.close()
+            raise
+        return ledger
 
     @property
     def location(self) -> str:
-        """The ledger file."""
-        return str(self.path)
+        """The snapshot file and the journal."""
+        return f"{self.path} (journal {self._journal.path})"
+
+    @property
+    def journal_path(self) -> Path:
+        """The journal file."""
+        return self._journal.path
+
+    def close(self) -> None:
+        """Close the journal and give up the data directory (a later call to the ledger raises OSError)."""
+        self._journal.close()
 
     def get(self, service: ServiceName, key: str) -> LedgerEntry | None:
         """The entry of one key, or None if the key was never applied."""
         return self._entries[service].get(key)
 
     async def find(self, service: ServiceName, key: str) -> LedgerEntry | None:
-        """The entry of one key (from memory: the file only ever follows it)."""
+        """The entry of one key (from memory: the files only ever follow it)."""
         return self.get(service, key)
 
     async def entries(self) -> Snapshot:
@@ -183,18 +230,189 @@ class Ledger(LedgerStore):
             return Change(entry, changed=True)
 
     async def _commit(self, service: ServiceName, key: str, entry: LedgerEntry) -> None:
-        """Write the ledger with one entry set, then make that state the current one."""
-        updated: Entries = {name: dict(by_key) for name, by_key in self._entries.items()}
-        updated[service][key] = entry
-        # If the write fails the in-memory ledger stays as it was, so memory and disk never disagree.
-        await asyncio.to_thread(_write_atomically, self.path, _serialize(updated))
-        self._entries = updated
+        """Append one change to the journal, then make it the current state; compact when it is due."""
+        sequence = self._sequence + 1
+        line = _journal_line(sequence, service, key, entry)
+        # If the append fails the in-memory ledger stays as it was, so memory and disk never disagree.
+        await asyncio.to_thread(self._journal.append, line)
+        self._sequence = sequence
+        self._entries[service][key] = entry
+        if self._journal.records >= max(self._next_compaction, self.count()):
+            try:
+                await asyncio.to_thread(self._compact)
+            except OSError as exc:
+                # The change itself is on disk: the call succeeded; the journal is compacted later.
+                log.warning("cannot compact the ledger %s: %s", self.path, exc)
+                self._next_compaction = self._journal.records + self._compact_after
+            else:
+                self._next_compaction = self._compact_after
+
+    def compaction_steps(self) -> Iterator[str]:
+        """Compact the journal into the snapshot, yielding the name of each step once it is done.
+
+        Callers must hold off changes until the steps are done. A process that stops between two steps
+        (a crash) leaves files from which :meth:`load` restores the same state; tests stop here.
+        """
+        text = _serialize(self._entries, self._sequence)
+        temp = _write_temporary(self.path, text)
+        yield "snapshot written"
+        try:
+            os.replace(temp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        _fsync_directory(self.path.parent)
+        yield "snapshot renamed"
+        # Only now: until the new snapshot is in place, the journal is what holds these changes.
+        self._journal.truncate()
+        yield "journal emptied"
+
+    def _compact(self) -> None:
+        for _ in self.compaction_steps():
+            pass
 
 
-def _serialize(entries: Entries) -> str:
-    """The ledger file's text."""
+class _Journal:
+    """The journal file, open for the ledger's lifetime, appended to at the end of its last whole line."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.size = os.fstat(fd).st_size  # the end of the last whole line: where the next one goes
+        self.records = 0  # lines appended since the journal was last emptied
+        # True while a failed append may have left part of a line past ``size``.
+        self._ragged = False
+
+    @classmethod
+    def open(cls, path: Path) -> _Journal:
+        """Open (create) the journal and take it for this ledger; LedgerError if another ledger has it."""
+        created = not path.exists()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise LedgerError(f"cannot open the ledger journal {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise LedgerError(f"the ledger journal {path} is in use by another ledger: {exc}") from exc
+        if created:
+            _fsync_directory(path.parent)
+        return cls(path, fd)
+
+    def append(self, line: bytes) -> None:
+        """Write ``line`` after the last whole line and fsync it; on failure, the journal is as it was."""
+        if self._ragged:
+            self._cut()
+        self._ragged = True
+        try:
+            offset = self.size
+            view = memoryview(line)
+            while view:
+                written = os.pwrite(self._fd, view, offset)
+                if written == 0:
+                    raise OSError(f"no byte of the journal line could be written to {self.path}")
+                view = view[written:]
+                offset += written
+            os.fsync(self._fd)
+        except OSError:
+            # Drop the part written, so the next append does not land after a fragment.
+            with contextlib.suppress(OSError):
+                self._cut()
+            raise
+        self._ragged = False
+        self.size = offset
+        self.records += 1
+
+    def truncate(self) -> None:
+        """Empty the journal (its changes are in the snapshot)."""
+        os.ftruncate(self._fd, 0)
+        os.fsync(self._fd)
+        self.size = 0
+        self.records = 0
+        self._ragged = False
+
+    def close(self) -> None:
+        """Close the file, which also gives it up to another ledger."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _cut(self) -> None:
+        os.ftruncate(self._fd, self.size)
+        os.fsync(self._fd)
+        self._ragged = False
+
+
+def _journal_line(sequence: int, service: ServiceName, key: str, entry: LedgerEntry) -> bytes:
+    # ASCII-escaped JSON: no newline inside a line, whatever the key holds.
+    record = {"seq": sequence, "service": service, "key": key, "entry": entry.wire()}
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _read_snapshot(path: Path) -> tuple[Entries, int]:
+    """The snapshot's entries (every service present) and the number of its last change."""
+    entries: Entries = {service: {} for service in SERVICES}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return entries, 0
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
+    try:
+        stored = LedgerFile.model_validate_json(text)
+    except ValidationError as exc:
+        raise LedgerError(f"the ledger {path} is not valid: {exc}") from exc
+    for service, by_key in stored.services.items():
+        entries[service].update(by_key)
+    return entries, stored.sequence
+
+
+def _replay(path: Path, entries: Entries, sequence: int) -> int:
+    """Apply the journal's changes numbered after ``sequence`` to ``entries``; the last number."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger journal {path}: {exc}") from exc
+    *lines, tail = data.split(b"\n")
+    if tail:
+        # Written without its newline: an append cut short by a crash, never answered.
+        log.warning("%s: ignoring an incomplete last line of %d bytes", path, len(tail))
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = JournalRecord.model_validate_json(line)
+        except ValidationError as exc:
+            raise LedgerError(f"the ledger journal {path} is not valid at line {number}: {exc}") from exc
+        if record.seq <= sequence:
+            continue  # already in the snapshot (a crash came before the journal was emptied)
+        if record.seq != sequence + 1:
+            raise LedgerError(
+                f"the ledger journal {path} skips from change {sequence} to {record.seq} at line {number}"
+            )
+        existing = entries[record.service].get(record.key)
+        if not _follows(existing, record.entry):
+            raise LedgerError(
+                f"the ledger journal {path} at line {number} changes {record.service} key {record.key!r} "
+                f"from {existing} to {record.entry}, which no apply or compensation does"
+            )
+        entries[record.service][record.key] = record.entry
+        sequence = record.seq
+    return sequence
+
+
+def _follows(before: LedgerEntry | None, after: LedgerEntry) -> bool:
+    """True if one apply or one compensation turns ``before`` into ``after``."""
+    if before is None:
+        return after.applied == 1 and after.compensated == 0
+    return before.compensated == 0 and after == before.model_copy(update={"compensated": 1})
+
+
+def _serialize(entries: Entries, sequence: int) -> str:
+    """The snapshot file's text."""
     body = {
-        "version": 1,
+        "version": 2,
+        "sequence": sequence,
         "services": {
             service: {key: entry.wire() for key, entry in by_key.items()}
             for service, by_key in entries.items()
@@ -203,27 +421,38 @@ def _serialize(entries: Entries) -> str:
     return json.dumps(body, indent=1, sort_keys=True) + "\n"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a reader or a crash sees the old file or the new one."""
+def _remove_stale_temporaries(data_dir: Path) -> None:
+    """Delete snapshots a crash left unrenamed: they were never the ledger."""
+    for stale in data_dir.glob(f".{LEDGER_FILE_NAME}.*.tmp"):
+        log.info("removing %s, left by an interrupted compaction", stale)
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def _write_temporary(path: Path, text: str) -> str:
+    """Write ``text`` to a new temporary file next to ``path``, fsynced; its name."""
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as temp:
             temp.write(text)
             temp.flush()
             os.fsync(temp.fileno())
-        os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp_name)
         raise
-    # The rename is durable only once the directory itself is on disk.
+    return temp_name
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file in ``directory`` durable (the entry is on disk only then)."""
     try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+        dir_fd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(dir_fd)
     except OSError as exc:  # some filesystems refuse fsync on a directory; the rename is still atomic
-        log.debug("fsync of %s failed: %s", path.parent, exc)
+        log.debug("fsync of %s failed: %s", directory, exc)
     finally:
         os.close(dir_fd)

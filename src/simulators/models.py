@@ -102,9 +102,25 @@ class LedgerEntry(BaseModel):
 
 
 class LedgerFile(BaseModel):
-    """The ledger file on disk. ``version`` lets a later format be told apart from this one."""
+    """The ledger's snapshot on disk. ``version`` lets a later format be told apart from this one.
+
+    Version 2 adds ``sequence``: the number of the last journal record the snapshot includes. A version 1
+    file (written before the journal existed) holds everything, and reads as sequence 0.
+    """
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    version: Literal[1]
+    version: Literal[1, 2]
+    sequence: Annotated[int, Field(ge=0)] = 0
     services: dict[ServiceName, dict[str, LedgerEntry]]
+
+
+class JournalRecord(BaseModel):
+    """One line of the ledger's journal: the entry of one key after one change, and the change's number."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    seq: Annotated[int, Field(ge=1)]
+    service: ServiceName
+    key: str
+    entry: LedgerEntry

@@ -1,16 +1,21 @@
-"""The process: the ledger on disk survives restarts, signals stop it cleanly, counters count."""
+"""The process: the ledger on disk survives restarts and kills, signals stop it cleanly, counters count."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from simulators.ledger import Ledger
 from tests.simulators.conftest import RunningSimulators, SimulatorsFactory, simulators_command
 from tests.simulators.helpers import (
     INVENTORY,
@@ -22,9 +27,10 @@ from tests.simulators.helpers import (
     set_faults,
     stats,
 )
-from tests.support import free_port
+from tests.support import free_port, wait_for
 
 LEDGER_FILE = "simulators-ledger.json"
+JOURNAL_FILE = "simulators-ledger.journal"
 
 
 def test_ledger_survives_a_restart(simulators_factory: SimulatorsFactory, tmp_path: Path) -> None:
@@ -46,25 +52,98 @@ def test_ledger_survives_a_restart(simulators_factory: SimulatorsFactory, tmp_pa
         assert ledger(http) == before
 
 
-def test_ledger_file_is_complete_after_every_change(
-    simulators: RunningSimulators, client: httpx.Client
+def on_disk(data_dir: Path, scratch: Path) -> dict[str, Any]:
+    """The ledger a restart would find in ``data_dir`` now (read from a copy: the process holds the files)."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(data_dir, scratch)
+    ledger = Ledger.load(scratch)
+    ledger.close()
+    return ledger.snapshot()
+
+
+def test_the_files_hold_every_change_once_answered(
+    simulators: RunningSimulators, client: httpx.Client, tmp_path: Path
 ) -> None:
-    path = simulators.data_dir / LEDGER_FILE
     apply(client, SHIPPING, "ship-1")
-    assert json.loads(path.read_text())["services"]["shipping"]["ship-1"]["applied"] == 1
+    assert on_disk(simulators.data_dir, tmp_path / "copy")["shipping"]["ship-1"]["applied"] == 1
 
     compensate(client, SHIPPING, "ship-1")
 
-    assert json.loads(path.read_text())["services"]["shipping"]["ship-1"]["compensated"] == 1
-    # Written through a temporary file renamed over the ledger: none is left behind.
-    assert sorted(entry.name for entry in simulators.data_dir.iterdir()) == [LEDGER_FILE]
+    assert on_disk(simulators.data_dir, tmp_path / "copy")["shipping"]["ship-1"]["compensated"] == 1
+    # Appended to the journal; no temporary file is left behind.
+    assert sorted(entry.name for entry in simulators.data_dir.iterdir()) == [JOURNAL_FILE]
 
 
 def test_data_dir_is_created(simulators_factory: SimulatorsFactory, tmp_path: Path) -> None:
     running = simulators_factory(data_dir=tmp_path / "a" / "b")
     with running.client() as http:
         apply(http, INVENTORY, "inv-1")
-    assert (tmp_path / "a" / "b" / LEDGER_FILE).is_file()
+    assert (tmp_path / "a" / "b" / JOURNAL_FILE).is_file()
+
+
+def test_a_killed_process_keeps_every_answered_change(
+    simulators_factory: SimulatorsFactory, tmp_path: Path
+) -> None:
+    """SIGKILL in the middle of a stream of applies: every apply answered 201 is there after a restart."""
+    data_dir = tmp_path / "data"
+    first = simulators_factory(data_dir=data_dir)
+    sent: list[str] = []
+    answered: list[str] = []
+    stop = threading.Event()
+
+    def caller(prefix: str) -> None:
+        with first.client(timeout=5) as http:
+            for index in itertools.count():
+                if stop.is_set():
+                    return
+                key = f"{prefix}-{index}"
+                sent.append(key)
+                try:
+                    if apply(http, PAYMENT, key).status_code == 201:
+                        answered.append(key)
+                except httpx.TransportError:
+                    return
+
+    callers = [threading.Thread(target=caller, args=(f"c{n}",)) for n in range(4)]
+    for thread in callers:
+        thread.start()
+    try:
+        wait_for(lambda: len(answered) >= 200, timeout=30, what="200 applies answered")
+        os.kill(first.process.pid, signal.SIGKILL)
+        assert first.process.wait(10) == -signal.SIGKILL
+    finally:
+        stop.set()
+        for thread in callers:
+            thread.join(10)
+
+    second = simulators_factory(data_dir=data_dir)
+    with second.client() as http:
+        payment = ledger(http)["payment"]
+        assert set(answered) <= set(payment) <= set(sent)
+        applied_once = {"orderId": "order-1", "applied": 1, "compensated": 0}
+        assert all(entry == applied_once for entry in payment.values())
+        assert apply(http, PAYMENT, answered[-1]).status_code == 200
+    # The start compacted everything into the snapshot.
+    assert (data_dir / JOURNAL_FILE).read_bytes() == b""
+    assert set(json.loads((data_dir / LEDGER_FILE).read_text())["services"]["payment"]) == set(payment)
+
+
+def test_a_torn_last_line_is_ignored_at_start(simulators_factory: SimulatorsFactory, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = simulators_factory(data_dir=data_dir)
+    with first.client() as http:
+        apply(http, INVENTORY, "inv-1")
+        before = ledger(http)
+    assert first.stop() == 0
+    # What a crash in the middle of appending the next change leaves: a line without its end.
+    with (data_dir / JOURNAL_FILE).open("ab") as journal:
+        journal.write(b'{"seq":2,"service":"inventory","key":"inv-2","entry":{"orderId":"o')
+
+    second = simulators_factory(data_dir=data_dir)
+    with second.client() as http:
+        assert ledger(http) == before
+        assert apply(http, INVENTORY, "inv-2").status_code == 201
+    assert "ignoring an incomplete last line" in second.log()
 
 
 def test_sigterm_stops_cleanly(simulators: RunningSimulators, client: httpx.Client) -> None:
