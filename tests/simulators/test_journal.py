@@ -1,0 +1,244 @@
+"""The file ledger's journal: replay over the snapshot, a torn last line, compaction, crashes in between."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulators.ledger import JOURNAL_FILE_NAME, LEDGER_FILE_NAME, Ledger, LedgerError
+from simulators.models import ServiceName
+
+APPLIED = {"orderId": "o-1", "applied": 1, "compensated": 0}
+COMPENSATED = {"orderId": "o-1", "applied": 1, "compensated": 1}
+
+
+def change(ledger: Ledger, *changes: tuple[str, ServiceName, str]) -> None:
+    """Make ``("apply" | "compensate", service, key)`` changes, each answered as changed."""
+
+    async def scenario() -> None:
+        for verb, service, key in changes:
+            if verb == "apply":
+                assert (await ledger.apply(service, key, "o-1")).changed
+            else:
+                assert (await ledger.compensate(service, key)).changed
+
+    asyncio.run(scenario())
+
+
+def reload(data_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """What a start finds in ``data_dir``."""
+    ledger = Ledger.load(data_dir)
+    ledger.close()
+    return ledger.snapshot()
+
+
+def journal_lines(data_dir: Path) -> list[dict[str, Any]]:
+    """The journal's lines, parsed."""
+    text = (data_dir / JOURNAL_FILE_NAME).read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def snapshot_file(data_dir: Path) -> dict[str, Any]:
+    """The snapshot file, parsed."""
+    return json.loads((data_dir / LEDGER_FILE_NAME).read_text())
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    """An empty ledger in ``tmp_path`` that never compacts while running; closed at the end."""
+    opened = Ledger.load(tmp_path, compact_after=1_000_000)
+    yield opened
+    opened.close()
+
+
+def test_each_change_is_one_numbered_journal_line(ledger: Ledger, tmp_path: Path) -> None:
+    change(ledger, ("apply", "payment", "p"), ("apply", "shipping", "s"), ("compensate", "payment", "p"))
+
+    assert journal_lines(tmp_path) == [
+        {"seq": 1, "service": "payment", "key": "p", "entry": APPLIED},
+        {"seq": 2, "service": "shipping", "key": "s", "entry": APPLIED},
+        {"seq": 3, "service": "payment", "key": "p", "entry": COMPENSATED},
+    ]
+    # No snapshot until a compaction: the journal alone holds the changes.
+    assert not (tmp_path / LEDGER_FILE_NAME).exists()
+
+
+def test_a_start_replays_the_journal_and_compacts_it(ledger: Ledger, tmp_path: Path) -> None:
+    change(ledger, ("apply", "payment", "b"), ("apply", "payment", "a"), ("compensate", "payment", "b"))
+    ledger.close()
+
+    restored = Ledger.load(tmp_path)
+    try:
+        assert restored.snapshot()["payment"] == {"a": APPLIED, "b": COMPENSATED}
+        # Keys in sorted order after a start, as the ledger file always gave them.
+        assert list(restored.snapshot()["payment"]) == ["a", "b"]
+        assert snapshot_file(tmp_path)["sequence"] == 3
+        assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
+        # Numbering goes on after the snapshot's last change.
+        change(restored, ("apply", "inventory", "i"))
+        assert [line["seq"] for line in journal_lines(tmp_path)] == [4]
+    finally:
+        restored.close()
+    assert reload(tmp_path)["inventory"] == {"i": APPLIED}
+
+
+def test_a_torn_last_line_is_ignored_and_removed(ledger: Ledger, tmp_path: Path) -> None:
+    change(ledger, ("apply", "payment", "p"))
+    ledger.close()
+    whole = (tmp_path / JOURNAL_FILE_NAME).read_bytes()
+    # A crash part way through appending change 2: every prefix of its line short of the newline.
+    line = b'{"seq":2,"service":"payment","key":"q","entry":{"orderId":"o-1","applied":1,"compensated":0}}'
+    for cut in (1, len(line) // 2, len(line)):
+        (tmp_path / JOURNAL_FILE_NAME).write_bytes(whole + line[:cut])
+        (tmp_path / LEDGER_FILE_NAME).unlink(missing_ok=True)
+
+        restored = Ledger.load(tmp_path)
+        try:
+            assert restored.snapshot()["payment"] == {"p": APPLIED}
+            assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
+            # The next change is number 2 again, on a clean journal.
+            change(restored, ("apply", "payment", "q"))
+            assert journal_lines(tmp_path) == [{"seq": 2, "service": "payment", "key": "q", "entry": APPLIED}]
+        finally:
+            restored.close()
+        assert reload(tmp_path)["payment"] == {"p": APPLIED, "q": APPLIED}
+
+
+def line(seq: int, service: str = "payment", order: str = "o", compensated: int = 0) -> str:
+    """One journal line about key ``p``."""
+    entry = {"orderId": order, "applied": 1, "compensated": compensated}
+    return json.dumps({"seq": seq, "service": service, "key": "p", "entry": entry})
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([line(1), "x"], "line 2"),
+        (["", line(1)], "line 1"),
+        ([line(2)], "skips"),
+        ([line(1, service="bank")], "line 1"),
+        ([line(1, compensated=1)], "no apply"),
+        ([line(1), line(2, order="other", compensated=1)], "no apply"),
+    ],
+    ids=["garbage-line", "empty-line", "gap", "unknown-service", "compensated-unapplied", "order-changed"],
+)
+def test_a_damaged_journal_stops_the_start_and_is_left_alone(
+    tmp_path: Path, lines: list[str], message: str
+) -> None:
+    """Only an unfinished last line is a crash's doing; anything else wrong is damage a human must see."""
+    content = "".join(line + "\n" for line in lines)
+    (tmp_path / JOURNAL_FILE_NAME).write_text(content)
+
+    with pytest.raises(LedgerError, match=message):
+        Ledger.load(tmp_path)
+
+    assert (tmp_path / JOURNAL_FILE_NAME).read_text() == content
+    assert not (tmp_path / LEDGER_FILE_NAME).exists()
+
+
+def test_a_first_format_ledger_file_is_read_and_carried_over(tmp_path: Path) -> None:
+    first_format = {"version": 1, "services": {"payment": {"p": APPLIED}}}
+    (tmp_path / LEDGER_FILE_NAME).write_text(json.dumps(first_format))
+    ledger = Ledger.load(tmp_path)
+    try:
+        change(ledger, ("compensate", "payment", "p"))
+    finally:
+        ledger.close()
+    assert reload(tmp_path)["payment"] == {"p": COMPENSATED}
+    assert snapshot_file(tmp_path)["version"] == 2
+
+
+def test_the_running_ledger_compacts_once_the_journal_is_as_large_as_the_ledger(tmp_path: Path) -> None:
+    ledger = Ledger.load(tmp_path, compact_after=3)
+    try:
+        change(ledger, ("apply", "payment", "k0"), ("apply", "payment", "k1"))
+        assert len(journal_lines(tmp_path)) == 2
+        change(ledger, ("apply", "payment", "k2"))
+        # Three lines, three entries: compacted.
+        assert journal_lines(tmp_path) == []
+        assert snapshot_file(tmp_path)["sequence"] == 3
+        assert set(snapshot_file(tmp_path)["services"]["payment"]) == {"k0", "k1", "k2"}
+        # Now the bound is the ledger's size: the fifth change (five entries) compacts, not the third.
+        change(ledger, *[("apply", "payment", f"k{n}") for n in range(3, 5)])
+        assert len(journal_lines(tmp_path)) == 2
+        change(ledger, ("compensate", "payment", "k0"), ("apply", "payment", "k5"))
+        assert len(journal_lines(tmp_path)) == 4
+        change(ledger, ("compensate", "payment", "k1"), ("compensate", "payment", "k2"))
+        assert journal_lines(tmp_path) == []
+        assert snapshot_file(tmp_path)["sequence"] == 9
+        assert sorted(path.name for path in tmp_path.iterdir()) == [JOURNAL_FILE_NAME, LEDGER_FILE_NAME]
+        expected = ledger.snapshot()
+    finally:
+        ledger.close()
+    assert reload(tmp_path) == expected
+
+
+STEPS = ["snapshot written", "snapshot renamed", "journal emptied"]
+
+
+@pytest.mark.parametrize("done", range(len(STEPS) + 1), ids=["before"] + [f"after {step}" for step in STEPS])
+def test_a_crash_between_compaction_steps_loses_nothing(tmp_path: Path, done: int) -> None:
+    # A snapshot holding changes 1-2, then changes 3-5 in the journal, one of them undoing a snapshot key.
+    first = Ledger.load(tmp_path, compact_after=1_000_000)
+    change(first, ("apply", "payment", "old"), ("apply", "inventory", "kept"))
+    first.close()
+    ledger = Ledger.load(tmp_path, compact_after=1_000_000)
+    undo_old, new, undo_new = (
+        ("compensate", "payment", "old"),
+        ("apply", "payment", "new"),
+        ("compensate", "payment", "new"),
+    )
+    change(ledger, undo_old, new, undo_new)
+    expected = ledger.snapshot()
+    assert snapshot_file(tmp_path)["sequence"] == 2 and len(journal_lines(tmp_path)) == 3
+
+    steps = ledger.compaction_steps()
+    assert [next(steps) for _ in range(done)] == STEPS[:done]
+    # The crash: the process stops here, its files stay as they are and its lock goes with it.
+    ledger.close()
+    temporaries = [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
+    assert len(temporaries) == (1 if done == 1 else 0)
+    assert snapshot_file(tmp_path)["sequence"] == (5 if done >= 2 else 2)
+    assert len(journal_lines(tmp_path)) == (0 if done == 3 else 3)
+
+    restored = Ledger.load(tmp_path, compact_after=1_000_000)
+    try:
+        assert restored.snapshot() == expected
+        assert sorted(path.name for path in tmp_path.iterdir()) == [JOURNAL_FILE_NAME, LEDGER_FILE_NAME]
+        # The next change follows the last one made before the crash, and each key still changes once.
+        assert not asyncio.run(restored.compensate("payment", "old")).changed
+        change(restored, ("apply", "shipping", "after"))
+        assert journal_lines(tmp_path)[0]["seq"] == 6
+    finally:
+        restored.close()
+    assert reload(tmp_path) == {**expected, "shipping": {"after": APPLIED}}
+
+
+def test_a_failed_append_changes_nothing_and_leaves_no_fragment(ledger: Ledger, tmp_path: Path) -> None:
+    """A write cut short (the file size limit: part of the line goes down, then EFBIG) is undone."""
+    change(ledger, ("apply", "payment", "p"))
+    journal = tmp_path / JOURNAL_FILE_NAME
+    before = journal.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal's kill
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 10, hard))
+        with pytest.raises(OSError):
+            asyncio.run(ledger.apply("payment", "q", "o-1"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+    assert ledger.get("payment", "q") is None
+    assert journal.read_bytes() == before
+    change(ledger, ("apply", "payment", "q"))
+    assert [line["seq"] for line in journal_lines(tmp_path)] == [1, 2]
+    ledger.close()
+    assert reload(tmp_path)["payment"] == {"p": APPLIED, "q": APPLIED}
