@@ -24,8 +24,8 @@ new snapshot (to a temporary file, fsynced, renamed over the old one, the direct
 then empties the journal. A crash between those steps leaves an old snapshot with the whole journal, or
 the new snapshot with a journal whose changes it already includes (skipped by their numbers); either
 way the same state. The running ledger compacts the same way once the journal holds as many changes as
-the ledger has entries (and at least :data:`COMPACT_AFTER` changes), so the rewrite's cost, spread over
-the changes that led to it, stays constant per change.
+the snapshot holds entries (and at least :data:`COMPACT_AFTER` changes), so the rewrite's cost, spread
+over the changes that led to it, stays constant per change.
 """
 
 from __future__ import annotations
@@ -124,9 +124,9 @@ class Ledger(LedgerStore):
         self._sequence = sequence  # the number of the last change, in the journal or the snapshot
         self._journal = journal
         self._compact_after = compact_after
-        # The journal's size at which the next compaction is due: a failed compaction is tried again only
-        # after as many changes again, not on every change.
-        self._next_compaction = compact_after
+        # How many journal lines make the next compaction due: as many as the snapshot holds entries
+        # (so that rewriting it costs at most two entries per change), and at least ``compact_after``.
+        self._due_at = max(compact_after, self.count())
         # Writes happen in a worker thread; the lock keeps one change (append, publish) at a time so two
         # calls with the same key cannot both see it unapplied, and changes are numbered in file order.
         self._lock = asyncio.Lock()
@@ -237,15 +237,14 @@ class Ledger(LedgerStore):
         await asyncio.to_thread(self._journal.append, line)
         self._sequence = sequence
         self._entries[service][key] = entry
-        if self._journal.records >= max(self._next_compaction, self.count()):
+        if self._journal.records >= self._due_at:
             try:
                 await asyncio.to_thread(self._compact)
             except OSError as exc:
-                # The change itself is on disk: the call succeeded; the journal is compacted later.
+                # The change itself is on disk: the call succeeded. Tried again after as many changes
+                # again, not on every change.
                 log.warning("cannot compact the ledger %s: %s", self.path, exc)
-                self._next_compaction = self._journal.records + self._compact_after
-            else:
-                self._next_compaction = self._compact_after
+                self._due_at = self._journal.records + max(self._compact_after, self.count())
 
     def compaction_steps(self) -> Iterator[str]:
         """Compact the journal into the snapshot, yielding the name of each step once it is done.
@@ -271,6 +270,7 @@ class Ledger(LedgerStore):
     def _compact(self) -> None:
         for _ in self.compaction_steps():
             pass
+        self._due_at = max(self._compact_after, self.count())
 
 
 class _Journal:
