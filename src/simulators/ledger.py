@@ -33,7 +33,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -112,8 +111,8 @@ class LedgerStore(abc.ABC):
 class Ledger(LedgerStore):
     """The applied/compensated state of every key of every service: a snapshot file and a journal of changes.
 
-    Use :meth:`load`. One ledger owns its data directory: a second one (in this or another process) is
-    refused until the first is closed or its process has ended.
+    Use :meth:`load`. One ledger at a time changes a data directory (one process, as the standalone
+    simulators are): the journal is appended at the end this ledger knows of.
     """
 
     def __init__(
@@ -137,8 +136,8 @@ class Ledger(LedgerStore):
 
         Replays the journal over the snapshot and compacts both into a new snapshot. ``compact_after``
         is the fewest journal lines that make the running ledger compact. Raises LedgerError if the
-        files are not a ledger this version can read, cannot be compacted, or are in use by another
-        ledger; the files are then left as they were.
+        files are not a ledger this version can read or cannot be compacted; the files are then left as
+        they were.
         """
         if compact_after < 1:
             raise ValueError("compact_after must be at least 1")
@@ -175,7 +174,7 @@ class Ledger(LedgerStore):
         return self._journal.path
 
     def close(self) -> None:
-        """Close the journal and give up the data directory (a later call to the ledger raises OSError)."""
+        """Close the journal (a later change raises OSError)."""
         self._journal.close()
 
     def get(self, service: ServiceName, key: str) -> LedgerEntry | None:
@@ -286,17 +285,12 @@ class _Journal:
 
     @classmethod
     def open(cls, path: Path) -> _Journal:
-        """Open (create) the journal and take it for this ledger; LedgerError if another ledger has it."""
+        """Open the journal, created empty if there is none yet."""
         created = not path.exists()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise LedgerError(f"cannot open the ledger journal {path}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise LedgerError(f"the ledger journal {path} is in use by another ledger: {exc}") from exc
         if created:
             _fsync_directory(path.parent)
         return cls(path, fd)
@@ -334,7 +328,7 @@ class _Journal:
         self._ragged = False
 
     def close(self) -> None:
-        """Close the file, which also gives it up to another ledger."""
+        """Close the file."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

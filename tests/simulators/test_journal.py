@@ -205,7 +205,7 @@ def test_a_crash_between_compaction_steps_loses_nothing(tmp_path: Path, done: in
 
     steps = ledger.compaction_steps()
     assert [next(steps) for _ in range(done)] == STEPS[:done]
-    # The crash: the process stops here, its files stay as they are and its lock goes with it.
+    # The crash: the process stops here; its files stay as they are (only its descriptor goes).
     ledger.close()
     temporaries = [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
     assert len(temporaries) == (1 if done == 1 else 0)
@@ -246,3 +246,27 @@ def test_a_failed_append_changes_nothing_and_leaves_no_fragment(ledger: Ledger, 
     assert [line["seq"] for line in journal_lines(tmp_path)] == [1, 2]
     ledger.close()
     assert reload(tmp_path)["payment"] == {"p": APPLIED, "q": APPLIED}
+
+
+def test_a_failed_compaction_fails_no_change_and_is_tried_again_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = Ledger.load(tmp_path, compact_after=2)
+    try:
+        # A directory where the snapshot goes: the rename over it fails.
+        (tmp_path / LEDGER_FILE_NAME).mkdir()
+        change(ledger, ("apply", "payment", "k0"), ("apply", "payment", "k1"))
+        assert "cannot compact the ledger" in caplog.text
+        assert ledger.snapshot()["payment"] == {"k0": APPLIED, "k1": APPLIED}
+        assert len(journal_lines(tmp_path)) == 2
+        assert not [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
+        (tmp_path / LEDGER_FILE_NAME).rmdir()
+        # Not on the very next change, but once as many changes again are in the journal.
+        change(ledger, ("apply", "payment", "k2"))
+        assert len(journal_lines(tmp_path)) == 3
+        change(ledger, ("apply", "payment", "k3"))
+        assert journal_lines(tmp_path) == []
+        expected = ledger.snapshot()
+    finally:
+        ledger.close()
+    assert reload(tmp_path) == expected
