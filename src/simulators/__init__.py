@@ -7,10 +7,11 @@ disk what it really applied and compensated, so tests can check the system left 
 
 from .app import SERVICE_SPECS, ServiceSpec, Simulators, create_app
 from .faults import Fault, FaultInjector, Stats, pick_fault
-from .ledger import LEDGER_FILE_NAME, Ledger, LedgerError
+from .ledger import JOURNAL_FILE_NAME, LEDGER_FILE_NAME, Ledger, LedgerError
 from .models import SERVICES, FaultSettings, ServiceName
 
 __all__ = [
+    "JOURNAL_FILE_NAME",
     "LEDGER_FILE_NAME",
     "SERVICES",
     "SERVICE_SPECS",
