@@ -1,12 +1,18 @@
-"""The composition root: builds the engine for the order workflow from the app settings, once per process."""
+"""The composition root: builds the engine for the order workflow from the app settings, once per process.
+
+The clients inside (Table Storage, Service Bus, HTTP) are asynchronous and belong to the event loop they
+were made on, so the runtime is built once per event loop: in the Functions worker (and the devhost)
+that is once per process, since asynchronous functions all run on the worker's one loop.
+"""
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import os
+import weakref
 from dataclasses import dataclass
 
-from azure.data.tables import TableServiceClient
+from azure.data.tables.aio import TableServiceClient
 
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore
@@ -32,22 +38,24 @@ class Runtime:
     agents: dict[str, Agent]
 
 
-def _store(settings: Settings) -> TableStateStore:
+async def _store(settings: Settings) -> TableStateStore:
     if settings.state_store_connection:
         service = TableServiceClient.from_connection_string(settings.state_store_connection)
     else:
-        from azure.identity import DefaultAzureCredential  # only needed in Azure
+        from azure.identity.aio import DefaultAzureCredential  # only needed in Azure
 
         credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
         service = TableServiceClient(endpoint=str(settings.state_store_endpoint), credential=credential)
-    return TableStateStore.from_service(service, settings.state_table_name, shards=settings.state_shards)
+    return await TableStateStore.from_service(
+        service, settings.state_table_name, shards=settings.state_shards
+    )
 
 
-def build(settings: Settings) -> Runtime:
+async def build(settings: Settings) -> Runtime:
     """Wire the engine to Table Storage, Service Bus and the remote services."""
     clock = SystemClock()
     engine_settings = settings.engine()
-    store = _store(settings)
+    store = await _store(settings)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
     services = RemoteServices(settings.service_urls, keys=settings.service_keys)
     actions = services.actions()
@@ -63,7 +71,19 @@ def build(settings: Settings) -> Runtime:
     )
 
 
-@functools.cache
-def runtime() -> Runtime:
-    """The process's runtime, built on first use from the environment."""
-    return build(load_settings())
+_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[Runtime]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def runtime() -> Runtime:
+    """The running event loop's runtime, built on first use from the environment.
+
+    Concurrent first calls share one build; a build that failed is tried again by the next call.
+    """
+    loop = asyncio.get_running_loop()
+    building = _runtimes.get(loop)
+    if building is None or (building.done() and (building.cancelled() or building.exception() is not None)):
+        building = loop.create_task(build(load_settings()), name="orders-runtime")
+        _runtimes[loop] = building
+    return await asyncio.shield(building)
