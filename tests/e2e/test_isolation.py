@@ -96,6 +96,7 @@ def test_a_hung_service_holds_up_nothing_else(one_worker: LocalStack) -> None:
         stack.clear_faults()
         assert len(poller.latencies) > 100 and not poller.failures, poller.failures[:3]
         p99 = poller.p99()
+        print(f"GET /api/orders/{{id}} during the hang: {len(poller.latencies)} calls, p99 {p99 * 1000:.0f} ms")
         assert p99 < 0.5, f"GET /api/orders/{{id}} p99 {p99:.3f}s during the hang"
     for order_id in order_ids:
         order = stack.wait_terminal(order_id, timeout=120)
@@ -122,4 +123,5 @@ def test_a_slow_service_gets_one_call_per_shipment_and_nothing_is_recovered(one_
     assert recovered == [], f"{len(recovered)} of 30 orders recovered or not processed"
     assert all(s["attempts"] == 1 for o in orders for s in o["steps"])
     calls = stack.simulators.get("/stats").json()["shipping"]["calls"] - before
+    print(f"shipping calls for 30 shipments at 2.5 s each: {calls}")
     assert 30 <= calls <= 32, f"{calls} calls for 30 shipments"
