@@ -96,7 +96,7 @@ def test_a_hung_service_holds_up_nothing_else(one_worker: LocalStack) -> None:
         stack.clear_faults()
         assert len(poller.latencies) > 100 and not poller.failures, poller.failures[:3]
         p99 = poller.p99()
-        print(f"GET /api/orders/{{id}} during the hang: {len(poller.latencies)} calls, p99 {p99 * 1000:.0f} ms")
+        print(f"GET /api/orders/{{id}} in the hang: {len(poller.latencies)} calls, p99 {p99 * 1000:.0f} ms")
         assert p99 < 0.5, f"GET /api/orders/{{id}} p99 {p99:.3f}s during the hang"
     for order_id in order_ids:
         order = stack.wait_terminal(order_id, timeout=120)
