@@ -53,7 +53,8 @@ class Agent:
     A retry is made only if it can still succeed: after its backoff, the time left to complete-by must
     cover both the policy's ``min_call_seconds`` and the service's recent typical latency (a running
     average of its successful calls). A retry that would surely run out of time only adds load to a
-    service that is already slow, and its answer could not be sent anyway.
+    service that is already slow, and its answer could not be sent anyway. For the same reason a failed
+    call that was given less time than that typical latency does not count against the circuit breaker.
     """
 
     def __init__(
@@ -118,9 +119,12 @@ class Agent:
                 request, ReplyOutcome.FAILED, error=f"agent {self.name} has no action {request.action!r}"
             )
             return await self._send(request, reply, fields)
-        if self._seconds_left(request.complete_by) <= 0:
+        left_on_arrival = self._seconds_left(request.complete_by)
+        if left_on_arrival <= 0:
             telemetry.info(log, "request arrived after complete-by; nothing sent", **fields)
             return None
+        # How much of the step's budget queueing and dispatch left for the call: where a step's time went.
+        fields["secondsLeftOnArrival"] = round(left_on_arrival, 3)
         try:
             result = await self._call_with_retries(action, request)
         except PermanentError as exc:
@@ -131,6 +135,12 @@ class Agent:
         else:
             reply = self._reply(request, ReplyOutcome.SUCCEEDED, result=result)
         return await self._send(request, reply, fields)
+
+    def _failed(self, counts: bool) -> None:
+        if counts:
+            self.breaker.on_failure()
+        else:
+            self.breaker.on_abandoned()
 
     def _note_latency(self, seconds: float) -> None:
         if self.typical_latency == 0.0:
@@ -182,20 +192,24 @@ class Agent:
             started = self.clock.now()
             # Per-call timeout: the policy's, but never beyond complete-by; the action applies it to its
             # own I/O, and this bound stops it at complete-by whatever the action does.
+            given = min(policy.call_timeout_seconds, left)
+            # A call given less time than the service usually takes says nothing about its health when it
+            # fails: the budget was spent before the call (queueing), so it must not open the breaker.
+            counts = given >= self.typical_latency
             hard_stop = asyncio.timeout(left)
             try:
                 async with hard_stop:
-                    result = await action(request, min(policy.call_timeout_seconds, left))
+                    result = await action(request, given)
             except PermanentError:
                 self.breaker.on_neutral()  # the service answered; it just said no
                 raise
             except TimeoutError as exc:
-                self.breaker.on_failure()
+                self._failed(counts)
                 if hard_stop.expired():
                     raise DeadlineReached(f"complete-by {deadline.isoformat()} passed during a call") from exc
                 raise
             except Exception:
-                self.breaker.on_failure()
+                self._failed(counts)
                 raise
             except BaseException:
                 self.breaker.on_abandoned()  # cancelled (the worker stops): says nothing about the service

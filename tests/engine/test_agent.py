@@ -244,3 +244,20 @@ async def test_an_action_that_ignores_its_timeout_is_stopped_at_complete_by() ->
     )
     assert await asyncio.wait_for(agent.handle(late), 10) is None
     assert sender.sent == [] and clock.now() >= late.complete_by
+
+
+async def test_calls_given_less_time_than_the_service_takes_do_not_open_the_breaker() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [], call_seconds=2.5)
+    agent, _ = make(clock, action)
+    assert await agent.handle(request(clock, seconds=10)) is not None  # learns: about 2.5 s per call
+    # Requests that waited for a slot and arrive with 1.5 s left: their calls time out, the service is fine.
+    action.failures = [TransientError("timed out")] * POLICY.breaker_fail_max
+    action.call_seconds = 1.5
+    for attempt in range(2, 2 + POLICY.breaker_fail_max):
+        assert await agent.handle(request(clock, seconds=1.5, attempt=attempt)) is None
+    assert agent.breaker.state is BreakerState.CLOSED
+    # The same failures with the full budget do count.
+    action.failures = [TransientError("timed out")] * POLICY.breaker_fail_max
+    assert await agent.handle(request(clock, seconds=60, attempt=9)) is None
+    assert agent.breaker.state is BreakerState.OPEN
