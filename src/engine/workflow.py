@@ -15,7 +15,7 @@ class RetryPolicy(BaseModel):
     max_backoff_seconds: float = Field(default=5.0, gt=0)
     call_timeout_seconds: float = Field(default=10.0, gt=0, description="per call; capped by complete-by")
     min_call_seconds: float = Field(
-        default=0.5,
+        default=0.0,
         ge=0,
         description="a retry is made only if at least this long (and the service's typical latency) is left",
     )
