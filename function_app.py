@@ -2,6 +2,10 @@
 
 HTTP API -> orders.api; Service Bus triggers -> the engine's Scheduler and Agents; the timer -> the
 Supervisor. The same file runs in Azure, under Functions Core Tools, and under the local devhost.
+
+Every function is ``async def``: the Python worker runs them on its one event loop, so an Agent waiting
+on a hung remote service, or any function waiting on storage, holds no thread of the worker's small
+pool (``PYTHON_THREADPOOL_THREAD_COUNT``, by default min(32, cores + 4)) and nothing waits behind it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import azure.functions as func
 from engine import queues
 from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from engine.tasks import TaskService
 from orders.api import OrdersApi, Reply
 from orders.runtime import runtime
 from orders.telemetry_setup import configure_telemetry
@@ -26,7 +31,13 @@ from orders.workflow import INVENTORY, PAYMENT, SHIPPING
 
 configure_telemetry()
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
-api = OrdersApi(lambda: runtime().tasks)
+
+
+async def _tasks() -> TaskService:
+    return (await runtime()).tasks
+
+
+api = OrdersApi(_tasks)
 SB = "ServiceBusConnection"
 
 
@@ -43,88 +54,88 @@ def _base_url(req: func.HttpRequest) -> str:
 
 # ---- HTTP API ---------------------------------------------------------------------------------------
 @app.route(route="orders", methods=["POST"])
-def submit_order(req: func.HttpRequest) -> func.HttpResponse:
+async def submit_order(req: func.HttpRequest) -> func.HttpResponse:
     """Accept an order: 202 with its status URL."""
-    return _respond(api.submit(req.get_body(), req.headers.get("content-type"), _base_url(req)))
+    return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), _base_url(req)))
 
 
 @app.route(route="orders", methods=["GET"])
-def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+async def list_orders(req: func.HttpRequest) -> func.HttpResponse:
     """List orders in one ProcessState, paged."""
-    return _respond(api.list_by_state(dict(req.params)))
+    return _respond(await api.list_by_state(dict(req.params)))
 
 
 @app.route(route="orders/{orderId}", methods=["GET"])
-def get_order(req: func.HttpRequest) -> func.HttpResponse:
+async def get_order(req: func.HttpRequest) -> func.HttpResponse:
     """An order's state and steps."""
-    return _respond(api.get(req.route_params["orderId"]))
+    return _respond(await api.get(req.route_params["orderId"]))
 
 
 @app.route(route="orders/{orderId}/resubmit", methods=["POST"])
-def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+async def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
     """Operator: send an order in Error back to Pending."""
-    return _respond(api.resubmit(req.route_params["orderId"]))
+    return _respond(await api.resubmit(req.route_params["orderId"]))
 
 
 @app.route(route="orders/{orderId}/cancel", methods=["POST"])
-def cancel_order(req: func.HttpRequest) -> func.HttpResponse:
+async def cancel_order(req: func.HttpRequest) -> func.HttpResponse:
     """Compensate an order that is not terminal."""
-    return _respond(api.cancel(req.route_params["orderId"]))
+    return _respond(await api.cancel(req.route_params["orderId"]))
 
 
 @app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
-def health(req: func.HttpRequest) -> func.HttpResponse:
+async def health(req: func.HttpRequest) -> func.HttpResponse:
     """Liveness."""
     return _respond(api.health())
 
 
 # ---- Scheduler --------------------------------------------------------------------------------------
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.SCHEDULER_QUEUE, connection=SB)
-def scheduler(msg: func.ServiceBusMessage) -> None:
+async def scheduler(msg: func.ServiceBusMessage) -> None:
     """New, retried and resumed orders."""
     command = parse(
         SchedulerCommand, msg.get_body(), queues.SCHEDULER_QUEUE, msg.message_id, msg.delivery_count
     )
-    runtime().scheduler.handle_command(command)
+    await (await runtime()).scheduler.handle_command(command)
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.REPLY_QUEUE, connection=SB)
-def scheduler_replies(msg: func.ServiceBusMessage) -> None:
+async def scheduler_replies(msg: func.ServiceBusMessage) -> None:
     """Agents' replies."""
     reply = parse(AgentReply, msg.get_body(), queues.REPLY_QUEUE, msg.message_id, msg.delivery_count)
-    runtime().scheduler.handle_reply(reply)
+    await (await runtime()).scheduler.handle_reply(reply)
 
 
 # ---- Agents -----------------------------------------------------------------------------------------
-def _run_agent(agent: str, msg: func.ServiceBusMessage) -> None:
+async def _run_agent(agent: str, msg: func.ServiceBusMessage) -> None:
     queue = queues.agent_queue(agent)
     request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
-    runtime().agents[agent].handle(request)
+    await (await runtime()).agents[agent].handle(request)
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(INVENTORY), connection=SB)
-def agent_inventory(msg: func.ServiceBusMessage) -> None:
+async def agent_inventory(msg: func.ServiceBusMessage) -> None:
     """Reserve and release stock."""
-    _run_agent(INVENTORY, msg)
+    await _run_agent(INVENTORY, msg)
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(PAYMENT), connection=SB)
-def agent_payment(msg: func.ServiceBusMessage) -> None:
+async def agent_payment(msg: func.ServiceBusMessage) -> None:
     """Charge and refund."""
-    _run_agent(PAYMENT, msg)
+    await _run_agent(PAYMENT, msg)
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(SHIPPING), connection=SB)
-def agent_shipping(msg: func.ServiceBusMessage) -> None:
+async def agent_shipping(msg: func.ServiceBusMessage) -> None:
     """Create and cancel shipments."""
-    _run_agent(SHIPPING, msg)
+    await _run_agent(SHIPPING, msg)
 
 
 # ---- Supervisor -------------------------------------------------------------------------------------
 @app.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
-def supervisor(timer: func.TimerRequest) -> None:
+async def supervisor(timer: func.TimerRequest) -> None:
     """Find steps past their complete-by and arrange recovery."""
-    runtime().supervisor.sweep()
+    await (await runtime()).supervisor.sweep()
 
 
 # ---- Remote-service simulators, for a deployment with no real remote services (ENABLE_SIMULATORS=true) ----

@@ -19,6 +19,7 @@ Prints four things:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 import statistics
@@ -35,6 +36,7 @@ from typing import Any
 import httpx
 from azure.core import MatchConditions
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from azure.data.tables.aio import TableServiceClient as AsyncTableServiceClient
 from pydantic import BaseModel
 
 from adapters.table_store import TableStateStore, shard_of
@@ -139,7 +141,7 @@ class LoopbackSender:
     def __init__(self) -> None:
         self.pending: deque[tuple[str, BaseModel]] = deque()
 
-    def send(self, queue: str, body: BaseModel, **_: Any) -> None:
+    async def send(self, queue: str, body: BaseModel, **_: Any) -> None:
         self.pending.append((queue, body))
 
 
@@ -174,9 +176,16 @@ class _Records(logging.Handler):
         self.count += 1
 
 
-def operations_per_order(connection_string: str, orders: int) -> TableCounts:
-    service = TableServiceClient.from_connection_string(connection_string)
-    store = TableStateStore.from_service(service, "ops" + uuid.uuid4().hex[:10])
+async def operations_per_order(connection_string: str, orders: int) -> TableCounts:
+    async with AsyncTableServiceClient.from_connection_string(connection_string) as service:
+        store = await TableStateStore.from_service(service, "ops" + uuid.uuid4().hex[:10])
+        try:
+            return await _operations_per_order(store, orders)
+        finally:
+            await store.close()
+
+
+async def _operations_per_order(store: TableStateStore, orders: int) -> TableCounts:
     sender = LoopbackSender()
     clock = SystemClock()
     records = _Records()
@@ -188,7 +197,7 @@ def operations_per_order(connection_string: str, orders: int) -> TableCounts:
     tasks = TaskService(parts)
     scheduler = Scheduler(parts)
 
-    def succeed(request: AgentRequest, timeout: float) -> dict[str, Any]:
+    async def succeed(request: AgentRequest, timeout: float) -> dict[str, Any]:
         return {"id": request.idempotency_key}
 
     agents = {
@@ -205,18 +214,18 @@ def operations_per_order(connection_string: str, orders: int) -> TableCounts:
     order_id = ""
     for _ in range(orders):
         order_id = uuid.uuid4().hex
-        tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)
+        await tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)
         while sender.pending:
             queue, body = sender.pending.popleft()
             if queue == queues.SCHEDULER_QUEUE and isinstance(body, SchedulerCommand):
-                transitions += scheduler.handle_command(body)
+                transitions += await scheduler.handle_command(body)
             elif queue == queues.REPLY_QUEUE and isinstance(body, AgentReply):
-                transitions += scheduler.handle_reply(body)
+                transitions += await scheduler.handle_reply(body)
             elif isinstance(body, AgentRequest):
-                agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+                await agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
     ops = store.counter.count
     submit_ops = 2 * orders  # per submission: the watch entry, then one transaction
-    assert store.load(order_id).state.process_state.value == "Processed"  # type: ignore[union-attr]
+    assert (await store.load(order_id)).state.process_state.value == "Processed"  # type: ignore[union-attr]
     counter = store.counter
     requests, entities = dict(counter.requests), dict(counter.entities)
     requests["state"] -= 1  # that check is not the order's
@@ -225,11 +234,11 @@ def operations_per_order(connection_string: str, orders: int) -> TableCounts:
     engine_log.removeHandler(records)
     # An empty sweep, then one an hour later, when every finished order's watch entry is due.
     before = counter.count
-    Supervisor(parts).sweep()
+    await Supervisor(parts).sweep()
     empty_sweep = counter.count - before
     later = EngineParts(FULFILMENT, store, sender, ShiftedClock(timedelta(hours=1)), settings)
     before_requests, before_entities = dict(counter.requests), dict(counter.entities)
-    Supervisor(later).sweep()
+    await Supervisor(later).sweep()
     cleanup = 0
     for table in ("state", "watch"):
         added = counter.requests.get(table, 0) - before_requests.get(table, 0)
@@ -306,12 +315,24 @@ def fill_completed(table: TableClient, count: int, shards: int) -> None:
         list(pool.map(lambda b: table.submit_transaction([("upsert", e) for e in b]), batches))
 
 
-def sweep_times(
+async def sweep_times(
     connection_string: str, in_flight: int, histories: list[int], shards: int = 8
 ) -> dict[int, float]:
-    service = TableServiceClient.from_connection_string(connection_string)
-    store = TableStateStore.from_service(service, "sweep" + uuid.uuid4().hex[:10], shards=shards)
-    table = store.table
+    async with AsyncTableServiceClient.from_connection_string(connection_string) as service:
+        store = await TableStateStore.from_service(service, "sweep" + uuid.uuid4().hex[:10], shards=shards)
+        try:
+            return await _sweep_times(connection_string, store, in_flight, histories, shards)
+        finally:
+            await store.close()
+
+
+async def _sweep_times(
+    connection_string: str, store: TableStateStore, in_flight: int, histories: list[int], shards: int
+) -> dict[int, float]:
+    # The history is bulk-written with the synchronous client, from threads, outside the engine.
+    table = TableServiceClient.from_connection_string(connection_string).get_table_client(
+        store.table.table_name
+    )
     sender = LoopbackSender()
     settings = EngineSettings(step_complete_by_seconds=3600)
     parts = EngineParts(FULFILMENT, store, sender, SystemClock(), settings)
@@ -319,17 +340,17 @@ def sweep_times(
     supervisor = Supervisor(parts)
     for _ in range(in_flight):  # Pending, complete-by an hour away: watched, not expired
         order_id = uuid.uuid4().hex
-        tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)
+        await tasks.submit(order_id, {"orderId": order_id, **ORDER}, order_id)
     results: dict[int, float] = {}
     filled = 0
     for history in histories:
-        fill_completed(table, history - filled, shards)
+        await asyncio.to_thread(fill_completed, table, history - filled, shards)
         filled = history
-        supervisor.sweep()  # warm up
+        await supervisor.sweep()  # warm up
         samples = []
         for _ in range(7):
             start = time.perf_counter()
-            report = supervisor.sweep()
+            report = await supervisor.sweep()
             samples.append(time.perf_counter() - start)
             assert report.expired == 0
         results[history] = statistics.median(samples)
@@ -432,12 +453,12 @@ def main() -> None:
         process = azurite.launch(Path(tmp) / "azurite", port, in_memory=True)
         try:
             connection = azurite.table_connection_string(port)
-            tables = operations_per_order(connection, 50)
+            tables = asyncio.run(operations_per_order(connection, 50))
             print(
                 f"table operations: {tables.per_order:.1f} per order, {tables.per_transition:.2f} per step "
                 "transition (target <= 2)"
             )
-            times = sweep_times(connection, args.in_flight, [1_000, 20_000])
+            times = asyncio.run(sweep_times(connection, args.in_flight, [1_000, 20_000]))
             for history, seconds in times.items():
                 print(
                     f"Supervisor sweep, {args.in_flight} in flight, {history:>6} completed: "

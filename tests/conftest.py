@@ -16,6 +16,12 @@ from tests.support import stop_process
 
 
 @pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """Async tests (``pytest.mark.anyio``) run on asyncio, as the Functions worker does."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
 def azurite_connection_string(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Azurite Table service on a free port, for the whole session."""
     data_dir: Path = tmp_path_factory.mktemp("azurite")

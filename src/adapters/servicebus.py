@@ -1,57 +1,61 @@
-"""The engine's message sender on Service Bus: one cached client per process, one sender per queue."""
+"""The engine's message sender on Service Bus: the asynchronous SDK, one client per process (and event
+loop), one sender per queue."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
 from pydantic import BaseModel
 
 
 def client_from_settings(
     settings: dict[str, str], connection: str = "ServiceBusConnection"
 ) -> ServiceBusClient:
-    """A client from app settings, the way the Functions host reads the same connection.
+    """An asynchronous client from app settings, the way the Functions host reads the same connection.
 
     Locally ``<connection>`` holds a connection string. In Azure it is identity-based:
     ``<connection>__fullyQualifiedNamespace`` and, for a user-assigned identity, ``<connection>__clientId``.
+    The client connects on first use, on the event loop that uses it.
     """
     if settings.get(connection):
         return ServiceBusClient.from_connection_string(settings[connection])
     namespace = settings.get(f"{connection}__fullyQualifiedNamespace")
     if not namespace:
         raise RuntimeError(f"set {connection} (connection string) or {connection}__fullyQualifiedNamespace")
-    from azure.identity import DefaultAzureCredential  # only needed in Azure
+    from azure.identity.aio import DefaultAzureCredential  # only needed in Azure
 
     credential = DefaultAzureCredential(managed_identity_client_id=settings.get(f"{connection}__clientId"))
     return ServiceBusClient(namespace, credential)
 
 
 class ServiceBusSender:
-    """Sends JSON messages. Thread-safe: the SDK's senders are not, so each queue's has a lock.
+    """Sends JSON messages from coroutines of one event loop.
 
-    ``counts`` holds the operations sent per queue (``send``, ``schedule``), counted under the queue's
-    lock once the SDK has returned: the figures a capacity estimate needs, at no measurable cost.
+    An SDK sender's links are not safe for overlapping requests (scheduling uses its management link), so
+    each queue's sender has an ``asyncio.Lock``: sends to one queue take turns, which costs a round trip
+    each and holds no thread. ``counts`` holds the operations sent per queue (``send``, ``schedule``),
+    counted once the SDK has returned: the figures a capacity estimate needs.
     """
 
     def __init__(self, client: ServiceBusClient) -> None:
         self._client = client
         self.counts: dict[str, dict[str, int]] = {}
         self._senders: dict[str, Any] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._locks: dict[str, asyncio.Lock] = {}
 
-    def _sender(self, queue: str) -> tuple[Any, threading.Lock]:
-        with self._guard:
-            if queue not in self._senders:
-                self._senders[queue] = self._client.get_queue_sender(queue)
-                self._locks[queue] = threading.Lock()
-                self.counts[queue] = {}
-            return self._senders[queue], self._locks[queue]
+    def _sender(self, queue: str) -> tuple[Any, asyncio.Lock]:
+        # No await between the check and the insert: coroutines cannot interleave here.
+        if queue not in self._senders:
+            self._senders[queue] = self._client.get_queue_sender(queue)
+            self._locks[queue] = asyncio.Lock()
+            self.counts[queue] = {}
+        return self._senders[queue], self._locks[queue]
 
-    def send(
+    async def send(
         self,
         queue: str,
         body: BaseModel,
@@ -74,20 +78,20 @@ class ServiceBusSender:
         if time_to_live_seconds is not None:
             message.time_to_live = timedelta(seconds=time_to_live_seconds)
         sender, lock = self._sender(queue)
-        with lock:
+        async with lock:
             if scheduled_at is not None:
-                sender.schedule_messages(message, scheduled_at)
+                await sender.schedule_messages(message, scheduled_at)
                 operation = "schedule"
             else:
-                sender.send_messages(message)
+                await sender.send_messages(message)
                 operation = "send"
-            per_queue = self.counts[queue]  # created with the queue's sender, under the guard
+            per_queue = self.counts[queue]
             per_queue[operation] = per_queue.get(operation, 0) + 1
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Close every sender and the client."""
-        with self._guard:
-            for sender in self._senders.values():
-                sender.close()
-            self._senders.clear()
-        self._client.close()
+        senders = list(self._senders.values())
+        self._senders.clear()
+        for sender in senders:
+            await sender.close()
+        await self._client.close()

@@ -17,6 +17,10 @@ otherwise maintained by the Supervisor: an entry whose time has come but whose t
 is moved to the task's current CompleteBy, and one whose task has finished is removed. Because every
 transition sets CompleteBy later than the previous one, the entry stays a lower bound, and a step
 transition costs two table operations: the load (one query) and the save (one transaction).
+
+The store uses the asynchronous clients (``azure.data.tables.aio``, on azure-core's aiohttp transport), so
+a slow table service holds no thread. Like every aio client, they belong to the event loop they are
+first used on.
 """
 
 from __future__ import annotations
@@ -26,14 +30,15 @@ import contextlib
 import json
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, cast
 
 from azure.core import MatchConditions
+from azure.core.async_paging import AsyncPageIterator
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
-from azure.core.paging import PageIterator
-from azure.data.tables import TableClient, TableEntity, TableServiceClient, TableTransactionError, UpdateMode
+from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
+from azure.data.tables.aio import TableClient, TableServiceClient
 
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page
@@ -107,13 +112,20 @@ class TableStateStore:
         self.counter = counter or OperationCounter()
 
     @classmethod
-    def from_service(cls, service: TableServiceClient, table_name: str, shards: int = 8) -> TableStateStore:
+    async def from_service(
+        cls, service: TableServiceClient, table_name: str, shards: int = 8
+    ) -> TableStateStore:
         """A store on ``table_name`` and its watch table, creating both if missing (Bicep does in Azure)."""
         watch_name = watch_table_name(table_name)
         for name in (table_name, watch_name):
             with contextlib.suppress(ResourceExistsError):
-                service.create_table(name)
+                await service.create_table(name)
         return cls(service.get_table_client(table_name), service.get_table_client(watch_name), shards)
+
+    async def close(self) -> None:
+        """Close both table clients (and their connections)."""
+        await self.table.close()
+        await self.watch.close()
 
     # ---- entity mapping --------------------------------------------------------------------------
     def _pk(self, order_id: str) -> str:
@@ -185,7 +197,7 @@ class TableStateStore:
         return StepState.model_validate(values)
 
     # ---- operations ------------------------------------------------------------------------------
-    def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
+    async def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
         """Watch the task, then write its input, state and steps in one transaction (all or nothing).
 
         The watch entry goes first: a crash in between leaves an entry the Supervisor removes, while the
@@ -198,14 +210,14 @@ class TableStateStore:
             *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
         ]
         if state_entity["Watched"]:
-            self._put_watch(record.state)
+            await self._put_watch(record.state)
         try:
             self.counter.add(table=STATE, entities=len(operations))
-            results = self.table.submit_transaction(operations)
+            results = await self.table.submit_transaction(operations)
         except TableTransactionError as exc:
             if exc.status_code != 409:
                 raise
-            existing = self.load(record.order_id)
+            existing = await self.load(record.order_id)
             if existing is None:  # deleted in between: extremely unlikely; report as a conflict
                 return CreateOutcome.EXISTS_DIFFERENT, record
             same = existing.input_hash == record.input_hash
@@ -218,10 +230,11 @@ class TableStateStore:
         record.mark_saved()
         return CreateOutcome.CREATED, record
 
-    def load(self, order_id: str) -> TaskRecord | None:
+    async def load(self, order_id: str) -> TaskRecord | None:
         """One query over the task's key range."""
-        entities = list(
-            self.table.query_entities(
+        entities = [
+            entity
+            async for entity in self.table.query_entities(
                 "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
                 parameters={
                     "pk": self._pk(order_id),
@@ -229,7 +242,7 @@ class TableStateStore:
                     "hi": f"order|{order_id}|~",
                 },
             )
-        )
+        ]
         self.counter.add(table=STATE, entities=len(entities))
         state_entity = next((e for e in entities if e.get("Kind") == "state"), None)
         input_entity = next((e for e in entities if e.get("Kind") == "input"), None)
@@ -250,7 +263,7 @@ class TableStateStore:
             indexed=bool(state_entity.get("Watched")),
         )
 
-    def save(self, record: TaskRecord) -> TaskRecord:
+    async def save(self, record: TaskRecord) -> TaskRecord:
         """The state, the changed steps and the index entry, in one ETag-conditional transaction."""
         order_id = record.order_id
         state_entity = self._state_entity(record)
@@ -262,10 +275,12 @@ class TableStateStore:
             entity = self._step_entity(order_id, record.steps[index])
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
         if state_entity["Watched"] and not record.indexed:
-            self._put_watch(record.state)  # back in flight (resubmitted): watch before the state says so
+            await self._put_watch(
+                record.state
+            )  # back in flight (resubmitted): watch before the state says so
         try:
             self.counter.add(table=STATE, entities=len(operations))
-            results = self.table.submit_transaction(operations)
+            results = await self.table.submit_transaction(operations)
         except TableTransactionError as exc:
             if exc.status_code in (404, 409, 412):
                 raise ConcurrencyError(order_id) from exc
@@ -277,11 +292,11 @@ class TableStateStore:
         record.mark_saved()
         return record
 
-    def _put_watch(self, state: TaskState) -> None:
+    async def _put_watch(self, state: TaskState) -> None:
         self.counter.add(table=WATCH, entities=1)
-        self.watch.upsert_entity(self._watch_entity(state), mode=UpdateMode.REPLACE)
+        await self.watch.upsert_entity(self._watch_entity(state), mode=UpdateMode.REPLACE)
 
-    def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
+    async def expired(self, now: datetime) -> AsyncIterator[ExpiredEntry]:
         """Watch entries due at ``now``: one range query per shard of the watch table."""
         for shard in range(self.shards):
             pages = self.watch.query_entities(
@@ -289,8 +304,8 @@ class TableStateStore:
                 parameters={"pk": f"s{shard:02d}", "now": now},
                 results_per_page=1000,
             ).by_page()
-            for page in pages:
-                entities = list(page)
+            async for page in pages:
+                entities = [entity async for entity in page]
                 self.counter.add(table=WATCH, entities=len(entities))
                 for entity in entities:
                     yield ExpiredEntry(
@@ -299,7 +314,7 @@ class TableStateStore:
                         token=entity.metadata["etag"] or "",
                     )
 
-    def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
+    async def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
         """Move a watch entry to the task's current CompleteBy, unless it changed since it was read."""
         entity = {
             "PartitionKey": self._pk(entry.order_id),
@@ -308,25 +323,25 @@ class TableStateStore:
         }
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
             self.counter.add(table=WATCH, entities=1)
-            self.watch.update_entity(
+            await self.watch.update_entity(
                 entity,
                 mode=UpdateMode.REPLACE,
                 etag=entry.token,
                 match_condition=MatchConditions.IfNotModified,
             )
 
-    def unwatch(self, entry: ExpiredEntry) -> None:
+    async def unwatch(self, entry: ExpiredEntry) -> None:
         """Remove the watch entry of a finished task, unless it changed since it was read (resubmitted)."""
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
             self.counter.add(table=WATCH, entities=1)
-            self.watch.delete_entity(
+            await self.watch.delete_entity(
                 self._pk(entry.order_id),
                 entry.order_id,
                 etag=entry.token,
                 match_condition=MatchConditions.IfNotModified,
             )
 
-    def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
+    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         """Tasks in one state, filling the page shard by shard; the continuation token carries the
         shard and the table's own token."""
         shard, token = _decode_token(continuation)
@@ -338,15 +353,21 @@ class TableStateStore:
                 parameters={"pk": f"s{shard:02d}", "state": state.value},
                 results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
-            found = [self._to_state(e) for e in next(pages, [])]
+            found = [self._to_state(e) async for e in await anext(pages, _empty_page())]
             self.counter.add(table=STATE, entities=len(found))
             items.extend(found)
             # by_page is typed as a plain iterator; it is the SDK's PageIterator, which keeps the token.
-            token = cast(PageIterator[TableEntity], pages).continuation_token
+            token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
             if token is None:
                 shard += 1
         more = shard < self.shards
         return Page(items, _encode_token(shard, token) if more else None)
+
+
+async def _empty_page() -> AsyncIterator[TableEntity]:
+    """A page with nothing on it (what ``anext`` returns when the query has no page left)."""
+    return
+    yield
 
 
 def _encode_token(shard: int, token: Any) -> str:

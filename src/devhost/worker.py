@@ -4,6 +4,10 @@
         [--function-key K] [--master-key M] [--stats-file F]
 
 All settings come from the environment (the caller sets them, as the Functions host sets app settings).
+Functions run as the Python language worker runs them: synchronous ones in one pool of
+``PYTHON_THREADPOOL_THREAD_COUNT`` threads (default ``min(32, cores + 4)``, the worker's own), asynchronous
+ones on this process's one event loop; each Service Bus function takes up to host.json's
+``maxConcurrentCalls`` messages at once, as the host's per-function message pump does.
 Exit codes: 0 after SIGTERM/SIGINT, 2 when the app or its settings do not allow a start (the reason is
 on stderr), 1 when importing the app raises or the worker fails unexpectedly.
 """
@@ -40,10 +44,35 @@ DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 # Extra time, past the drain bound, for closing connections before giving up on them.
 CLOSE_MARGIN_SECONDS = 5.0
 THREADPOOL_SETTING = "PYTHON_THREADPOOL_THREAD_COUNT"
+MAX_THREAD_COUNT = 32  # the Python worker refuses more
 # Settings that turn on key checks when the flags are not given (orders-devhost passes its keys this way).
 FUNCTION_KEY_SETTING = "DEVHOST_FUNCTION_KEY"
 MASTER_KEY_SETTING = "DEVHOST_MASTER_KEY"
 STATS_INTERVAL_SECONDS = 0.5
+
+
+def default_thread_count(cpu_count: int | None = None) -> int:
+    """The Python worker's default pool for synchronous functions: ``min(32, cores + 4)``."""
+    cores = os.cpu_count() if cpu_count is None else cpu_count
+    return min(32, (cores or 1) + 4)
+
+
+def thread_pool_size(environ: Mapping[str, str]) -> int:
+    """Threads for synchronous functions: ``PYTHON_THREADPOOL_THREAD_COUNT``, else the worker's default.
+
+    Asynchronous functions never use the pool: they run on the worker's one event loop. Raises
+    ConfigurationError for a value that is not a whole number from 1 to 32 (the worker's own bounds).
+    """
+    configured = environ.get(THREADPOOL_SETTING, "").strip()
+    if not configured:
+        return default_thread_count()
+    try:
+        count = int(configured)
+    except ValueError as exc:
+        raise ConfigurationError(f"{THREADPOOL_SETTING}={configured!r} is not an integer") from exc
+    if not 1 <= count <= MAX_THREAD_COUNT:
+        raise ConfigurationError(f"{THREADPOOL_SETTING} must be from 1 to {MAX_THREAD_COUNT}")
+    return count
 
 
 def write_execution_stats(path: Path, invoker: Invoker) -> None:
@@ -168,7 +197,8 @@ class Worker:
         http_specs = by_kind[TriggerKind.HTTP]
         if http_specs and self.http_port is None:
             log.info("%d HTTP function(s) not served: no --http-port", len(http_specs))
-        threads = self._thread_count(by_kind)
+        threads = self._thread_count()
+        log.info("synchronous functions run in %d thread(s)", threads)
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="devhost-invocation")
         self.invoker = Invoker(self.executor, self.app_dir)
         self.servicebus = ServiceBusHost(
@@ -181,19 +211,8 @@ class Worker:
             self.http = HttpHost(http_specs, self.settings.route_prefix, self.invoker, self.keys)
             self.http_socket = self.http.bind(self.http_host, self.http_port)
 
-    def _thread_count(self, by_kind: Mapping[TriggerKind, list[FunctionSpec]]) -> int:
-        configured = self.environ.get(THREADPOOL_SETTING, "").strip()
-        if configured:
-            try:
-                count = int(configured)
-            except ValueError as exc:
-                raise ConfigurationError(f"{THREADPOOL_SETTING}={configured!r} is not an integer") from exc
-            if count < 1:
-                raise ConfigurationError(f"{THREADPOOL_SETTING} must be at least 1")
-            return count
-        # Enough threads that maxConcurrentCalls is really reached for every queue at once.
-        servicebus = len(by_kind[TriggerKind.SERVICE_BUS]) * self.settings.max_concurrent_calls
-        return max(32, servicebus + len(by_kind[TriggerKind.TIMER]) + 16)
+    def _thread_count(self) -> int:
+        return thread_pool_size(self.environ)
 
     async def _write_stats(self) -> None:
         """Keep the stats file current, off the invocation path: rewritten when the counts changed."""

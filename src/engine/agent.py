@@ -8,15 +8,15 @@ Agent instance may already be retrying the step.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from tenacity import (
+    AsyncRetrying,
     RetryCallState,
-    Retrying,
     retry_if_exception_type,
     stop_after_attempt,
     wait_exponential_jitter,
@@ -36,7 +36,12 @@ log = logging.getLogger("engine.agent")
 
 
 # An action gets the request and the seconds it may spend on one call; it returns the result to record.
-Action = Callable[[AgentRequest, float], dict[str, Any]]
+# It is a coroutine: a call that waits on a slow service holds no thread, so one process can have as
+# many calls in flight as its host hands it messages.
+Action = Callable[[AgentRequest, float], Awaitable[dict[str, Any]]]
+Sleep = Callable[[float], Awaitable[None]]
+# Weight of the newest successful call in the agent's running estimate of the service's latency.
+_LATENCY_WEIGHT = 0.2
 
 
 class Agent:
@@ -44,6 +49,12 @@ class Agent:
 
     ``policy`` is the agent's retry policy and sets its circuit breaker; ``step_policies`` overrides the
     retries per step (by step name), so two steps on one agent can retry differently.
+
+    A retry is made only if it can still succeed: after its backoff, the time left to complete-by must
+    cover both the policy's ``min_call_seconds`` and the service's recent typical latency (a running
+    average of its successful calls). A retry that would surely run out of time only adds load to a
+    service that is already slow, and its answer could not be sent anyway. For the same reason a failed
+    call that was given less time than that typical latency does not count against the circuit breaker.
     """
 
     def __init__(
@@ -53,7 +64,7 @@ class Agent:
         sender: MessageSender,
         clock: Clock,
         policy: RetryPolicy,
-        sleep: Callable[[float], None] | None = None,
+        sleep: Sleep | None = None,
         *,
         step_policies: Mapping[str, RetryPolicy] | None = None,
     ) -> None:
@@ -63,10 +74,11 @@ class Agent:
         self.clock = clock
         self.policy = policy
         self.step_policies = dict(step_policies or {})
-        self._sleep = sleep or time.sleep
+        self._sleep: Sleep = sleep or asyncio.sleep
         # One breaker per agent per process: a service that keeps failing is left alone for a while
         # instead of being hammered by every retry of every order.
         self.breaker = CircuitBreaker(policy.breaker_fail_max, policy.breaker_reset_seconds)
+        self.typical_latency = 0.0  # seconds; 0 until a call succeeded
 
     @classmethod
     def for_workflow(
@@ -76,7 +88,7 @@ class Agent:
         actions: Mapping[str, Action],
         sender: MessageSender,
         clock: Clock,
-        sleep: Callable[[float], None] | None = None,
+        sleep: Sleep | None = None,
     ) -> Agent:
         """The agent ``name`` of a workflow, with each of its steps' own retry policy.
 
@@ -96,7 +108,7 @@ class Agent:
     def _seconds_left(self, deadline: datetime) -> float:
         return (deadline - self.clock.now()).total_seconds()
 
-    def handle(self, request: AgentRequest) -> AgentReply | None:
+    async def handle(self, request: AgentRequest) -> AgentReply | None:
         """Run the request; send and return the reply, or None if complete-by passed (nothing sent)."""
         fields = telemetry.context(
             request.order_id, request.step, request.attempt, action=request.action, agent=self.name
@@ -106,12 +118,15 @@ class Agent:
             reply = self._reply(
                 request, ReplyOutcome.FAILED, error=f"agent {self.name} has no action {request.action!r}"
             )
-            return self._send(request, reply, fields)
-        if self._seconds_left(request.complete_by) <= 0:
+            return await self._send(request, reply, fields)
+        left_on_arrival = self._seconds_left(request.complete_by)
+        if left_on_arrival <= 0:
             telemetry.info(log, "request arrived after complete-by; nothing sent", **fields)
             return None
+        # How much of the step's budget queueing and dispatch left for the call: where a step's time went.
+        fields["secondsLeftOnArrival"] = round(left_on_arrival, 3)
         try:
-            result = self._call_with_retries(action, request)
+            result = await self._call_with_retries(action, request)
         except PermanentError as exc:
             reply = self._reply(request, ReplyOutcome.FAILED, error=str(exc) or type(exc).__name__)
         except (TransientError, CircuitOpenError, DeadlineReached) as exc:
@@ -119,17 +134,34 @@ class Agent:
             return None
         else:
             reply = self._reply(request, ReplyOutcome.SUCCEEDED, result=result)
-        return self._send(request, reply, fields)
+        return await self._send(request, reply, fields)
 
-    def _call_with_retries(self, action: Action, request: AgentRequest) -> dict[str, Any]:
+    def _failed(self, counts: bool) -> None:
+        if counts:
+            self.breaker.on_failure()
+        else:
+            self.breaker.on_abandoned()
+
+    def _note_latency(self, seconds: float) -> None:
+        if self.typical_latency == 0.0:
+            self.typical_latency = seconds
+        else:
+            self.typical_latency += _LATENCY_WEIGHT * (seconds - self.typical_latency)
+
+    async def _call_with_retries(self, action: Action, request: AgentRequest) -> dict[str, Any]:
         deadline = request.complete_by
         policy = self.policy_for(request.step)
 
         def before_sleep_within_deadline(state: RetryCallState) -> None:
-            # Never sleep past complete-by: stop instead.
+            # Never sleep past complete-by, nor retry with too little time left for the call to succeed.
             wait = state.next_action.sleep if state.next_action else 0.0
-            if self._seconds_left(deadline) <= wait:
-                raise DeadlineReached(f"complete-by {deadline.isoformat()} passed during retries")
+            left_after_wait = self._seconds_left(deadline) - wait
+            needed = max(policy.min_call_seconds, self.typical_latency)
+            if left_after_wait < needed:
+                raise DeadlineReached(
+                    f"{left_after_wait:.2f}s would be left for a retry that needs {needed:.2f}s "
+                    f"(complete-by {deadline.isoformat()})"
+                )
             telemetry.info(
                 log,
                 "retrying",
@@ -139,7 +171,7 @@ class Agent:
                 error=str(state.outcome.exception()) if state.outcome else "",
             )
 
-        retrying = Retrying(
+        retrying = AsyncRetrying(
             stop=stop_after_attempt(policy.max_tries),
             wait=wait_exponential_jitter(
                 multiplier=policy.initial_backoff_seconds,
@@ -152,24 +184,41 @@ class Agent:
             sleep=self._sleep,
         )
 
-        def one_call() -> dict[str, Any]:
+        async def one_call() -> dict[str, Any]:
             left = self._seconds_left(deadline)
             if left <= 0:
                 raise DeadlineReached(f"complete-by {deadline.isoformat()} passed")
             self.breaker.before_call()
+            started = self.clock.now()
+            # Per-call timeout: the policy's, but never beyond complete-by; the action applies it to its
+            # own I/O, and this bound stops it at complete-by whatever the action does.
+            given = min(policy.call_timeout_seconds, left)
+            # A call given less time than the service usually takes says nothing about its health when it
+            # fails: the budget was spent before the call (queueing), so it must not open the breaker.
+            counts = given >= self.typical_latency
+            hard_stop = asyncio.timeout(left)
             try:
-                # Per-call timeout: the policy's, but never beyond complete-by.
-                result = action(request, min(policy.call_timeout_seconds, left))
+                async with hard_stop:
+                    result = await action(request, given)
             except PermanentError:
                 self.breaker.on_neutral()  # the service answered; it just said no
                 raise
+            except TimeoutError as exc:
+                self._failed(counts)
+                if hard_stop.expired():
+                    raise DeadlineReached(f"complete-by {deadline.isoformat()} passed during a call") from exc
+                raise
             except Exception:
-                self.breaker.on_failure()
+                self._failed(counts)
+                raise
+            except BaseException:
+                self.breaker.on_abandoned()  # cancelled (the worker stops): says nothing about the service
                 raise
             self.breaker.on_success()
+            self._note_latency((self.clock.now() - started).total_seconds())
             return result
 
-        return retrying(one_call)
+        return await retrying(one_call)
 
     def _reply(
         self,
@@ -188,12 +237,14 @@ class Agent:
             error=error,
         )
 
-    def _send(self, request: AgentRequest, reply: AgentReply, fields: dict[str, Any]) -> AgentReply | None:
+    async def _send(
+        self, request: AgentRequest, reply: AgentReply, fields: dict[str, Any]
+    ) -> AgentReply | None:
         # The hard stop: a reply finished after complete-by is not sent.
         if self._seconds_left(request.complete_by) <= 0:
             telemetry.info(log, "finished after complete-by; nothing sent", **fields)
             return None
-        self.sender.send(
+        await self.sender.send(
             queues.REPLY_QUEUE,
             reply,
             message_id=reply_message_id(request),

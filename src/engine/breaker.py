@@ -2,7 +2,8 @@
 
 pybreaker 1.4 runs every call inside its lock, which serialises all calls to one remote service: a
 single hung call then blocks every other order's call to that service until it times out. Here the
-lock guards only the state; calls run concurrently.
+lock guards only the state; calls run concurrently. The lock is never held across an ``await`` (no method
+here awaits), so it is safe on an event loop too: it is only ever held for a few instructions.
 """
 
 from __future__ import annotations
@@ -81,4 +82,9 @@ class CircuitBreaker:
             if self._state is BreakerState.HALF_OPEN:
                 self._state = BreakerState.CLOSED
                 self._failures = 0
+            self._trial_running = False
+
+    def on_abandoned(self) -> None:
+        """The call was cancelled before it ended: nothing learned, but a trial slot it held is free."""
+        with self._lock:
             self._trial_running = False

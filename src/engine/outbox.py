@@ -9,10 +9,10 @@ from .decisions import Alert, Decision, Outgoing
 from .ports import MessageSender
 
 
-def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterable[Alert] = ()) -> None:
+async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterable[Alert] = ()) -> None:
     """Send each message in order, then emit the alert events. Call only after the state is saved."""
     for message in messages:
-        sender.send(
+        await sender.send(
             message.queue,
             message.body,
             message_id=message.message_id,
@@ -25,6 +25,6 @@ def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterabl
         telemetry.emit_event(alert.name, **alert.fields())
 
 
-def carry_out(sender: MessageSender, decision: Decision) -> None:
+async def carry_out(sender: MessageSender, decision: Decision) -> None:
     """Send a saved decision's messages and raise its alerts."""
-    deliver(sender, decision.messages, decision.alerts)
+    await deliver(sender, decision.messages, decision.alerts)

@@ -1,8 +1,11 @@
-"""The engine's ports: the state store and the message sender. Adapters implement them."""
+"""The engine's ports: the state store and the message sender. Adapters implement them.
+
+Both do I/O, so both are asynchronous: a slow store or broker holds no thread, only its own coroutine.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -41,35 +44,35 @@ class Page:
 class StateStore(Protocol):
     """Durable task state with conditional (ETag) writes."""
 
-    def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
+    async def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
         """Write the input, the state and the step records in one transaction (all or nothing)."""
         ...
 
-    def load(self, order_id: str) -> TaskRecord | None:
+    async def load(self, order_id: str) -> TaskRecord | None:
         """The task with its steps and ETags, or None."""
         ...
 
-    def save(self, record: TaskRecord) -> TaskRecord:
+    async def save(self, record: TaskRecord) -> TaskRecord:
         """Write the state and changed steps in one transaction, each conditional on its ETag.
 
         Raises :class:`engine.errors.ConcurrencyError` if any of them changed since it was loaded.
         """
         ...
 
-    def expired(self, now: datetime) -> Iterable[ExpiredEntry]:
+    def expired(self, now: datetime) -> AsyncIterator[ExpiredEntry]:
         """Watched tasks whose watch time is at or before ``now``, at a cost in proportion to in-flight
         work, not to completed history. A watch time is never later than the task's CompleteBy."""
         ...
 
-    def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
+    async def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
         """Move a watch entry forward to the task's current CompleteBy (no-op if it changed meanwhile)."""
         ...
 
-    def unwatch(self, entry: ExpiredEntry) -> None:
+    async def unwatch(self, entry: ExpiredEntry) -> None:
         """Stop watching a task that is no longer in flight (no-op if the entry changed meanwhile)."""
         ...
 
-    def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
+    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         """Tasks in one ProcessState, a page at a time.
 
         Raises :class:`engine.errors.InvalidContinuation` for a token it did not issue.
@@ -80,7 +83,7 @@ class StateStore(Protocol):
 class MessageSender(Protocol):
     """Sends one message to a named queue."""
 
-    def send(
+    async def send(
         self,
         queue: str,
         body: BaseModel,

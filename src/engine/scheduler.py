@@ -34,21 +34,21 @@ class Scheduler:
         self.parts = parts
         self.instance = instance or instance_id()
 
-    def _commit(self, record: TaskRecord, decision: Decision) -> bool:
+    async def _commit(self, record: TaskRecord, decision: Decision) -> bool:
         """Update state, then send. Returns False if another instance moved the task first."""
         try:
-            self.parts.store.save(record)
+            await self.parts.store.save(record)
         except ConcurrencyError:
             telemetry.info(
                 log, "lost a race; another instance moved the task", **telemetry.context(record.order_id)
             )
             return False
-        carry_out(self.parts.sender, decision)
+        await carry_out(self.parts.sender, decision)
         return True
 
-    def handle_command(self, command: SchedulerCommand) -> bool:
+    async def handle_command(self, command: SchedulerCommand) -> bool:
         """Claim the task if it is free and due, and dispatch its current work. True if it did."""
-        record = self.parts.store.load(command.order_id)
+        record = await self.parts.store.load(command.order_id)
         if record is None:
             telemetry.warning(
                 log, "command for an unknown task dropped", **telemetry.context(command.order_id)
@@ -71,7 +71,7 @@ class Scheduler:
                 ),
             )
             return False
-        claimed = self._commit(record, decision)
+        claimed = await self._commit(record, decision)
         if claimed:
             step = record.steps[record.state.current_step]
             telemetry.info(
@@ -83,9 +83,9 @@ class Scheduler:
             )
         return claimed
 
-    def handle_reply(self, reply: AgentReply) -> bool:
+    async def handle_reply(self, reply: AgentReply) -> bool:
         """Apply an Agent's reply if it is for the task's current step and attempt (fencing)."""
-        record = self.parts.store.load(reply.order_id)
+        record = await self.parts.store.load(reply.order_id)
         if record is None:
             telemetry.warning(log, "reply for an unknown task dropped", **telemetry.context(reply.order_id))
             return False
@@ -102,7 +102,7 @@ class Scheduler:
         if not decision.changed:
             telemetry.info(log, "stale or duplicate reply dropped", **fields)
             return False
-        applied = self._commit(record, decision)
+        applied = await self._commit(record, decision)
         if applied:
             telemetry.info(log, "reply applied", **fields, processState=record.state.process_state.value)
         return applied

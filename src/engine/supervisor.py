@@ -46,20 +46,20 @@ class Supervisor:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
 
-    def sweep(self) -> SweepReport:
+    async def sweep(self) -> SweepReport:
         """One pass over expired in-flight tasks."""
         started = time.perf_counter()
         report = SweepReport()
         store = self.parts.store
         ctx = self.parts.context()
-        for entry in store.expired(ctx.now):
-            record = store.load(entry.order_id)
+        async for entry in store.expired(ctx.now):
+            record = await store.load(entry.order_id)
             if record is None or not record.state.process_state.in_flight or record.state.complete_by is None:
-                store.unwatch(entry)  # finished: stop watching it
+                await store.unwatch(entry)  # finished: stop watching it
                 report.unwatched += 1
                 continue
             if record.state.complete_by > ctx.now:
-                store.rewatch(entry, record.state.complete_by)  # still within its time: look again then
+                await store.rewatch(entry, record.state.complete_by)  # still within its time: look again then
                 report.rewatched += 1
                 continue
             report.expired += 1
@@ -68,11 +68,11 @@ class Supervisor:
             if not decision.changed:
                 continue  # moved on since the index was read
             try:
-                store.save(record)
+                await store.save(record)
             except ConcurrencyError:
                 report.lost_races += 1
                 continue
-            carry_out(self.parts.sender, decision)
+            await carry_out(self.parts.sender, decision)
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
             telemetry.info(

@@ -28,7 +28,9 @@ class TaskService:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
 
-    def submit(self, order_id: str, task_input: dict[str, Any], input_hash: str) -> tuple[bool, TaskRecord]:
+    async def submit(
+        self, order_id: str, task_input: dict[str, Any], input_hash: str
+    ) -> tuple[bool, TaskRecord]:
         """Record the task and its steps (not started) in one transaction, then kick the Scheduler.
 
         Returns (created, record). The same id with the same input again changes nothing; with other
@@ -45,36 +47,36 @@ class TaskService:
             input_hash=input_hash,
         )
         transitions.new_record_state(record, ctx)
-        outcome, stored = self.parts.store.create(record)
+        outcome, stored = await self.parts.store.create(record)
         if outcome is CreateOutcome.EXISTS_DIFFERENT:
             raise Conflict(order_id)
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
-        deliver(self.parts.sender, [transitions.command(order_id, CommandKind.START, "submitted")])
+        await deliver(self.parts.sender, [transitions.command(order_id, CommandKind.START, "submitted")])
         telemetry.info(log, "submitted", **telemetry.context(order_id))
         return True, stored
 
-    def get(self, order_id: str) -> TaskRecord:
+    async def get(self, order_id: str) -> TaskRecord:
         """The task, or :class:`~engine.errors.NotFound`."""
-        record = self.parts.store.load(order_id)
+        record = await self.parts.store.load(order_id)
         if record is None:
             raise NotFound(order_id)
         return record
 
-    def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
+    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         """Tasks in one state, a page at a time."""
-        return self.parts.store.list_by_state(state, page_size, continuation)
+        return await self.parts.store.list_by_state(state, page_size, continuation)
 
-    def resubmit(self, order_id: str) -> TaskRecord:
+    async def resubmit(self, order_id: str) -> TaskRecord:
         """Operator: an order in Error goes back to Pending with FailureCount reset."""
-        return self._change(order_id, Operation.RESUBMIT, transitions.resubmit, "resubmitted")
+        return await self._change(order_id, Operation.RESUBMIT, transitions.resubmit, "resubmitted")
 
-    def cancel(self, order_id: str) -> TaskRecord:
+    async def cancel(self, order_id: str) -> TaskRecord:
         """Compensate a task that is not terminal (a task already compensating is left as it is)."""
-        return self._change(order_id, Operation.CANCEL, transitions.cancel, "cancelled")
+        return await self._change(order_id, Operation.CANCEL, transitions.cancel, "cancelled")
 
-    def _change(
+    async def _change(
         self,
         order_id: str,
         operation: Operation,
@@ -83,17 +85,17 @@ class TaskService:
     ) -> TaskRecord:
         allowed = [s.value for s in machine.sources(operation)]
         for _ in range(_RETRIES_ON_RACE):
-            record = self.get(order_id)
+            record = await self.get(order_id)
             decision = change(record, self.parts.context())
             if decision.outcome is Outcome.REFUSED:
                 raise InvalidState(order_id, record.state.process_state.value, allowed)
             if not decision.changed:
                 return record  # allowed and already under way: nothing to do
             try:
-                saved = self.parts.store.save(record)
+                saved = await self.parts.store.save(record)
             except ConcurrencyError:
                 continue  # the Scheduler moved it meanwhile: look again
-            carry_out(self.parts.sender, decision)
+            await carry_out(self.parts.sender, decision)
             telemetry.info(log, what, **telemetry.context(order_id))
             return saved
         raise InvalidState(

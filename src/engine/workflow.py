@@ -14,6 +14,11 @@ class RetryPolicy(BaseModel):
     initial_backoff_seconds: float = Field(default=0.2, gt=0)
     max_backoff_seconds: float = Field(default=5.0, gt=0)
     call_timeout_seconds: float = Field(default=10.0, gt=0, description="per call; capped by complete-by")
+    min_call_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="a retry is made only if at least this long (and the service's typical latency) is left",
+    )
     breaker_fail_max: int = Field(default=5, ge=1, description="consecutive failures that open the breaker")
     breaker_reset_seconds: float = Field(default=10.0, gt=0, description="how long the breaker stays open")
 

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,10 +77,10 @@ def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
 class OrdersApi:
     """The operations behind the HTTP routes."""
 
-    def __init__(self, tasks: Callable[[], TaskService]) -> None:
+    def __init__(self, tasks: Callable[[], Awaitable[TaskService]]) -> None:
         self._tasks = tasks  # resolved lazily, so a bad request costs no connection
 
-    def submit(self, body: bytes, content_type: str | None, base_url: str) -> Reply:
+    async def submit(self, body: bytes, content_type: str | None, base_url: str) -> Reply:
         """``POST /api/orders``."""
         media = (content_type or "").split(";", 1)[0].strip().lower()
         if media != "application/json":
@@ -100,23 +100,23 @@ class OrdersApi:
         order_id = order.order_id or str(uuid.uuid4())
         document = order.document(order_id)
         try:
-            created, record = self._tasks().submit(order_id, document, body_hash(document))
+            created, record = await (await self._tasks()).submit(order_id, document, body_hash(document))
         except EngineError as exc:
             return engine_error(exc)
         location = f"{base_url.rstrip('/')}/api/orders/{order_id}"
         reply = {"orderId": order_id, "processState": record.state.process_state.value, "statusUrl": location}
         return Reply(202 if created else 200, reply, {"Location": location})
 
-    def get(self, order_id: str) -> Reply:
+    async def get(self, order_id: str) -> Reply:
         """``GET /api/orders/{orderId}``."""
         if not _ORDER_ID.match(order_id):
             return engine_error(NotFound(order_id))
         try:
-            return Reply(200, status_view(self._tasks().get(order_id)))
+            return Reply(200, status_view(await (await self._tasks()).get(order_id)))
         except EngineError as exc:
             return engine_error(exc)
 
-    def list_by_state(self, query: Mapping[str, str]) -> Reply:
+    async def list_by_state(self, query: Mapping[str, str]) -> Reply:
         """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``."""
         wanted = query.get("processState")
         states = [s.value for s in ProcessState]
@@ -132,26 +132,26 @@ class OrdersApi:
             )
         token = query.get("continuationToken") or None
         try:
-            page = self._tasks().list_by_state(ProcessState(wanted), page_size, token)
+            page = await (await self._tasks()).list_by_state(ProcessState(wanted), page_size, token)
         except EngineError as exc:
             return engine_error(exc)
         return Reply(
             200, {"items": [summary(s) for s in page.states], "continuationToken": page.continuation}
         )
 
-    def resubmit(self, order_id: str) -> Reply:
+    async def resubmit(self, order_id: str) -> Reply:
         """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""
-        return self._change(order_id, lambda tasks: tasks.resubmit(order_id))
+        return await self._change(order_id, lambda tasks: tasks.resubmit(order_id))
 
-    def cancel(self, order_id: str) -> Reply:
+    async def cancel(self, order_id: str) -> Reply:
         """``POST /api/orders/{orderId}/cancel``: compensate an order that is not terminal."""
-        return self._change(order_id, lambda tasks: tasks.cancel(order_id))
+        return await self._change(order_id, lambda tasks: tasks.cancel(order_id))
 
-    def _change(self, order_id: str, change: Callable[[TaskService], TaskRecord]) -> Reply:
+    async def _change(self, order_id: str, change: Callable[[TaskService], Awaitable[TaskRecord]]) -> Reply:
         if not _ORDER_ID.match(order_id):
             return engine_error(NotFound(order_id))
         try:
-            record = change(self._tasks())
+            record = await change(await self._tasks())
         except EngineError as exc:
             return engine_error(exc)
         return Reply(202, status_view(record))

@@ -1,12 +1,20 @@
-"""The composition root: builds the engine for the order workflow from the app settings, once per process."""
+"""The composition root: builds the engine for the order workflow from the app settings, once per process.
+
+The clients inside (Table Storage, Service Bus, HTTP) are asynchronous and belong to the event loop they
+were made on, so the runtime is built once per event loop: in the Functions worker (and the devhost)
+that is once per process, since asynchronous functions all run on the worker's one loop.
+"""
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import logging
 import os
-from dataclasses import dataclass
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
-from azure.data.tables import TableServiceClient
+from azure.data.tables.aio import TableServiceClient
 
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore
@@ -21,6 +29,10 @@ from .services import RemoteServices
 from .settings import Settings, load_settings
 from .workflow import FULFILMENT
 
+log = logging.getLogger("orders.runtime")
+
+Closer = Callable[[], Awaitable[None]]
+
 
 @dataclass
 class Runtime:
@@ -30,26 +42,48 @@ class Runtime:
     scheduler: Scheduler
     supervisor: Supervisor
     agents: dict[str, Agent]
+    closers: list[Closer] = field(default_factory=list, repr=False)
+
+    async def close(self) -> None:
+        """Close every client (connections, sessions), in order; the runtime is unusable afterwards."""
+        for close in self.closers:
+            try:
+                await close()
+            except asyncio.CancelledError:
+                # The loop is ending and cancelled the client's own tasks (the Service Bus client's
+                # keep-alive) under it: nothing is left to close cleanly.
+                log.debug("closing a client was cut short", exc_info=True)
+            except Exception:  # best effort: one failure must not keep the others open
+                log.warning("closing a client failed", exc_info=True)
+        self.closers.clear()
 
 
-def _store(settings: Settings) -> TableStateStore:
+async def _store(settings: Settings, closers: list[Closer]) -> TableStateStore:
     if settings.state_store_connection:
         service = TableServiceClient.from_connection_string(settings.state_store_connection)
     else:
-        from azure.identity import DefaultAzureCredential  # only needed in Azure
+        from azure.identity.aio import DefaultAzureCredential  # only needed in Azure
 
         credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
         service = TableServiceClient(endpoint=str(settings.state_store_endpoint), credential=credential)
-    return TableStateStore.from_service(service, settings.state_table_name, shards=settings.state_shards)
+        closers.append(credential.close)
+    closers.insert(0, service.close)
+    return await TableStateStore.from_service(
+        service, settings.state_table_name, shards=settings.state_shards
+    )
 
 
-def build(settings: Settings) -> Runtime:
+async def build(settings: Settings) -> Runtime:
     """Wire the engine to Table Storage, Service Bus and the remote services."""
     clock = SystemClock()
     engine_settings = settings.engine()
-    store = _store(settings)
-    sender = ServiceBusSender(client_from_settings(dict(os.environ)))
+    closers: list[Closer] = []
+    store = await _store(settings, closers)
+    closers.insert(0, store.close)  # the table clients, then their service (and its credential)
     services = RemoteServices(settings.service_urls, keys=settings.service_keys)
+    closers.append(services.client.aclose)
+    sender = ServiceBusSender(client_from_settings(dict(os.environ)))
+    closers.append(sender.close)  # last: its AMQP links may take a while to close
     actions = services.actions()
     agents = {
         name: Agent.for_workflow(FULFILMENT, name, actions[name], sender, clock) for name in FULFILMENT.agents
@@ -60,10 +94,43 @@ def build(settings: Settings) -> Runtime:
         scheduler=Scheduler(parts),
         supervisor=Supervisor(parts),
         agents=agents,
+        closers=closers,
     )
 
 
-@functools.cache
-def runtime() -> Runtime:
-    """The process's runtime, built on first use from the environment."""
-    return build(load_settings())
+async def _close_when_cancelled(runtime: Runtime) -> None:
+    """Wait for ever; when cancelled (``asyncio.run`` cancels what is left as its loop ends), close the
+    runtime's clients, so a worker that stops leaves no connection or session unclosed."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runtime.close()
+
+
+_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[Runtime]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def runtime() -> Runtime:
+    """The running event loop's runtime, built on first use from the environment.
+
+    Concurrent first calls share one build; a build that failed is tried again by the next call.
+    """
+    loop = asyncio.get_running_loop()
+    building = _runtimes.get(loop)
+    if building is None or (building.done() and (building.cancelled() or building.exception() is not None)):
+        building = loop.create_task(_build_and_keep(), name="orders-runtime")
+        _runtimes[loop] = building
+    return await asyncio.shield(building)
+
+
+_keepers: set[asyncio.Task[None]] = set()
+
+
+async def _build_and_keep() -> Runtime:
+    built = await build(load_settings())
+    keeper = asyncio.create_task(_close_when_cancelled(built), name="orders-runtime-closer")
+    _keepers.add(keeper)  # a reference, so the task is not collected while it waits
+    keeper.add_done_callback(_keepers.discard)
+    return built

@@ -3,6 +3,9 @@
 Each action sends the step's idempotency key on every try, and classifies what comes back: a timeout,
 a connection failure, 408, 429 or 5xx is transient (retry); any other 4xx is a lasting fault. A service
 given a key (the simulators hosted in a Function App) also gets it as ``x-simulators-key``.
+
+Calls go through one ``httpx.AsyncClient`` per event loop: a call waiting on a slow or hung service is a
+suspended coroutine, not a blocked thread.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .workflow import INVENTORY, PAYMENT, SHIPPING
 
 _TRANSIENT_STATUS = {408, 429}
 SIMULATORS_KEY_HEADER = "x-simulators-key"
+CONNECTIONS = 300
 
 
 def _order(request: AgentRequest) -> dict[str, Any]:
@@ -35,16 +39,21 @@ class RemoteServices:
     """Builds the actions of each agent from the services' base URLs."""
 
     def __init__(
-        self, urls: dict[str, str], client: httpx.Client | None = None, keys: dict[str, str] | None = None
+        self,
+        urls: dict[str, str],
+        client: httpx.AsyncClient | None = None,
+        keys: dict[str, str] | None = None,
     ) -> None:
         self.urls = {name: url.rstrip("/") for name, url in urls.items()}
         self._keys = {name: key for name, key in (keys or {}).items() if key}
-        # One pooled client per process; the per-call timeout is set on each request.
-        self.client = client or httpx.Client(
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        # One pooled client per process (and event loop); the per-call timeout is set on each request.
+        # The pool is as large as the calls one process may have in flight (maxConcurrentCalls per agent
+        # function), so no call waits for a connection while its complete-by runs.
+        self.client = client or httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
         )
 
-    def _call(
+    async def _call(
         self, agent: str, path: str, request: AgentRequest, timeout: float, body: dict[str, Any]
     ) -> dict[str, Any]:
         url = f"{self.urls[agent]}{path}"
@@ -52,7 +61,7 @@ class RemoteServices:
         if agent in self._keys:
             headers[SIMULATORS_KEY_HEADER] = self._keys[agent]
         try:
-            response = self.client.post(url, json=body, headers=headers, timeout=timeout)
+            response = await self.client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             raise TransientError(f"{agent}: timed out after {timeout:.2f}s") from exc
         except httpx.TransportError as exc:
@@ -69,8 +78,8 @@ class RemoteServices:
     def _action(
         self, agent: str, path: Callable[[AgentRequest], str], body: Callable[[AgentRequest], dict[str, Any]]
     ) -> Action:
-        def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
-            return self._call(agent, path(request), request, timeout, body(request))
+        async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
+            return await self._call(agent, path(request), request, timeout, body(request))
 
         return run
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,16 +26,17 @@ def emulator(tmp_path: Path) -> Iterator[RunningEmulator]:
 
 
 @pytest.fixture
-def sender(emulator: RunningEmulator) -> Iterator[ServiceBusSender]:
+async def sender(emulator: RunningEmulator) -> AsyncIterator[ServiceBusSender]:
     sender = ServiceBusSender(client_from_settings({"ServiceBusConnection": emulator.connection_string}))
     yield sender
-    sender.close()
+    await sender.close()
 
 
-def test_a_message_carries_its_json_body_ids_and_time_to_live(
+@pytest.mark.anyio
+async def test_a_message_carries_its_json_body_ids_and_time_to_live(
     emulator: RunningEmulator, sender: ServiceBusSender
 ) -> None:
-    sender.send(
+    await sender.send(
         "q", COMMAND, message_id="m-1", correlation_id="o-1", reply_to="replies", time_to_live_seconds=60
     )
     with (
@@ -50,9 +51,12 @@ def test_a_message_carries_its_json_body_ids_and_time_to_live(
         receiver.complete_message(message)
 
 
-def test_a_scheduled_message_arrives_at_its_time(emulator: RunningEmulator, sender: ServiceBusSender) -> None:
+@pytest.mark.anyio
+async def test_a_scheduled_message_arrives_at_its_time(
+    emulator: RunningEmulator, sender: ServiceBusSender
+) -> None:
     at = datetime.now(UTC) + timedelta(seconds=2)
-    sender.send("q", COMMAND, message_id="m-2", correlation_id="o-1", scheduled_at=at)
+    await sender.send("q", COMMAND, message_id="m-2", correlation_id="o-1", scheduled_at=at)
     with (
         ServiceBusClient.from_connection_string(emulator.connection_string) as client,
         client.get_queue_receiver("q", max_wait_time=10) as receiver,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.data.tables import TableServiceClient
+from azure.data.tables.aio import TableServiceClient
 
 from adapters.table_store import TableStateStore, shard_of
 from engine import transitions
@@ -20,6 +21,8 @@ from engine.supervisor import Supervisor
 from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
 from tests.engine.fakes import RecordingSender
+
+pytestmark = pytest.mark.anyio
 
 WORKFLOW = WorkflowDefinition(
     name="two-steps",
@@ -43,9 +46,15 @@ NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def store(azurite_connection_string: str) -> TableStateStore:
-    service = TableServiceClient.from_connection_string(azurite_connection_string)
-    return TableStateStore.from_service(service, "t" + uuid.uuid4().hex[:16], shards=4)
+async def store(azurite_connection_string: str) -> AsyncIterator[TableStateStore]:
+    async with TableServiceClient.from_connection_string(azurite_connection_string) as service:
+        store = await TableStateStore.from_service(service, "t" + uuid.uuid4().hex[:16], shards=4)
+        yield store
+        await store.close()
+
+
+async def expired_ids(store: TableStateStore, at: datetime) -> list[str]:
+    return sorted([e.order_id async for e in store.expired(at)])
 
 
 def new_record(order_id: str, body: dict | None = None, now: datetime = NOW) -> TaskRecord:
@@ -63,69 +72,67 @@ def ctx(now: datetime = NOW, instance: str = "sched-1") -> Context:
     return Context(WORKFLOW, SETTINGS, now, instance)
 
 
-def test_create_writes_state_steps_and_input_together(store: TableStateStore) -> None:
-    outcome, loaded = store.create(new_record("o-1", {"big": "x" * 70_000}))
+async def test_create_writes_state_steps_and_input_together(store: TableStateStore) -> None:
+    outcome, loaded = await store.create(new_record("o-1", {"big": "x" * 70_000}))
     assert outcome is CreateOutcome.CREATED
     assert loaded.state.process_state is ProcessState.PENDING and loaded.state.complete_by == NOW + timedelta(
         seconds=10
     )
     assert [s.name for s in loaded.steps] == ["first", "second"]
     assert loaded.input == {"big": "x" * 70_000}  # split across properties, joined back
-    entity = store.table.get_entity(shard_of("o-1", 4), "order|o-1|state")
+    entity = await store.table.get_entity(shard_of("o-1", 4), "order|o-1|state")
     # The pattern's property names, as stored.
     assert {"OrderID", "CompleteBy", "ProcessState", "FailureCount"} <= set(entity)
     assert "LockedBy" not in entity  # null until claimed
-    assert [e.order_id for e in store.expired(NOW + timedelta(seconds=10))] == ["o-1"]  # watched
+    assert await expired_ids(store, NOW + timedelta(seconds=10)) == ["o-1"]  # watched
 
 
-def test_create_is_idempotent_for_the_same_body_and_conflicts_for_another(store: TableStateStore) -> None:
-    store.create(new_record("o-1", {"a": 1}))
-    outcome, _ = store.create(new_record("o-1", {"a": 1}))
+async def test_create_is_idempotent_for_the_same_body_and_conflicts_for_another(
+    store: TableStateStore,
+) -> None:
+    await store.create(new_record("o-1", {"a": 1}))
+    outcome, _ = await store.create(new_record("o-1", {"a": 1}))
     assert outcome is CreateOutcome.EXISTS_SAME
-    outcome, _ = store.create(new_record("o-1", {"a": 2}))
+    outcome, _ = await store.create(new_record("o-1", {"a": 2}))
     assert outcome is CreateOutcome.EXISTS_DIFFERENT
-    assert store.load("o-1").input == {"a": 1}  # type: ignore[union-attr]
+    assert (await store.load("o-1")).input == {"a": 1}  # type: ignore[union-attr]
 
 
-def test_two_claimers_race_and_exactly_one_wins(store: TableStateStore) -> None:
-    store.create(new_record("o-race"))
-    barrier = threading.Barrier(2)
+async def test_two_claimers_race_and_exactly_one_wins(store: TableStateStore) -> None:
+    await store.create(new_record("o-race"))
+    both_loaded = asyncio.Barrier(2)
     results: dict[str, str] = {}
 
-    def claimer(name: str) -> None:
-        record = store.load("o-race")
+    async def claimer(name: str) -> None:
+        record = await store.load("o-race")
         assert record is not None
         transitions.claim(record, ctx(instance=name))
-        barrier.wait()
+        await both_loaded.wait()
         try:
-            store.save(record)
+            await store.save(record)
             results[name] = "won"
         except ConcurrencyError:
             results[name] = "lost"
 
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    await asyncio.gather(claimer("a"), claimer("b"))
     assert sorted(results.values()) == ["lost", "won"]
     winner = next(n for n, r in results.items() if r == "won")
-    state = store.load("o-race").state  # type: ignore[union-attr]
+    state = (await store.load("o-race")).state  # type: ignore[union-attr]
     assert state.locked_by == winner and state.process_state is ProcessState.PROCESSING
 
 
-def test_a_stale_etag_loses_and_changes_nothing(store: TableStateStore) -> None:
-    store.create(new_record("o-1"))
-    first = store.load("o-1")
-    stale = store.load("o-1")
+async def test_a_stale_etag_loses_and_changes_nothing(store: TableStateStore) -> None:
+    await store.create(new_record("o-1"))
+    first = await store.load("o-1")
+    stale = await store.load("o-1")
     assert first is not None and stale is not None
     transitions.claim(first, ctx())
-    store.save(first)
+    await store.save(first)
     stale.state.failure_count = 99
     stale.step(1).status = StepStatus.FAILED
     with pytest.raises(ConcurrencyError):
-        store.save(stale)
-    again = store.load("o-1")
+        await store.save(stale)
+    again = await store.load("o-1")
     assert (
         again is not None
         and again.state.failure_count == 0
@@ -133,85 +140,85 @@ def test_a_stale_etag_loses_and_changes_nothing(store: TableStateStore) -> None:
     )
 
 
-def test_a_stale_step_etag_loses_even_if_the_state_is_fresh(store: TableStateStore) -> None:
-    store.create(new_record("o-1"))
-    record = store.load("o-1")
+async def test_a_stale_step_etag_loses_even_if_the_state_is_fresh(store: TableStateStore) -> None:
+    await store.create(new_record("o-1"))
+    record = await store.load("o-1")
     assert record is not None
     record.etags["order|o-1|step|01"] = "W/\"datetime'2000-01-01T00%3A00%3A00.0000000Z'\""
     record.step(1).attempts = 5
     with pytest.raises(ConcurrencyError):
-        store.save(record)
+        await store.save(record)
 
 
-def test_the_sweep_reads_only_watched_work_and_keeps_the_watch_current(store: TableStateStore) -> None:
+async def test_the_sweep_reads_only_watched_work_and_keeps_the_watch_current(store: TableStateStore) -> None:
     # In flight, and its step's complete-by has passed.
-    store.create(new_record("expired"))
-    record = store.load("expired")
+    await store.create(new_record("expired"))
+    record = await store.load("expired")
     assert record is not None
     transitions.claim(record, ctx())
-    store.save(record)
+    await store.save(record)
     # In flight, not due yet.
-    store.create(new_record("fresh", now=NOW + timedelta(seconds=30)))
+    await store.create(new_record("fresh", now=NOW + timedelta(seconds=30)))
     # Finished: its watch entry is left for the Supervisor to remove.
-    store.create(new_record("done"))
-    done = store.load("done")
+    await store.create(new_record("done"))
+    done = await store.load("done")
     assert done is not None
     transitions.claim(done, ctx())
     for _ in range(2):
         transitions.step_succeeded(done, ctx(), {"ok": True})
-    store.save(done)
+    await store.save(done)
     assert done.state.process_state is ProcessState.PROCESSED
 
     later = NOW + timedelta(seconds=20)
-    assert sorted(e.order_id for e in store.expired(later)) == ["done", "expired"]
+    assert await expired_ids(store, later) == ["done", "expired"]
     supervisor = Supervisor(EngineParts(WORKFLOW, store, RecordingSender(), FixedClock(later), SETTINGS))
-    report = supervisor.sweep()
+    report = await supervisor.sweep()
     assert (report.expired, report.unwatched, report.retried) == (1, 1, 1)
-    assert store.load("expired").state.process_state is ProcessState.PENDING  # type: ignore[union-attr]
+    assert (await store.load("expired")).state.process_state is ProcessState.PENDING  # type: ignore[union-attr]
     # The finished task is no longer watched; the recovered one is watched at its new CompleteBy.
-    report = supervisor.sweep()
+    report = await supervisor.sweep()
     assert (report.expired, report.unwatched, report.rewatched) == (0, 0, 1)
-    assert sorted(e.order_id for e in store.expired(later)) == []
-    new_complete_by = store.load("expired").state.complete_by  # type: ignore[union-attr]
-    assert [e.order_id for e in store.expired(new_complete_by)] == ["expired"]  # type: ignore[arg-type]
+    assert await expired_ids(store, later) == []
+    new_complete_by = (await store.load("expired")).state.complete_by  # type: ignore[union-attr]
+    assert await expired_ids(store, new_complete_by) == ["expired"]  # type: ignore[arg-type]
 
 
-def test_a_stale_watch_update_is_refused(store: TableStateStore) -> None:
-    store.create(new_record("o-1"))
-    (entry,) = store.expired(NOW + timedelta(seconds=10))
-    store.rewatch(entry, NOW + timedelta(seconds=50))
-    store.unwatch(entry)  # read before the rewatch: refused, the task stays watched
-    assert [e.order_id for e in store.expired(NOW + timedelta(seconds=50))] == ["o-1"]
+async def test_a_stale_watch_update_is_refused(store: TableStateStore) -> None:
+    await store.create(new_record("o-1"))
+    (entry,) = [e async for e in store.expired(NOW + timedelta(seconds=10))]
+    await store.rewatch(entry, NOW + timedelta(seconds=50))
+    await store.unwatch(entry)  # read before the rewatch: refused, the task stays watched
+    assert await expired_ids(store, NOW + timedelta(seconds=50)) == ["o-1"]
 
 
-def test_a_step_transition_costs_two_table_operations(store: TableStateStore) -> None:
-    store.create(new_record("o-1"))
-    record = store.load("o-1")
+async def test_a_step_transition_costs_two_table_operations(store: TableStateStore) -> None:
+    await store.create(new_record("o-1"))
+    record = await store.load("o-1")
     assert record is not None
     transitions.claim(record, ctx())
-    store.save(record)
+    await store.save(record)
     before = store.counter.count
-    record = store.load("o-1")
+    record = await store.load("o-1")
     assert record is not None
     transitions.step_succeeded(record, ctx(), {"reservation": "r-1"})
-    store.save(record)
+    await store.save(record)
     assert store.counter.count - before == 2
-    reloaded = store.load("o-1")
+    reloaded = await store.load("o-1")
     assert reloaded is not None
     assert (
         reloaded.steps[0].result == {"reservation": "r-1"} and reloaded.steps[1].status is StepStatus.RUNNING
     )
 
 
-def test_list_by_state_pages_with_a_continuation_token(store: TableStateStore) -> None:
+async def test_list_by_state_pages_with_a_continuation_token(store: TableStateStore) -> None:
     ids = [f"o-{i}" for i in range(7)]
     for order_id in ids:
-        store.create(new_record(order_id))
+        await store.create(new_record(order_id))
     seen: list[str] = []
     token = None
     pages = 0
     while True:
-        page = store.list_by_state(ProcessState.PENDING, 2, token)
+        page = await store.list_by_state(ProcessState.PENDING, 2, token)
         assert len(page.states) <= 2
         seen.extend(s.order_id for s in page.states)
         pages += 1
@@ -219,6 +226,6 @@ def test_list_by_state_pages_with_a_continuation_token(store: TableStateStore) -
         if token is None:
             break
     assert sorted(seen) == sorted(ids) and pages >= 4
-    assert store.list_by_state(ProcessState.ERROR, 10, None).states == []
+    assert (await store.list_by_state(ProcessState.ERROR, 10, None)).states == []
     with pytest.raises(ValueError):
-        store.list_by_state(ProcessState.PENDING, 2, "not-a-token!")
+        await store.list_by_state(ProcessState.PENDING, 2, "not-a-token!")

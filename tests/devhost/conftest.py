@@ -29,7 +29,12 @@ TOY_QUEUES: dict[str, dict[str, Any]] = {
     "slow": {"LockDuration": "PT2S"},
 }
 # Variables a worker must not inherit from the test process: the tests set them deliberately.
-_OWNED_VARIABLES = ("ServiceBusConnection", "AzureWebJobsServiceBusConnection", "QUEUE_FROM_SETTING")
+_OWNED_VARIABLES = (
+    "ServiceBusConnection",
+    "AzureWebJobsServiceBusConnection",
+    "QUEUE_FROM_SETTING",
+    "PYTHON_THREADPOOL_THREAD_COUNT",
+)
 
 
 @dataclass

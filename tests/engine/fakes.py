@@ -1,4 +1,4 @@
-"""In-memory stand-ins for the engine's ports, for unit tests of the state machine only.
+"""In-memory stand-ins for the engine's (asynchronous) ports, for unit tests of the state machine only.
 
 The integration suites use the real Table Storage adapter on Azurite and the real Service Bus SDK on
 the emulator; these exist so the rules can be driven step by step with a manual clock.
@@ -7,7 +7,7 @@ the emulator; these exist so the rules can be driven step by step with a manual 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,7 +35,7 @@ class MemoryStore:
         self.records[record.order_id] = (etag, stored)
         return stored.model_copy(deep=True)
 
-    def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
+    async def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
         self.operations += 1
         if record.order_id in self.records:
             existing = self.records[record.order_id][1].model_copy(deep=True)
@@ -43,12 +43,12 @@ class MemoryStore:
             return (CreateOutcome.EXISTS_SAME if same else CreateOutcome.EXISTS_DIFFERENT), existing
         return CreateOutcome.CREATED, self._put(record)
 
-    def load(self, order_id: str) -> TaskRecord | None:
+    async def load(self, order_id: str) -> TaskRecord | None:
         self.operations += 1
         found = self.records.get(order_id)
         return found[1].model_copy(deep=True) if found else None
 
-    def save(self, record: TaskRecord) -> TaskRecord:
+    async def save(self, record: TaskRecord) -> TaskRecord:
         self.operations += 1
         current = self.records.get(record.order_id)
         if current is None or current[0] != record.etags.get("state"):
@@ -58,20 +58,20 @@ class MemoryStore:
         record.mark_saved()
         return record
 
-    def expired(self, now: datetime) -> Iterator[ExpiredEntry]:
+    async def expired(self, now: datetime) -> AsyncIterator[ExpiredEntry]:
         # A simplified watch: every in-flight task with its current CompleteBy.
         for _, record in list(self.records.values()):
             state = record.state
             if state.process_state.in_flight and state.complete_by is not None and state.complete_by <= now:
                 yield ExpiredEntry(state.order_id, state.complete_by)
 
-    def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
+    async def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
         pass
 
-    def unwatch(self, entry: ExpiredEntry) -> None:
+    async def unwatch(self, entry: ExpiredEntry) -> None:
         pass
 
-    def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
+    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         matching = [r.state for _, r in self.records.values() if r.state.process_state is state]
         try:
             start = int(continuation or 0)
@@ -102,7 +102,7 @@ class RecordingSender:
     def __init__(self) -> None:
         self.sent: list[Sent] = []
 
-    def send(
+    async def send(
         self,
         queue: str,
         body: BaseModel,

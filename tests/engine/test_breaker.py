@@ -58,3 +58,17 @@ def test_a_rejected_request_does_not_count_against_the_service() -> None:
         breaker.before_call()
         breaker.on_neutral()
     assert breaker.state is BreakerState.CLOSED
+
+
+def test_a_cancelled_trial_call_frees_the_trial_slot() -> None:
+    ticks = Ticks()
+    breaker = CircuitBreaker(fail_max=1, reset_seconds=10, monotonic=ticks)
+    breaker.before_call()
+    breaker.on_failure()
+    ticks.now = 10
+    breaker.before_call()  # the half-open trial
+    with pytest.raises(CircuitOpenError):
+        breaker.before_call()  # only one trial at a time
+    breaker.on_abandoned()  # the trial was cancelled (the worker stopped): it told nothing
+    breaker.before_call()  # another trial may go
+    assert breaker.state is BreakerState.HALF_OPEN

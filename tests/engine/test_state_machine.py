@@ -26,6 +26,8 @@ from engine.tasks import TaskService
 from engine.workflow import StepDefinition, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
+pytestmark = pytest.mark.anyio
+
 WORKFLOW = WorkflowDefinition(
     name="three-steps",
     steps=(
@@ -52,8 +54,8 @@ class World:
         self.other_scheduler = Scheduler(parts, instance="sched-2")
         self.supervisor = Supervisor(parts)
 
-    def submit(self, order_id: str = "o-1") -> None:
-        created, _ = self.tasks.submit(order_id, {"n": 1}, "hash-1")
+    async def submit(self, order_id: str = "o-1") -> None:
+        created, _ = await self.tasks.submit(order_id, {"n": 1}, "hash-1")
         assert created
 
     def commands(self) -> list[SchedulerCommand]:
@@ -75,10 +77,10 @@ class World:
             if isinstance(s.body, StatusMessage)
         ]
 
-    def reply(
+    async def reply(
         self, request: AgentRequest, outcome: ReplyOutcome = ReplyOutcome.SUCCEEDED, **kw: object
     ) -> bool:
-        return self.scheduler.handle_reply(
+        return await self.scheduler.handle_reply(
             AgentReply(
                 order_id=request.order_id,
                 step_index=request.step_index,
@@ -89,14 +91,14 @@ class World:
             )
         )
 
-    def kick(self) -> None:
+    async def kick(self) -> None:
         for command in self.commands():
-            self.scheduler.handle_command(command)
+            await self.scheduler.handle_command(command)
 
 
-def test_submit_records_pending_state_and_steps_then_kicks_the_scheduler() -> None:
+async def test_submit_records_pending_state_and_steps_then_kicks_the_scheduler() -> None:
     world = World()
-    world.submit()
+    await world.submit()
     record = world.store.state("o-1")
     assert record.state.process_state is ProcessState.PENDING
     assert record.state.locked_by is None and record.state.failure_count == 0
@@ -104,25 +106,25 @@ def test_submit_records_pending_state_and_steps_then_kicks_the_scheduler() -> No
     assert [c.kind for c in world.commands()] == [CommandKind.START]
 
 
-def test_same_id_same_body_is_idempotent_and_other_body_conflicts() -> None:
+async def test_same_id_same_body_is_idempotent_and_other_body_conflicts() -> None:
     world = World()
-    world.submit()
+    await world.submit()
     world.commands()
-    created, _ = world.tasks.submit("o-1", {"n": 1}, "hash-1")
+    created, _ = await world.tasks.submit("o-1", {"n": 1}, "hash-1")
     assert not created and world.commands() == []
     with pytest.raises(Conflict):
-        world.tasks.submit("o-1", {"n": 2}, "hash-2")
+        await world.tasks.submit("o-1", {"n": 2}, "hash-2")
 
 
-def test_happy_path_runs_steps_in_order_and_records_results() -> None:
+async def test_happy_path_runs_steps_in_order_and_records_results() -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     seen = []
     for _ in range(3):
         request = world.take_request()
         seen.append((request.step, request.action, request.attempt, request.idempotency_key))
-        assert world.reply(request, result={"ref": request.step})
+        assert await world.reply(request, result={"ref": request.step})
     assert seen == [
         ("first", "do-a", 1, "o-1:first"),
         ("second", "do-b", 1, "o-1:second"),
@@ -135,53 +137,53 @@ def test_happy_path_runs_steps_in_order_and_records_results() -> None:
     assert world.statuses() == ["received", "step-completed", "step-completed", "step-completed", "processed"]
 
 
-def test_claim_is_exclusive_and_records_locked_by_and_complete_by() -> None:
+async def test_claim_is_exclusive_and_records_locked_by_and_complete_by() -> None:
     world = World()
-    world.submit()
+    await world.submit()
     (command,) = world.commands()
-    assert world.scheduler.handle_command(command)
-    assert not world.other_scheduler.handle_command(command)  # duplicate delivery: not claimable
+    assert await world.scheduler.handle_command(command)
+    assert not await world.other_scheduler.handle_command(command)  # duplicate delivery: not claimable
     state = world.store.state("o-1").state
     assert state.locked_by == "sched-1" and state.process_state is ProcessState.PROCESSING
     assert state.complete_by == world.clock.now().replace() + __import__("datetime").timedelta(seconds=10)
     assert len(world.requests()) == 1
 
 
-def test_request_ttl_is_the_time_left_to_complete_by() -> None:
+async def test_request_ttl_is_the_time_left_to_complete_by() -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     sent = [s for s in world.sender.sent if isinstance(s.body, AgentRequest)]
     assert sent[0].time_to_live_seconds == pytest.approx(10)
     assert sent[0].queue == "agent-alpha" and sent[0].reply_to == queues.REPLY_QUEUE
 
 
-def test_stale_and_duplicate_replies_are_fenced_out() -> None:
+async def test_stale_and_duplicate_replies_are_fenced_out() -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     first = world.take_request()
-    assert world.reply(first)
-    assert not world.reply(first)  # duplicate: the task moved on to the second step
+    assert await world.reply(first)
+    assert not await world.reply(first)  # duplicate: the task moved on to the second step
     second = world.take_request()
     stale = second.model_copy(update={"attempt": 7})
-    assert not world.reply(stale)
+    assert not await world.reply(stale)
     assert world.store.state("o-1").steps[1].status is StepStatus.RUNNING
 
 
-def test_permanent_failure_at_last_step_compensates_in_reverse_order() -> None:
+async def test_permanent_failure_at_last_step_compensates_in_reverse_order() -> None:
     world = World()
-    world.submit()
-    world.kick()
-    world.reply(world.take_request())
-    world.reply(world.take_request())
-    world.reply(world.take_request(), ReplyOutcome.FAILED, error="address not deliverable")
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request())
+    await world.reply(world.take_request())
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="address not deliverable")
     undone = []
     for _ in range(3):
         request = world.take_request()
         assert request.compensating
         undone.append((request.step, request.action, request.idempotency_key))
-        assert world.reply(request)
+        assert await world.reply(request)
     # The failed step is compensated too: it may have been applied before a lost reply.
     assert undone == [
         ("third", "undo-c", "o-1:third"),
@@ -195,40 +197,40 @@ def test_permanent_failure_at_last_step_compensates_in_reverse_order() -> None:
     assert world.statuses()[-1] == "compensated"
 
 
-def test_permanent_failure_at_first_step_compensates_only_that_step() -> None:
+async def test_permanent_failure_at_first_step_compensates_only_that_step() -> None:
     world = World()
-    world.submit()
-    world.kick()
-    world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
     request = world.take_request()
     assert (request.step, request.compensating) == ("first", True)
-    world.reply(request)
+    await world.reply(request)
     assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATED
     assert world.store.state("o-1").steps[1].status is StepStatus.NOT_STARTED
 
 
-def test_failed_compensation_sets_error_and_alerts(caplog: pytest.LogCaptureFixture) -> None:
+async def test_failed_compensation_sets_error_and_alerts(caplog: pytest.LogCaptureFixture) -> None:
     world = World()
-    world.submit()
-    world.kick()
-    world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
     with caplog.at_level(logging.ERROR, logger="engine"):
-        world.reply(world.take_request(), ReplyOutcome.FAILED, error="cannot release")
+        await world.reply(world.take_request(), ReplyOutcome.FAILED, error="cannot release")
     assert world.store.state("o-1").state.process_state is ProcessState.ERROR
     assert any(telemetry.ORDER_ENTERED_ERROR in r.getMessage() for r in caplog.records)
 
 
-def test_supervisor_retries_a_timed_out_step_with_growing_backoff_then_errors(
+async def test_supervisor_retries_a_timed_out_step_with_growing_backoff_then_errors(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     first = world.take_request()
     waits = []
     for failure in (1, 2):
         world.clock.advance(10)  # complete-by passes: the agent went silent
-        report = world.supervisor.sweep()
+        report = await world.supervisor.sweep()
         assert report.retried == 1
         state = world.store.state("o-1").state
         assert state.process_state is ProcessState.PENDING and state.locked_by is None
@@ -237,16 +239,16 @@ def test_supervisor_retries_a_timed_out_step_with_growing_backoff_then_errors(
         assert scheduled.scheduled_at is not None
         waits.append((scheduled.scheduled_at - world.clock.now()).total_seconds())
         # A command that arrives before the retry time is ignored; at the time it claims again.
-        assert not world.scheduler.handle_command(scheduled.body)
+        assert not await world.scheduler.handle_command(scheduled.body)
         world.clock.advance(waits[-1])
-        assert world.scheduler.handle_command(scheduled.body)
+        assert await world.scheduler.handle_command(scheduled.body)
         again = world.take_request()
         assert again.step == "first" and again.attempt == failure + 1
         assert again.idempotency_key == first.idempotency_key
     assert waits == [2, 4]
     world.clock.advance(10)
     with caplog.at_level(logging.ERROR, logger="engine"):
-        report = world.supervisor.sweep()
+        report = await world.supervisor.sweep()
     assert report.errored == 1
     state = world.store.state("o-1").state
     assert state.process_state is ProcessState.ERROR and state.failure_count == 3
@@ -254,65 +256,65 @@ def test_supervisor_retries_a_timed_out_step_with_growing_backoff_then_errors(
     assert world.statuses()[-1] == "error"
     # Error is terminal for the Supervisor: it no longer finds the task.
     world.clock.advance(100)
-    assert world.supervisor.sweep().expired == 0
+    assert (await world.supervisor.sweep()).expired == 0
 
 
-def test_late_reply_after_supervisor_recovery_is_dropped() -> None:
+async def test_late_reply_after_supervisor_recovery_is_dropped() -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     late = world.take_request()
     world.clock.advance(10)
-    world.supervisor.sweep()
-    assert not world.reply(late)
+    await world.supervisor.sweep()
+    assert not await world.reply(late)
     assert world.store.state("o-1").state.process_state is ProcessState.PENDING
 
 
-def test_resubmit_after_error_resets_failure_count_and_processes() -> None:
+async def test_resubmit_after_error_resets_failure_count_and_processes() -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     world.take_request()
     for _ in range(3):
         world.clock.advance(10)  # the step times out
-        world.supervisor.sweep()
+        await world.supervisor.sweep()
         world.clock.advance(5)  # past the backoff: the Scheduler claims the retry
-        world.kick()
+        await world.kick()
         world.sender.sent.clear()
     assert world.store.state("o-1").state.process_state is ProcessState.ERROR
     with pytest.raises(InvalidState):
-        world.tasks.cancel("o-1")
-    world.tasks.resubmit("o-1")
+        await world.tasks.cancel("o-1")
+    await world.tasks.resubmit("o-1")
     state = world.store.state("o-1").state
     assert state.process_state is ProcessState.PENDING and state.failure_count == 0
-    world.kick()
+    await world.kick()
     for _ in range(3):
-        world.reply(world.take_request())
+        await world.reply(world.take_request())
     assert world.store.state("o-1").state.process_state is ProcessState.PROCESSED
     with pytest.raises(InvalidState):
-        world.tasks.resubmit("o-1")
+        await world.tasks.resubmit("o-1")
 
 
-def test_lost_kick_is_rekicked_by_the_supervisor() -> None:
+async def test_lost_kick_is_rekicked_by_the_supervisor() -> None:
     world = World()
-    world.submit()
+    await world.submit()
     world.commands()  # the kick is lost
     world.clock.advance(10)
-    report = world.supervisor.sweep()
+    report = await world.supervisor.sweep()
     assert report.kicked == 1
     assert world.store.state("o-1").state.failure_count == 0
-    world.kick()
+    await world.kick()
     assert world.take_request().step == "first"
 
 
-def test_concurrent_supervisors_recover_a_task_once() -> None:
+async def test_concurrent_supervisors_recover_a_task_once() -> None:
     world = World()
-    world.submit()
-    world.kick()
+    await world.submit()
+    await world.kick()
     world.take_request()
     world.clock.advance(10)
-    entries = list(world.store.expired(world.clock.now()))
-    loaded = [world.store.load(e.order_id) for e in entries for _ in range(2)]
+    entries = [e async for e in world.store.expired(world.clock.now())]
+    loaded = [await world.store.load(e.order_id) for e in entries for _ in range(2)]
     from engine import transitions
     from engine.errors import ConcurrencyError
     from engine.transitions import Context
@@ -322,81 +324,81 @@ def test_concurrent_supervisors_recover_a_task_once() -> None:
         assert record is not None
         transitions.recover_expired(record, Context(WORKFLOW, SETTINGS, world.clock.now()))
         try:
-            world.store.save(record)
+            await world.store.save(record)
             wins += 1
         except ConcurrencyError:
             pass
     assert wins == 1 and world.store.state("o-1").state.failure_count == 1
 
 
-def test_cancel_while_a_step_runs_waits_for_its_deadline_then_compensates() -> None:
+async def test_cancel_while_a_step_runs_waits_for_its_deadline_then_compensates() -> None:
     world = World()
-    world.submit()
-    world.kick()
-    world.reply(world.take_request())
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request())
     running = world.take_request()  # second step is running
-    world.tasks.cancel("o-1")
+    await world.tasks.cancel("o-1")
     state = world.store.state("o-1").state
     assert state.process_state is ProcessState.COMPENSATING and state.phase is Phase.COMPENSATE
     (resume,) = world.sender.take(queues.SCHEDULER_QUEUE)
     assert resume.scheduled_at is not None and resume.scheduled_at > running.complete_by
-    assert not world.reply(running)  # the running step's late reply is fenced out
+    assert not await world.reply(running)  # the running step's late reply is fenced out
     world.clock.advance((resume.scheduled_at - world.clock.now()).total_seconds())
-    assert world.scheduler.handle_command(resume.body)
+    assert await world.scheduler.handle_command(resume.body)
     order = []
     for _ in range(2):
         request = world.take_request()
         order.append(request.step)
-        world.reply(request)
+        await world.reply(request)
     assert order == ["second", "first"]
     assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATED
 
 
-def test_cancel_before_any_step_started_compensates_at_once() -> None:
+async def test_cancel_before_any_step_started_compensates_at_once() -> None:
     world = World()
-    world.submit()
+    await world.submit()
     world.commands()
-    world.tasks.cancel("o-1")
+    await world.tasks.cancel("o-1")
     assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATED
     with pytest.raises(InvalidState):
-        world.tasks.cancel("o-1")
+        await world.tasks.cancel("o-1")
 
 
-def test_timed_out_compensation_is_retried_then_errors() -> None:
+async def test_timed_out_compensation_is_retried_then_errors() -> None:
     world = World()
-    world.submit()
-    world.kick()
-    world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
     first = world.take_request()
     world.clock.advance(10)
-    world.supervisor.sweep()
+    await world.supervisor.sweep()
     state = world.store.state("o-1").state
     assert state.process_state is ProcessState.COMPENSATING and state.locked_by is None
     (resume,) = world.sender.take(queues.SCHEDULER_QUEUE)
     world.clock.advance(2)
-    assert world.scheduler.handle_command(resume.body)
+    assert await world.scheduler.handle_command(resume.body)
     again = world.take_request()
     assert again.compensating and again.attempt == first.attempt + 1
-    world.reply(again)
+    await world.reply(again)
     assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATED
 
 
-def test_sweep_ignores_work_that_is_not_expired() -> None:
+async def test_sweep_ignores_work_that_is_not_expired() -> None:
     world = World()
     for i in range(3):
-        world.submit(f"o-{i}")
-    world.kick()
+        await world.submit(f"o-{i}")
+    await world.kick()
     world.clock.advance(9)
-    assert world.supervisor.sweep().expired == 0
+    assert (await world.supervisor.sweep()).expired == 0
 
 
-def test_the_sweep_event_reports_every_count(caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_sweep_event_reports_every_count(caplog: pytest.LogCaptureFixture) -> None:
     world = World()
-    world.submit()
+    await world.submit()
     world.commands()  # the kick is lost
     world.clock.advance(10)
     with caplog.at_level(logging.INFO, logger="engine"):
-        world.supervisor.sweep()
+        await world.supervisor.sweep()
     (event,) = [r for r in caplog.records if telemetry.SUPERVISOR_SWEEP_COMPLETED in r.getMessage()]
     counts = {k: getattr(event, k) for k in ("expired", "kicked", "retried", "errored", "lostRaces")}
     assert counts == {"expired": 1, "kicked": 1, "retried": 0, "errored": 0, "lostRaces": 0}

@@ -18,6 +18,8 @@ from orders.api import MAX_BODY_BYTES, OrdersApi, Reply, engine_error
 from orders.workflow import FULFILMENT
 from tests.engine.fakes import MemoryStore, RecordingSender
 
+pytestmark = pytest.mark.anyio
+
 ORDER = {"customerId": "c-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 1.5}], "currency": "EUR"}
 JSON = "application/json"
 BASE = "http://example.test"
@@ -29,11 +31,14 @@ class Harness:
         self.sender = RecordingSender()
         parts = EngineParts(FULFILMENT, self.store, self.sender, ManualClock(), EngineSettings())
         self.tasks = TaskService(parts)
-        self.api = OrdersApi(lambda: self.tasks)
+        self.api = OrdersApi(self._tasks)
 
-    def submit(self, body: Any = None, content_type: str = JSON) -> Reply:
+    async def _tasks(self) -> TaskService:
+        return self.tasks
+
+    async def submit(self, body: Any = None, content_type: str = JSON) -> Reply:
         raw = body if isinstance(body, bytes) else json.dumps(ORDER if body is None else body).encode()
-        return self.api.submit(raw, content_type, BASE)
+        return await self.api.submit(raw, content_type, BASE)
 
 
 def code(reply: Reply) -> tuple[int, str]:
@@ -45,23 +50,23 @@ def h() -> Harness:
     return Harness()
 
 
-def test_submit_accepts_an_order_and_points_at_its_status(h: Harness) -> None:
-    reply = h.submit({**ORDER, "orderId": "o-1"})
+async def test_submit_accepts_an_order_and_points_at_its_status(h: Harness) -> None:
+    reply = await h.submit({**ORDER, "orderId": "o-1"})
     assert reply.status == 202 and reply.body["processState"] == "Pending"
     assert reply.headers["Location"] == reply.body["statusUrl"] == f"{BASE}/api/orders/o-1"
     stored = h.store.state("o-1").input
     assert stored == {"orderId": "o-1", **ORDER}
 
 
-def test_submit_generates_an_id_when_none_is_given(h: Harness) -> None:
-    reply = h.submit()
+async def test_submit_generates_an_id_when_none_is_given(h: Harness) -> None:
+    reply = await h.submit()
     assert reply.status == 202 and h.store.state(reply.body["orderId"])
 
 
-def test_resubmitting_is_idempotent_and_another_body_conflicts(h: Harness) -> None:
-    assert h.submit({**ORDER, "orderId": "o-1"}).status == 202
-    assert h.submit({**ORDER, "orderId": "o-1"}).status == 200
-    assert code(h.submit({**ORDER, "orderId": "o-1", "currency": "USD"})) == (409, "Conflict")
+async def test_resubmitting_is_idempotent_and_another_body_conflicts(h: Harness) -> None:
+    assert (await h.submit({**ORDER, "orderId": "o-1"})).status == 202
+    assert (await h.submit({**ORDER, "orderId": "o-1"})).status == 200
+    assert code(await h.submit({**ORDER, "orderId": "o-1", "currency": "USD"})) == (409, "Conflict")
 
 
 @pytest.mark.parametrize(
@@ -75,34 +80,34 @@ def test_resubmitting_is_idempotent_and_another_body_conflicts(h: Harness) -> No
         ({**ORDER, "orderId": "bad id!"}, JSON, (400, "ValidationFailed")),
     ],
 )
-def test_bad_submissions_are_refused_and_write_nothing(
+async def test_bad_submissions_are_refused_and_write_nothing(
     h: Harness, body: Any, content_type: str, expected: tuple[int, str]
 ) -> None:
-    assert code(h.submit(body, content_type)) == expected
+    assert code(await h.submit(body, content_type)) == expected
     assert h.store.records == {} and h.sender.sent == []
 
 
-def test_validation_errors_name_the_field(h: Harness) -> None:
-    reply = h.submit({**ORDER, "items": [{"sku": "a", "quantity": 0, "unitPrice": 1}]})
+async def test_validation_errors_name_the_field(h: Harness) -> None:
+    reply = await h.submit({**ORDER, "items": [{"sku": "a", "quantity": 0, "unitPrice": 1}]})
     assert [d["field"] for d in reply.body["error"]["details"]] == ["items.0.quantity"]
 
 
-def test_get_answers_the_order_or_404(h: Harness) -> None:
-    h.submit({**ORDER, "orderId": "o-1"})
-    reply = h.api.get("o-1")
+async def test_get_answers_the_order_or_404(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    reply = await h.api.get("o-1")
     assert reply.status == 200 and [s["name"] for s in reply.body["steps"]] == [
         s.name for s in FULFILMENT.steps
     ]
-    assert code(h.api.get("o-2")) == (404, "NotFound")
-    assert code(h.api.get("not/an/id")) == (404, "NotFound")
+    assert code(await h.api.get("o-2")) == (404, "NotFound")
+    assert code(await h.api.get("not/an/id")) == (404, "NotFound")
 
 
-def test_list_by_state_pages(h: Harness) -> None:
+async def test_list_by_state_pages(h: Harness) -> None:
     for i in range(3):
-        h.submit({**ORDER, "orderId": f"o-{i}"})
-    first = h.api.list_by_state({"processState": "Pending", "pageSize": "2"})
+        await h.submit({**ORDER, "orderId": f"o-{i}"})
+    first = await h.api.list_by_state({"processState": "Pending", "pageSize": "2"})
     assert first.status == 200 and len(first.body["items"]) == 2
-    rest = h.api.list_by_state(
+    rest = await h.api.list_by_state(
         {"processState": "Pending", "pageSize": "2", "continuationToken": first.body["continuationToken"]}
     )
     assert len(rest.body["items"]) == 1 and rest.body["continuationToken"] is None
@@ -119,36 +124,36 @@ def test_list_by_state_pages(h: Harness) -> None:
         {"processState": "Pending", "continuationToken": "not-a-token!"},
     ],
 )
-def test_list_by_state_refuses_bad_queries(h: Harness, query: dict[str, str]) -> None:
-    assert code(h.api.list_by_state(query)) == (400, "ValidationFailed")
+async def test_list_by_state_refuses_bad_queries(h: Harness, query: dict[str, str]) -> None:
+    assert code(await h.api.list_by_state(query)) == (400, "ValidationFailed")
 
 
 class CorruptStore(MemoryStore):
     """A store holding an entity that no longer validates (written by a broken release, say)."""
 
-    def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Any:
+    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Any:
         TaskState.model_validate({"OrderID": "o-1", "ProcessState": "Nonsense"})
 
 
-def test_a_corrupt_stored_record_is_a_server_fault_not_a_bad_request() -> None:
+async def test_a_corrupt_stored_record_is_a_server_fault_not_a_bad_request() -> None:
     h = Harness(CorruptStore())
     with pytest.raises(ValidationError):  # the host answers 500
-        h.api.list_by_state({"processState": "Pending"})
+        await h.api.list_by_state({"processState": "Pending"})
 
 
-def test_resubmit_and_cancel_follow_the_state_machine(h: Harness) -> None:
-    h.submit({**ORDER, "orderId": "o-1"})
-    resubmit = h.api.resubmit("o-1")
+async def test_resubmit_and_cancel_follow_the_state_machine(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    resubmit = await h.api.resubmit("o-1")
     assert code(resubmit) == (409, "InvalidState")
     assert resubmit.body["error"]["message"] == "order o-1 is Pending; this needs Error"
-    cancelled = h.api.cancel("o-1")
+    cancelled = await h.api.cancel("o-1")
     assert cancelled.status == 202 and cancelled.body["processState"] == "Compensated"
-    assert code(h.api.cancel("o-1")) == (409, "InvalidState")
-    assert code(h.api.cancel("o-2")) == (404, "NotFound")
-    assert code(h.api.resubmit("bad id")) == (404, "NotFound")
+    assert code(await h.api.cancel("o-1")) == (409, "InvalidState")
+    assert code(await h.api.cancel("o-2")) == (404, "NotFound")
+    assert code(await h.api.resubmit("bad id")) == (404, "NotFound")
 
 
-def test_engine_errors_map_in_one_place_and_faults_are_raised_on() -> None:
+async def test_engine_errors_map_in_one_place_and_faults_are_raised_on() -> None:
     assert code(engine_error(NotFound("o-1"))) == (404, "NotFound")
     refused = engine_error(InvalidState("o-1", "Processed", ["Error"]))
     assert refused.body == {
@@ -158,5 +163,5 @@ def test_engine_errors_map_in_one_place_and_faults_are_raised_on() -> None:
         engine_error(ConcurrencyError("o-1"))
 
 
-def test_health() -> None:
+async def test_health() -> None:
     assert OrdersApi.health() == Reply(200, {"status": "ok"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -17,6 +17,8 @@ from engine.messages import AgentRequest
 from orders.services import RemoteServices
 from orders.workflow import INVENTORY, PAYMENT, SHIPPING
 from servicebus_emulator.launcher import free_port
+
+pytestmark = pytest.mark.anyio
 
 ORDER = {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 2.5}], "currency": "EUR"}
 
@@ -68,10 +70,10 @@ def service() -> Iterator[Service]:
 
 
 @pytest.fixture
-def services(service: Service) -> Iterator[RemoteServices]:
+async def services(service: Service) -> AsyncIterator[RemoteServices]:
     remote = RemoteServices({INVENTORY: service.url, PAYMENT: service.url, SHIPPING: service.url + "/"})
     yield remote
-    remote.client.close()
+    await remote.client.aclose()
 
 
 def request(action: str, step: str = "charge-payment") -> AgentRequest:
@@ -87,7 +89,7 @@ def request(action: str, step: str = "charge-payment") -> AgentRequest:
     )
 
 
-def test_every_action_the_workflow_names_exists(services: RemoteServices) -> None:
+async def test_every_action_the_workflow_names_exists(services: RemoteServices) -> None:
     from orders.workflow import FULFILMENT
 
     actions = services.actions()
@@ -95,59 +97,63 @@ def test_every_action_the_workflow_names_exists(services: RemoteServices) -> Non
         assert step.action in actions[step.agent] and step.compensation in actions[step.agent]
 
 
-def test_a_charge_sends_the_total_and_the_idempotency_key(service: Service, services: RemoteServices) -> None:
+async def test_a_charge_sends_the_total_and_the_idempotency_key(
+    service: Service, services: RemoteServices
+) -> None:
     service.answer(201, {"chargeId": "ch-1"})
-    result = services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+    result = await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
     assert result == {"chargeId": "ch-1"}
     ((path, headers, body),) = service.seen
     assert path == "/payment/charges" and headers["Idempotency-Key"] == "o-1:charge-payment"
     assert body == {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
 
 
-def test_an_undo_addresses_the_first_call_by_its_key(service: Service, services: RemoteServices) -> None:
-    services.actions()[SHIPPING]["cancel"](request("cancel", step="create-shipment"), 5.0)
+async def test_an_undo_addresses_the_first_call_by_its_key(
+    service: Service, services: RemoteServices
+) -> None:
+    await services.actions()[SHIPPING]["cancel"](request("cancel", step="create-shipment"), 5.0)
     assert service.seen[0][0] == "/shipping/shipments/o-1%3Acreate-shipment/cancel"
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 503])
-def test_timeouts_throttling_and_server_errors_are_transient(
+async def test_timeouts_throttling_and_server_errors_are_transient(
     service: Service, services: RemoteServices, status: int
 ) -> None:
     service.answer(status, {"error": {"message": "later"}})
     with pytest.raises(TransientError, match=f"HTTP {status}"):
-        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
 
 
 @pytest.mark.parametrize("status", [400, 402, 404, 409, 422])
-def test_other_client_errors_are_lasting_and_carry_the_services_reason(
+async def test_other_client_errors_are_lasting_and_carry_the_services_reason(
     service: Service, services: RemoteServices, status: int
 ) -> None:
     service.answer(status, {"error": {"code": "Declined", "message": "card declined"}})
     with pytest.raises(PermanentError, match="payment: card declined"):
-        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
 
 
-def test_a_lasting_error_without_a_json_reason_names_the_status(
+async def test_a_lasting_error_without_a_json_reason_names_the_status(
     service: Service, services: RemoteServices
 ) -> None:
     service.answer(400, b"nope")
     with pytest.raises(PermanentError, match="HTTP 400"):
-        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
 
 
-def test_an_answer_that_is_not_json_is_transient(service: Service, services: RemoteServices) -> None:
+async def test_an_answer_that_is_not_json_is_transient(service: Service, services: RemoteServices) -> None:
     service.answer(200, b"<html>")
     with pytest.raises(TransientError, match="not JSON"):
-        services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
 
 
-def test_a_slow_answer_is_a_transient_timeout(service: Service, services: RemoteServices) -> None:
+async def test_a_slow_answer_is_a_transient_timeout(service: Service, services: RemoteServices) -> None:
     service.answer(200, {}, delay=0.6)
     with pytest.raises(TransientError, match="timed out"):
-        services.actions()[PAYMENT]["charge"](request("charge"), 0.2)
+        await services.actions()[PAYMENT]["charge"](request("charge"), 0.2)
 
 
-def test_a_service_that_is_down_is_transient() -> None:
+async def test_a_service_that_is_down_is_transient() -> None:
     down = RemoteServices({PAYMENT: f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(TransientError, match="ConnectError"):
-        down.actions()[PAYMENT]["charge"](request("charge"), 2.0)
+        await down.actions()[PAYMENT]["charge"](request("charge"), 2.0)

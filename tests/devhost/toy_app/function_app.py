@@ -21,6 +21,12 @@ _write_lock = threading.Lock()
 _barrier = threading.Barrier(int(os.environ.get("TOY_BARRIER_PARTIES", "4")))
 
 
+# The `pool/...` routes: synchronous calls hold a thread until released; async ones report and release.
+_pool_lock = threading.Lock()
+_pool_release = threading.Event()
+_pool = {"active": 0, "peak": 0}
+
+
 def _record(setting: str, **fields: Any) -> None:
     path = os.environ.get(setting)
     if not path:
@@ -70,6 +76,35 @@ def slow(req: func.HttpRequest) -> func.HttpResponse:
     _record("TOY_SLOW_HTTP_FILE", event="started")
     time.sleep(float(req.params.get("seconds", "1")))
     return func.HttpResponse("done")
+
+
+@app.route(route="pool/hold", methods=["GET"])
+def pool_hold(req: func.HttpRequest) -> func.HttpResponse:
+    """A synchronous function that keeps its thread until ``pool/release`` (or 30 s)."""
+    with _pool_lock:
+        _pool["active"] += 1
+        _pool["peak"] = max(_pool["peak"], _pool["active"])
+    try:
+        _pool_release.wait(timeout=30)
+    finally:
+        with _pool_lock:
+            _pool["active"] -= 1
+    return func.HttpResponse("released")
+
+
+@app.route(route="pool/state", methods=["GET"])
+async def pool_state(req: func.HttpRequest) -> func.HttpResponse:
+    """An async function: runs on the event loop, so it answers while every thread is held."""
+    with _pool_lock:
+        body = json.dumps({**_pool, "thread": threading.current_thread().name})
+    return func.HttpResponse(body, mimetype="application/json")
+
+
+@app.route(route="pool/release", methods=["POST"])
+async def pool_release(req: func.HttpRequest) -> func.HttpResponse:
+    """Let every held ``pool/hold`` call return."""
+    _pool_release.set()
+    return func.HttpResponse("ok")
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name="work", connection="ServiceBusConnection")
