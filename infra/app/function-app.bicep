@@ -104,6 +104,8 @@ var appSettings = {
   SUPERVISOR_BACKOFF_SECONDS: string(supervisorBackoffSeconds)
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
   CANCEL_GRACE_SECONDS: '1'
+  // Empty: each step's breaker stays open as long as the order workflow's retry policy says (10 s).
+  BREAKER_RESET_SECONDS: ''
   INVENTORY_SERVICE_URL: empty(inventoryServiceUrl) ? simulatorsUrl : inventoryServiceUrl
   PAYMENT_SERVICE_URL: empty(paymentServiceUrl) ? simulatorsUrl : paymentServiceUrl
   SHIPPING_SERVICE_URL: empty(shippingServiceUrl) ? simulatorsUrl : shippingServiceUrl

@@ -24,6 +24,7 @@ from engine.parts import EngineParts
 from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
+from engine.workflow import WorkflowDefinition
 
 from .services import RemoteServices
 from .settings import Settings, load_settings
@@ -73,6 +74,18 @@ async def _store(settings: Settings, closers: list[Closer]) -> TableStateStore:
     )
 
 
+def fulfilment(settings: Settings) -> WorkflowDefinition:
+    """The order workflow, with BREAKER_RESET_SECONDS (when set) as every step's breaker open interval."""
+    reset = settings.breaker_reset_seconds
+    if reset is None:
+        return FULFILMENT
+    steps = [
+        step.model_copy(update={"retry": step.retry.model_copy(update={"breaker_reset_seconds": reset})})
+        for step in FULFILMENT.steps
+    ]
+    return FULFILMENT.model_copy(update={"steps": tuple(steps)})
+
+
 async def build(settings: Settings) -> Runtime:
     """Wire the engine to Table Storage, Service Bus and the remote services."""
     clock = SystemClock()
@@ -85,10 +98,11 @@ async def build(settings: Settings) -> Runtime:
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
     closers.append(sender.close)  # last: its AMQP links may take a while to close
     actions = services.actions()
+    workflow = fulfilment(settings)
     agents = {
-        name: Agent.for_workflow(FULFILMENT, name, actions[name], sender, clock) for name in FULFILMENT.agents
+        name: Agent.for_workflow(workflow, name, actions[name], sender, clock) for name in workflow.agents
     }
-    parts = EngineParts(FULFILMENT, store, sender, clock, engine_settings)
+    parts = EngineParts(workflow, store, sender, clock, engine_settings)
     return Runtime(
         tasks=TaskService(parts),
         scheduler=Scheduler(parts),

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engine.settings import EngineSettings
 
@@ -28,6 +28,8 @@ class Settings(BaseModel):
     supervisor_backoff_seconds: float = Field(default=2.0, gt=0, alias="SUPERVISOR_BACKOFF_SECONDS")
     supervisor_max_backoff_seconds: float = Field(default=60.0, gt=0, alias="SUPERVISOR_MAX_BACKOFF_SECONDS")
     cancel_grace_seconds: float = Field(default=1.0, ge=0, alias="CANCEL_GRACE_SECONDS")
+    # How long an Agent's circuit breaker stays open, for every step; empty: each step's own policy.
+    breaker_reset_seconds: float | None = Field(default=None, gt=0, alias="BREAKER_RESET_SECONDS")
     inventory_service_url: str = Field(alias="INVENTORY_SERVICE_URL", min_length=1)
     payment_service_url: str = Field(alias="PAYMENT_SERVICE_URL", min_length=1)
     shipping_service_url: str = Field(alias="SHIPPING_SERVICE_URL", min_length=1)
@@ -41,6 +43,11 @@ class Settings(BaseModel):
     azure_client_id: str | None = Field(default=None, alias="AZURE_CLIENT_ID")
     # The key of the simulators the app hosts, sent as x-simulators-key (see service_keys).
     simulators_key: str | None = Field(default=None, alias="SIMULATORS_KEY", repr=False)
+
+    @field_validator("breaker_reset_seconds", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
 
     def engine(self) -> EngineSettings:
         """The engine's timing knobs."""

@@ -25,6 +25,8 @@ FAST_SETTINGS = {
     "SUPERVISOR_MAX_FAILURES": "3",
     "SUPERVISOR_BACKOFF_SECONDS": "0.5",
     "SUPERVISOR_MAX_BACKOFF_SECONDS": "1",
+    # Every timing here is a tenth of Azure's; the breaker's open interval too (10 s there).
+    "BREAKER_RESET_SECONDS": "1",
 }
 TERMINAL = {"Processed", "Compensated", "Error"}
 SERVICES = ("inventory", "payment", "shipping")

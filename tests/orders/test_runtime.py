@@ -8,7 +8,9 @@ import logging
 
 import pytest
 
-from orders.runtime import Runtime, runtime
+from orders.runtime import Runtime, fulfilment, runtime
+from orders.settings import load_settings
+from orders.workflow import FULFILMENT
 
 SERVICE_BUS = "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
 
@@ -35,3 +37,18 @@ def test_one_runtime_per_loop_closed_when_the_loop_ends(
     # Every client was closed as its loop ended: no session or connector is left to the collector.
     assert first[0].closers == [] and second[0].closers == []
     assert "Unclosed" not in caplog.text
+
+
+def test_breaker_reset_seconds_overrides_every_steps_policy_only_when_set() -> None:
+    base = {
+        "INVENTORY_SERVICE_URL": "http://127.0.0.1:1",
+        "PAYMENT_SERVICE_URL": "http://127.0.0.1:1",
+        "SHIPPING_SERVICE_URL": "http://127.0.0.1:1",
+        "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
+    }
+    assert fulfilment(load_settings({**base, "BREAKER_RESET_SECONDS": ""})) is FULFILMENT
+    shortened = fulfilment(load_settings({**base, "BREAKER_RESET_SECONDS": "1.5"}))
+    assert [s.retry.breaker_reset_seconds for s in shortened.steps] == [1.5] * len(FULFILMENT.steps)
+    assert [s.retry.max_tries for s in shortened.steps] == [s.retry.max_tries for s in FULFILMENT.steps]
+    with pytest.raises(RuntimeError, match="BREAKER_RESET_SECONDS"):
+        load_settings({**base, "BREAKER_RESET_SECONDS": "0"})
