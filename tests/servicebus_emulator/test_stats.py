@@ -5,10 +5,12 @@ The engine's sender adapter counts its own sends; both counts must agree on the 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from azure.servicebus import ServiceBusClient
+from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from pydantic import BaseModel
 
 from adapters.servicebus import ServiceBusSender
@@ -33,12 +35,20 @@ def test_every_operation_is_counted_per_queue_and_matches_the_senders_count(tmp_
         wait_for(stats_file.exists, what="the stats file")
         assert read_stats(stats_file) == {}
         client = ServiceBusClient.from_connection_string(connection_string(port))
-        sender = ServiceBusSender(client)
-        for n in range(4):
-            sender.send("q", Body(n=n), message_id=f"m{n}", correlation_id="c")
-        sender.send("other", Body(n=9), message_id="o", correlation_id="c")
-        soon = datetime.now(UTC) + timedelta(milliseconds=200)
-        sender.send("q", Body(n=5), message_id="later", correlation_id="c", scheduled_at=soon)
+
+        async def send_all() -> dict[str, dict[str, int]]:
+            sender = ServiceBusSender(AsyncServiceBusClient.from_connection_string(connection_string(port)))
+            try:
+                for n in range(4):
+                    await sender.send("q", Body(n=n), message_id=f"m{n}", correlation_id="c")
+                await sender.send("other", Body(n=9), message_id="o", correlation_id="c")
+                soon = datetime.now(UTC) + timedelta(milliseconds=200)
+                await sender.send("q", Body(n=5), message_id="later", correlation_id="c", scheduled_at=soon)
+                return sender.counts
+            finally:
+                await sender.close()
+
+        sent = asyncio.run(send_all())
         with client.get_queue_receiver("q") as receiver:
             first = receive_one(receiver)
             receiver.renew_message_lock(first)
@@ -60,8 +70,8 @@ def test_every_operation_is_counted_per_queue_and_matches_the_senders_count(tmp_
             "other": {"send": 1},
         }
         wait_for(lambda: read_stats(stats_file) == expected, what=f"counts {expected}")
-        assert sender.counts == {"q": {"send": 4, "schedule": 1}, "other": {"send": 1}}
-        sender.close()
+        assert sent == {"q": {"send": 4, "schedule": 1}, "other": {"send": 1}}
+        client.close()
     finally:
         stop_process(process)
     assert read_stats(stats_file) == expected  # written again at shutdown, unchanged
