@@ -25,6 +25,7 @@ from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.tasks import TaskService
 from orders.api import Call, OrdersApi, Reply
+from orders.openapi import document
 from orders.runtime import runtime
 from orders.telemetry_setup import configure_telemetry
 from orders.workflow import INVENTORY, PAYMENT, SHIPPING
@@ -113,6 +114,12 @@ async def skip_step(req: func.HttpRequest) -> func.HttpResponse:
     """Operator: mark the current step done by hand and continue (If-Match)."""
     p = req.route_params
     return _respond(await api.skip_step(p["orderId"], p["step"], _call(req)))
+
+
+@app.route(route="openapi.json", methods=["GET"])
+async def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    """The OpenAPI 3.1 document of this API, generated from its models."""
+    return _respond(Reply(200, document()))
 
 
 @app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)

@@ -7,11 +7,22 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,64}$")]
+
+
+def _whole(value: Any) -> Any:
+    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), but "3" and true are not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# A JSON integer: strict (no strings, no booleans), but an integral number written as 3.0 counts.
+WholeNumber = Annotated[int, BeforeValidator(_whole), Strict()]
 
 
 class OrderItem(BaseModel):
@@ -20,7 +31,7 @@ class OrderItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sku: str = Field(min_length=1, max_length=64)
-    quantity: int = Field(ge=1, le=1000, strict=True)
+    quantity: WholeNumber = Field(ge=1, le=1000)
     unit_price: float = Field(alias="unitPrice", ge=0, allow_inf_nan=False, strict=True)
 
 
@@ -166,7 +177,7 @@ class ActionRequest(BaseModel):
 class ExtendRequest(ActionRequest):
     """The body of ``.../extend``: how many seconds to push the step's CompleteBy by."""
 
-    seconds: int = Field(ge=1, le=86_400, strict=True)
+    seconds: WholeNumber = Field(ge=1, le=86_400)
 
 
 class SkipRequest(ActionRequest):
