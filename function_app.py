@@ -24,7 +24,8 @@ from engine import queues
 from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.tasks import TaskService
-from orders.api import OrdersApi, Reply
+from orders.api import Call, OrdersApi, Reply
+from orders.openapi import document
 from orders.runtime import runtime
 from orders.telemetry_setup import configure_telemetry
 from orders.workflow import INVENTORY, PAYMENT, SHIPPING
@@ -45,6 +46,11 @@ def _respond(reply: Reply) -> func.HttpResponse:
     return func.HttpResponse(
         json.dumps(reply.body), status_code=reply.status, headers=reply.headers, mimetype="application/json"
     )
+
+
+def _call(req: func.HttpRequest) -> Call:
+    headers = {name.lower(): value for name, value in req.headers.items()}
+    return Call(req.get_body(), headers.get("content-type"), headers, dict(req.params))
 
 
 def _base_url(req: func.HttpRequest) -> str:
@@ -71,16 +77,49 @@ async def get_order(req: func.HttpRequest) -> func.HttpResponse:
     return _respond(await api.get(req.route_params["orderId"]))
 
 
+@app.route(route="orders/{orderId}/audit", methods=["GET"])
+async def order_audit(req: func.HttpRequest) -> func.HttpResponse:
+    """Who did what to an order: operator actions and automatic errors, oldest first."""
+    return _respond(await api.audit(req.route_params["orderId"]))
+
+
 @app.route(route="orders/{orderId}/resubmit", methods=["POST"])
 async def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
-    """Operator: send an order in Error back to Pending."""
-    return _respond(await api.resubmit(req.route_params["orderId"]))
+    """Operator: send an order in Error back to Pending (If-Match)."""
+    return _respond(await api.resubmit(req.route_params["orderId"], _call(req)))
 
 
 @app.route(route="orders/{orderId}/cancel", methods=["POST"])
 async def cancel_order(req: func.HttpRequest) -> func.HttpResponse:
-    """Compensate an order that is not terminal."""
-    return _respond(await api.cancel(req.route_params["orderId"]))
+    """Compensate an order that is not terminal (If-Match)."""
+    return _respond(await api.cancel(req.route_params["orderId"], _call(req)))
+
+
+@app.route(route="orders/{orderId}/steps/{step}/retry", methods=["POST"])
+async def retry_step(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: re-dispatch the order's current step now (If-Match)."""
+    p = req.route_params
+    return _respond(await api.retry_step(p["orderId"], p["step"], _call(req)))
+
+
+@app.route(route="orders/{orderId}/steps/{step}/extend", methods=["POST"])
+async def extend_step(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: push the running step's CompleteBy (If-Match)."""
+    p = req.route_params
+    return _respond(await api.extend_step(p["orderId"], p["step"], _call(req)))
+
+
+@app.route(route="orders/{orderId}/steps/{step}/skip", methods=["POST"])
+async def skip_step(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: mark the current step done by hand and continue (If-Match)."""
+    p = req.route_params
+    return _respond(await api.skip_step(p["orderId"], p["step"], _call(req)))
+
+
+@app.route(route="openapi.json", methods=["GET"])
+async def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    """The OpenAPI 3.1 document of this API, generated from its models."""
+    return _respond(Reply(200, document()))
 
 
 @app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)

@@ -6,7 +6,9 @@ Two tables:
   records share a partition and change together in one entity-group transaction:
   ``order|<id>|state`` - the task state record (``OrderID``, ``LockedBy``, ``CompleteBy``,
   ``ProcessState``, ``FailureCount``, ...); ``order|<id>|input`` - the submitted body;
-  ``order|<id>|step|NN`` - one record per step.
+  ``order|<id>|step|NN`` - one record per step; ``audit|<id>|<time>|<n>`` - one audit entry per
+  operator action or automatic Error, written in the transaction that makes the change (outside the
+  ``order|<id>|`` range, so loading a task never reads its history).
 - The watch table (``<state table>watch``): one small entry per in-flight task, keyed by shard and
   OrderID, holding a CompleteBy that is never later than the task's own. The Supervisor's sweep reads
   only this table, one range query per shard, so its cost follows the in-flight work however much
@@ -29,6 +31,7 @@ import base64
 import contextlib
 import json
 import threading
+import uuid
 import zlib
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -42,11 +45,12 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page
-from engine.state import ProcessState, StepState, TaskRecord, TaskState
+from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 
 _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
 _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
+_AUDIT_FIELDS = [field.alias or name for name, field in AuditEntry.model_fields.items()]
 
 
 class OperationCounter:
@@ -92,6 +96,10 @@ def _input_key(order_id: str) -> str:
 
 def _step_key(order_id: str, index: int) -> str:
     return f"order|{order_id}|step|{index:02d}"
+
+
+def _audit_prefix(order_id: str) -> str:
+    return f"audit|{order_id}|"
 
 
 class TableStateStore:
@@ -274,6 +282,8 @@ class TableStateStore:
         for index in record.changed_steps():
             entity = self._step_entity(order_id, record.steps[index])
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
+        for n, entry in enumerate(record.pending_audit()):
+            operations.append(("create", self._audit_entity(order_id, entry, n)))
         if state_entity["Watched"] and not record.indexed:
             await self._put_watch(
                 record.state
@@ -291,6 +301,38 @@ class TableStateStore:
         record.indexed = bool(state_entity["Watched"])
         record.mark_saved()
         return record
+
+    def _audit_entity(self, order_id: str, entry: AuditEntry, n: int) -> dict[str, Any]:
+        # Time first so a range query returns the history in order; a random tail keeps two entries
+        # written in the same microsecond (two instances) apart.
+        stamp = entry.at.strftime("%Y%m%dT%H%M%S%fZ")
+        entity: dict[str, Any] = {
+            "PartitionKey": self._pk(order_id),
+            "RowKey": f"{_audit_prefix(order_id)}{stamp}|{n:02d}{uuid.uuid4().hex[:8]}",
+            "Kind": "audit",
+            "OrderID": order_id,
+        }
+        for alias, value in entry.model_dump(by_alias=True, mode="python").items():
+            if value is not None:
+                entity[alias] = value.value if hasattr(value, "value") else value
+        return entity
+
+    async def audit(self, order_id: str) -> list[AuditEntry]:
+        """The task's audit entries, oldest first: one range query in the task's partition."""
+        prefix = _audit_prefix(order_id)
+        entities = [
+            entity
+            async for entity in self.table.query_entities(
+                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                parameters={"pk": self._pk(order_id), "lo": prefix, "hi": f"{prefix}~"},
+            )
+        ]
+        self.counter.add(table=STATE, entities=len(entities))
+        entries = [
+            AuditEntry.model_validate({a: e[a] for a in _AUDIT_FIELDS if e.get(a) is not None})
+            for e in sorted(entities, key=lambda e: str(e["RowKey"]))
+        ]
+        return entries
 
     async def _put_watch(self, state: TaskState) -> None:
         self.counter.add(table=WATCH, entities=1)

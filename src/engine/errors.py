@@ -39,6 +39,24 @@ class InvalidState(EngineError):
         )
 
 
+class UnknownStep(EngineError):
+    """The task's workflow has no step with that name."""
+
+    def __init__(self, order_id: str, step: str, steps: Iterable[str]) -> None:
+        self.order_id = order_id
+        self.step = step
+        self.steps = tuple(steps)
+        super().__init__(f"order {order_id} has no step {step!r}; its steps are {', '.join(self.steps)}")
+
+
+class PreconditionFailed(EngineError):
+    """The caller acted on a version of the task that is no longer current: nothing was changed."""
+
+    def __init__(self, order_id: str) -> None:
+        self.order_id = order_id
+        super().__init__(f"order {order_id} changed since that version was read; read it again")
+
+
 class Conflict(EngineError):
     """A task with that id exists with other input."""
 

@@ -1,7 +1,8 @@
 """The task state machine as one declared table: which operation may run in which state, and where it leads.
 
 Every operation on a task (the Scheduler's claim and reply handling, the Supervisor's recovery, the
-application's resubmit and cancel) asks this table whether it is allowed before it changes anything.
+application's cancel, an operator's resubmit and step-level retry, extend and skip) asks this table
+whether it is allowed before it changes anything.
 The README's state diagram is generated from the same table (``python -m engine.machine``), and a test
 checks that the two agree.
 """
@@ -28,6 +29,9 @@ class Operation(StrEnum):
     EXPIRE = "expire"  # the Supervisor recovers a task past its CompleteBy
     RESUBMIT = "resubmit"  # an operator sends an Error task back
     CANCEL = "cancel"  # the application undoes a task that is not terminal
+    RETRY_STEP = "retry step"  # an operator re-dispatches the current step now
+    EXTEND_STEP = "extend step"  # an operator pushes a running step's CompleteBy
+    SKIP_STEP = "skip step"  # an operator marks the current step done by hand; the task continues
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ C, CD, E = ProcessState.COMPENSATING, ProcessState.COMPENSATED, ProcessState.ERR
 Op = Operation
 FORWARD, BACK = Phase.FORWARD, Phase.COMPENSATE
 RUNNING, UNDOING = StepStatus.RUNNING, StepStatus.COMPENSATING
+NOT_STARTED = StepStatus.NOT_STARTED
 
 TABLE: tuple[Rule, ...] = (
     # The Scheduler claims a free task (ETag-conditional) and dispatches its current step, forward or
@@ -136,8 +141,42 @@ TABLE: tuple[Rule, ...] = (
     Rule(Op.CANCEL, P, ((C, "cancel"), (CD, "cancel, nothing started"))),
     Rule(Op.CANCEL, R, ((C, "cancel"),)),
     Rule(Op.CANCEL, C, ((C, "cancel while undoing: nothing to do"),), changes=False),
+    # Step-level operator actions, on the task's current step only. A retry or a skip hands the task back
+    # unlocked with a kick, so a Scheduler claims it and dispatches as usual; an attempt still in flight
+    # is fenced out by its attempt number. A lasting agent error starts compensation at once, so the
+    # failures an operator retries are a forward step that ran out of attempts (Error) and an undo that
+    # failed or is still running.
+    Rule(Op.RETRY_STEP, P, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.RETRY_STEP, R, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.RETRY_STEP, C, ((C, "operator retry undo"),), phase=BACK, step=UNDOING),
+    Rule(
+        Op.RETRY_STEP,
+        E,
+        ((P, "operator retry step (FailureCount reset)"),),
+        phase=FORWARD,
+        step=RUNNING,
+    ),
+    Rule(
+        Op.RETRY_STEP,
+        E,
+        ((C, "operator retry undo (FailureCount reset)"),),
+        phase=BACK,
+        step=UNDOING,
+    ),
+    Rule(Op.EXTEND_STEP, R, ((R, "operator extend step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.EXTEND_STEP, C, ((C, "operator extend undo"),), phase=BACK, step=UNDOING),
+    Rule(Op.SKIP_STEP, P, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.SKIP_STEP, P, ((P, "operator skip step"),), phase=FORWARD, step=NOT_STARTED),
+    Rule(Op.SKIP_STEP, R, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING),
+    Rule(
+        Op.SKIP_STEP,
+        E,
+        ((P, "operator skip step (FailureCount reset)"),),
+        phase=FORWARD,
+        step=RUNNING,
+    ),
 )
-del P, R, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING
+del P, R, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING, NOT_STARTED
 
 
 def rule(operation: Operation, state: TaskState, step: StepStatus | None = None) -> Rule | None:
@@ -156,7 +195,9 @@ def edges() -> list[tuple[ProcessState, ProcessState, str]]:
     for row in TABLE:
         if row.changes:
             for target, label in row.targets:
-                labels.setdefault((row.source, target), []).append(label)
+                texts = labels.setdefault((row.source, target), [])
+                if label not in texts:
+                    texts.append(label)
     return [(a, b, " / ".join(texts)) for (a, b), texts in labels.items()]
 
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from .state import ProcessState, TaskRecord, TaskState
+from .state import AuditEntry, ProcessState, TaskRecord, TaskState
 
 
 class CreateOutcome(StrEnum):
@@ -53,10 +53,15 @@ class StateStore(Protocol):
         ...
 
     async def save(self, record: TaskRecord) -> TaskRecord:
-        """Write the state and changed steps in one transaction, each conditional on its ETag.
+        """Write the state, the changed steps and the record's pending audit entries in one transaction,
+        the state and steps each conditional on its ETag.
 
         Raises :class:`engine.errors.ConcurrencyError` if any of them changed since it was loaded.
         """
+        ...
+
+    async def audit(self, order_id: str) -> list[AuditEntry]:
+        """The task's audit entries, oldest first."""
         ...
 
     def expired(self, now: datetime) -> AsyncIterator[ExpiredEntry]:

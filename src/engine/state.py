@@ -7,6 +7,7 @@ recognises them in the state store.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -88,6 +89,26 @@ class StepState(BaseModel):
     result: dict[str, Any] | None = Field(default=None, alias="Result")
 
 
+class AuditEntry(BaseModel):
+    """One audited change to a task: an operator's action, or the engine putting the task in Error.
+
+    Written in the same transaction as the change it describes, so neither exists without the other.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    at: datetime = Field(alias="At")
+    actor: str = Field(alias="Actor", max_length=512, description="who: a principal, a key's hash, or a role")
+    action: str = Field(alias="Action", max_length=64)
+    step: str | None = Field(default=None, alias="Step")
+    process_state_before: ProcessState = Field(alias="ProcessStateBefore")
+    process_state_after: ProcessState = Field(alias="ProcessStateAfter")
+    step_state_before: StepStatus | None = Field(default=None, alias="StepStateBefore")
+    step_state_after: StepStatus | None = Field(default=None, alias="StepStateAfter")
+    note: str | None = Field(default=None, alias="Note", max_length=2000)
+    detail: str | None = Field(default=None, alias="Detail", max_length=2000)
+
+
 class TaskRecord(BaseModel):
     """A task as loaded from the state store: its state, its steps, its input and their ETags.
 
@@ -105,6 +126,7 @@ class TaskRecord(BaseModel):
     etags: dict[str, str] = Field(default_factory=dict)
     indexed: bool = Field(default=False, description="an in-flight index entry exists in the store")
     _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
 
     def model_post_init(self, context: Any, /) -> None:
         """A record is built from what the store holds (or is about to write): that is its saved view."""
@@ -120,8 +142,25 @@ class TaskRecord(BaseModel):
         return [i for i, step in enumerate(self.steps) if i >= len(saved) or step.model_dump() != saved[i]]
 
     def mark_saved(self) -> None:
-        """The store wrote the record: its steps as they are now are the saved view."""
+        """The store wrote the record: its steps as they are now are the saved view, and its audit
+        entries are written."""
         self._saved_steps = [step.model_dump() for step in self.steps]
+        self._audit = []
+
+    def audit(self, entry: AuditEntry) -> None:
+        """Attach an audit entry: the store writes it with the next save, in the same transaction."""
+        self._audit.append(entry)
+
+    def pending_audit(self) -> list[AuditEntry]:
+        """Audit entries attached since the record was last loaded or saved."""
+        return list(self._audit)
+
+    @property
+    def version(self) -> str:
+        """An opaque version of the whole record (state and steps), from the store's ETags: it changes
+        with every save, so a client that read one version can ask to change only that version."""
+        joined = "\n".join(f"{k}={v}" for k, v in sorted(self.etags.items()))
+        return hashlib.sha256(joined.encode()).hexdigest()[:32]
 
     @property
     def order_id(self) -> str:

@@ -1,25 +1,40 @@
-"""What the submitting application and operators do with tasks: submit, read, list, resubmit, cancel."""
+"""What the submitting application and operators do with tasks: submit, read, list, cancel, and an
+operator's resubmit and step-level retry, extend and skip, each audited."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import machine, telemetry, transitions
 from .decisions import Decision, Outcome
-from .errors import ConcurrencyError, Conflict, InvalidState, NotFound
+from .errors import ConcurrencyError, Conflict, InvalidState, NotFound, PreconditionFailed, UnknownStep
 from .machine import Operation
 from .messages import CommandKind
 from .outbox import carry_out, deliver
 from .parts import EngineParts
 from .ports import CreateOutcome, Page
-from .state import ProcessState, StepState, TaskRecord, TaskState
+from .state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 from .transitions import Context
 
 log = logging.getLogger("engine.tasks")
 
 _RETRIES_ON_RACE = 5
+
+
+@dataclass(frozen=True)
+class Action:
+    """Who asks for a change, why, and which version of the task they decided on.
+
+    ``version`` is :attr:`TaskRecord.version` as the caller read it; None changes whatever is current
+    (for callers without a version to offer).
+    """
+
+    actor: str = "application"
+    note: str | None = None
+    version: str | None = None
 
 
 class TaskService:
@@ -68,13 +83,66 @@ class TaskService:
         """Tasks in one state, a page at a time."""
         return await self.parts.store.list_by_state(state, page_size, continuation)
 
-    async def resubmit(self, order_id: str) -> TaskRecord:
-        """Operator: an order in Error goes back to Pending with FailureCount reset."""
-        return await self._change(order_id, Operation.RESUBMIT, transitions.resubmit, "resubmitted")
+    async def audit(self, order_id: str) -> list[AuditEntry]:
+        """The task's audit entries, oldest first (:class:`~engine.errors.NotFound` if no such task)."""
+        await self.get(order_id)
+        return await self.parts.store.audit(order_id)
 
-    async def cancel(self, order_id: str) -> TaskRecord:
+    async def resubmit(self, order_id: str, action: Action | None = None) -> TaskRecord:
+        """Operator: an order in Error goes back to Pending with FailureCount reset."""
+        return await self._change(order_id, Operation.RESUBMIT, transitions.resubmit, "resubmit", action)
+
+    async def cancel(self, order_id: str, action: Action | None = None) -> TaskRecord:
         """Compensate a task that is not terminal (a task already compensating is left as it is)."""
-        return await self._change(order_id, Operation.CANCEL, transitions.cancel, "cancelled")
+        return await self._change(order_id, Operation.CANCEL, transitions.cancel, "cancel", action)
+
+    async def retry_step(self, order_id: str, step: str, action: Action | None = None) -> TaskRecord:
+        """Operator: re-dispatch the current step (or its undo) now."""
+        index = await self._step_index(order_id, step)
+        return await self._change(
+            order_id,
+            Operation.RETRY_STEP,
+            lambda r, c: transitions.retry_step(r, c, index),
+            "retry",
+            action,
+            index,
+        )
+
+    async def extend_step(
+        self, order_id: str, step: str, seconds: float, action: Action | None = None
+    ) -> TaskRecord:
+        """Operator: push the running step's CompleteBy by ``seconds``."""
+        index = await self._step_index(order_id, step)
+        return await self._change(
+            order_id,
+            Operation.EXTEND_STEP,
+            lambda r, c: transitions.extend_step(r, c, index, seconds),
+            "extend",
+            action,
+            index,
+            detail=f"CompleteBy pushed by {seconds:g} s",
+        )
+
+    async def skip_step(
+        self, order_id: str, step: str, note: str, action: Action | None = None
+    ) -> TaskRecord:
+        """Operator: mark the current step done by hand, then continue."""
+        index = await self._step_index(order_id, step)
+        return await self._change(
+            order_id,
+            Operation.SKIP_STEP,
+            lambda r, c: transitions.skip_step(r, c, index, note),
+            "skip",
+            action,
+            index,
+        )
+
+    async def _step_index(self, order_id: str, step: str) -> int:
+        names = [s.name for s in self.parts.workflow.steps]
+        if step not in names:
+            await self.get(order_id)  # an unknown order is reported as such first
+            raise UnknownStep(order_id, step, names)
+        return names.index(step)
 
     async def _change(
         self,
@@ -82,21 +150,56 @@ class TaskService:
         operation: Operation,
         change: Callable[[TaskRecord, Context], Decision],
         what: str,
+        action: Action | None,
+        index: int | None = None,
+        detail: str | None = None,
     ) -> TaskRecord:
+        """Load, check the version the caller read (if any), apply the move, audit it and save it in one
+        transaction, then send what it decided.
+
+        With a version, a task changed since then raises :class:`~engine.errors.PreconditionFailed`,
+        and so does losing a race while saving: the caller decided on what it saw. Without one, a lost
+        race is retried on the fresh record.
+        """
+        action = action or Action()
         allowed = [s.value for s in machine.sources(operation)]
         for _ in range(_RETRIES_ON_RACE):
             record = await self.get(order_id)
-            decision = change(record, self.parts.context())
+            if action.version is not None and record.version != action.version:
+                raise PreconditionFailed(order_id)
+            ctx = self.parts.context()
+            before = record.state.process_state
+            current = record.state.current_step if index is None else index
+            step_before = record.steps[current].status if current < len(record.steps) else None
+            decision = change(record, ctx)
             if decision.outcome is Outcome.REFUSED:
-                raise InvalidState(order_id, record.state.process_state.value, allowed)
+                raise InvalidState(
+                    order_id, before.value, allowed, reason=_refusal(record, operation, index, allowed)
+                )
             if not decision.changed:
                 return record  # allowed and already under way: nothing to do
+            record.audit(
+                AuditEntry(
+                    at=ctx.now,
+                    actor=action.actor,
+                    action=what,
+                    step=record.steps[current].name if current < len(record.steps) else None,
+                    process_state_before=before,
+                    process_state_after=record.state.process_state,
+                    step_state_before=step_before,
+                    step_state_after=record.steps[current].status if current < len(record.steps) else None,
+                    note=action.note,
+                    detail=detail,
+                )
+            )
             try:
                 saved = await self.parts.store.save(record)
             except ConcurrencyError:
+                if action.version is not None:
+                    raise PreconditionFailed(order_id) from None
                 continue  # the Scheduler moved it meanwhile: look again
             await carry_out(self.parts.sender, decision)
-            telemetry.info(log, what, **telemetry.context(order_id))
+            telemetry.info(log, what, **telemetry.context(order_id), actor=action.actor)
             return saved
         raise InvalidState(
             order_id,
@@ -104,3 +207,19 @@ class TaskService:
             allowed,
             reason=f"order {order_id} keeps changing; try again",
         )
+
+
+def _refusal(record: TaskRecord, operation: Operation, index: int | None, allowed: list[str]) -> str | None:
+    """Why a step-level action was refused, in the operator's terms (None: the generic message)."""
+    if index is None:
+        return None
+    state = record.state
+    current = record.steps[state.current_step]
+    if index != state.current_step:
+        name = record.steps[index].name
+        return f"step {name} is not the current step of order {state.order_id} ({current.name} is)"
+    return (
+        f"order {state.order_id} is {state.process_state.value} ({state.phase.value}) with step "
+        f"{current.name} {current.status.value}; {operation.value} needs {' or '.join(allowed)} "
+        "with the step in progress"
+    )

@@ -28,7 +28,7 @@ from .messages import (
     request_message_id,
 )
 from .settings import EngineSettings
-from .state import Phase, ProcessState, StepStatus, TaskRecord
+from .state import AuditEntry, Phase, ProcessState, StepStatus, TaskRecord
 from .workflow import StepDefinition, WorkflowDefinition
 
 __all__ = ["Context", "Decision", "EngineSettings", "Outgoing"]
@@ -73,6 +73,11 @@ def reply_operation(reply: AgentReply) -> Operation:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
+def _engine(ctx: Context, role: str) -> str:
+    """Who an automatic change is audited as: the engine's role, and its instance when known."""
+    return f"{role}:{ctx.instance_id}" if ctx.instance_id else role
+
+
 def _touch(record: TaskRecord, ctx: Context) -> None:
     record.state.updated_at = ctx.now
 
@@ -113,7 +118,7 @@ def command(order_id: str, kind: CommandKind, reason: str, at: datetime | None =
     )
 
 
-def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool) -> Outgoing:
+def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = "") -> Outgoing:
     definition = ctx.workflow.steps[index]
     step = record.steps[index]
     action = definition.compensation if compensating else definition.action
@@ -138,7 +143,8 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool) -
     return Outgoing(
         queue=queues.agent_queue(definition.agent),
         body=body,
-        message_id=request_message_id(record.order_id, index, compensating, attempt),
+        # A re-send of the same attempt (a new deadline) needs its own id, or duplicate detection drops it.
+        message_id=request_message_id(record.order_id, index, compensating, attempt) + resend,
         correlation_id=record.order_id,
         reply_to=queues.REPLY_QUEUE,
         # The request is worthless after complete-by: let the broker drop it.
@@ -289,7 +295,9 @@ def _compensation_failed(record: TaskRecord, ctx: Context, error: str) -> Decisi
     """A compensation cannot be done: an operator must look."""
     step = record.steps[record.state.current_step]
     step.last_error = error
-    return _enter_error(record, ctx, f"compensation of {step.name} failed: {error}")
+    return _enter_error(
+        record, ctx, f"compensation of {step.name} failed: {error}", _engine(ctx, "scheduler")
+    )
 
 
 # ---- endings -------------------------------------------------------------------------------------
@@ -304,9 +312,10 @@ def _finish(record: TaskRecord, ctx: Context, final: ProcessState, event: Status
     return _moved(status(record, ctx, event))
 
 
-def _enter_error(record: TaskRecord, ctx: Context, reason: str) -> Decision:
-    """Error: unlock, stop watching, and raise an alert for an operator."""
+def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> Decision:
+    """Error: unlock, stop watching, raise an alert for an operator, and leave an audit entry."""
     state = record.state
+    before = state.process_state
     state.process_state = ProcessState.ERROR
     state.locked_by = None
     state.complete_by = None
@@ -322,6 +331,20 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str) -> Decision:
         reason=reason,
     )
     message = status(record, ctx, StatusEvent.ERROR, step=step, detail=reason)
+    current = record.steps[state.current_step].status
+    record.audit(
+        AuditEntry(
+            at=ctx.now,
+            actor=actor,
+            action="error",
+            step=step,
+            process_state_before=before,
+            process_state_after=ProcessState.ERROR,
+            step_state_before=current,
+            step_state_after=current,
+            detail=reason[:2000],
+        )
+    )
     return Decision(Outcome.ERRORED, (message,), (alert,))
 
 
@@ -349,7 +372,10 @@ def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
     state.failure_count += 1
     if state.failure_count >= ctx.settings.supervisor_max_failures:
         return _enter_error(
-            record, ctx, f"{state.failure_count} failures: step did not complete by its deadline"
+            record,
+            ctx,
+            f"{state.failure_count} failures: step did not complete by its deadline",
+            _engine(ctx, "supervisor"),
         )
     retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(state.failure_count))
     state.locked_by = None
@@ -411,3 +437,74 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
         status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
         command(state.order_id, CommandKind.RESUME, "cancel", at=at),
     )
+
+
+# ---- step-level operator actions ---------------------------------------------------------------
+def _on_current_step(operation: Operation, record: TaskRecord, index: int) -> machine.Rule | None:
+    """The row allowing ``operation`` on step ``index``: only the task's current step can be acted on."""
+    return allows(operation, record) if index == record.state.current_step else None
+
+
+def _hand_back(record: TaskRecord, ctx: Context, reason: str) -> Decision:
+    """Give the task back unlocked with a kick now, so a Scheduler claims it and dispatches as usual."""
+    state = record.state
+    if state.process_state is ProcessState.ERROR:
+        state.failure_count = 0  # an operator looked at it: the Supervisor counts afresh
+    forward = state.phase is Phase.FORWARD
+    state.process_state = ProcessState.PENDING if forward else ProcessState.COMPENSATING
+    state.locked_by = None
+    state.next_attempt_at = None
+    state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    _touch(record, ctx)
+    kind = CommandKind.START if forward else CommandKind.RESUME
+    return _moved(command(state.order_id, kind, reason))
+
+
+def retry_step(record: TaskRecord, ctx: Context, index: int) -> Decision:
+    """Re-dispatch the current step (or its undo) now, without waiting for its CompleteBy or backoff.
+
+    The new dispatch is a new attempt with a fresh CompleteBy; a reply to the old attempt is fenced out.
+    """
+    if _on_current_step(Operation.RETRY_STEP, record, index) is None:
+        return REFUSED
+    return _hand_back(record, ctx, f"operator: retry {record.steps[index].name}")
+
+
+def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) -> Decision:
+    """Push the running step's CompleteBy by ``seconds`` and re-send its request with the new deadline.
+
+    The Agent stops at the deadline its request carries, so the same attempt is sent again (same
+    idempotency key, its own message id): the remote service sees one operation, and the Agent waits
+    for it until the new deadline. A step whose CompleteBy has already passed is not running any more
+    (the Supervisor has it): retry it instead.
+    """
+    step = record.steps[index] if index < len(record.steps) else None
+    if (
+        _on_current_step(Operation.EXTEND_STEP, record, index) is None
+        or step is None
+        or step.complete_by is None
+        or step.complete_by <= ctx.now
+        or seconds <= 0
+    ):
+        return REFUSED
+    state = record.state
+    step.complete_by = step.complete_by + timedelta(seconds=seconds)
+    state.complete_by = step.complete_by
+    _touch(record, ctx)
+    compensating = state.phase is Phase.COMPENSATE
+    resend = f":until:{step.complete_by.timestamp():.3f}"
+    return _moved(_request(record, ctx, index, compensating, resend=resend))
+
+
+def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decision:
+    """Mark the current forward step done by hand (its effect was achieved outside the system), then
+    continue with the next step. The step's result records the skip; its compensation still runs if
+    the task is undone later, which is harmless for an idempotent service that never applied it."""
+    if _on_current_step(Operation.SKIP_STEP, record, index) is None:
+        return REFUSED
+    step = record.steps[index]
+    step.status = StepStatus.COMPLETED
+    step.result = {"skipped": True, "note": note}
+    step.last_error = None
+    done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, detail=f"skipped: {note}")
+    return _hand_back(record, ctx, f"operator: skip {step.name}").after(done)

@@ -18,11 +18,36 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.errors import Conflict, EngineError, InvalidContinuation, InvalidState, NotFound
+from engine.errors import (
+    Conflict,
+    EngineError,
+    InvalidContinuation,
+    InvalidState,
+    NotFound,
+    PreconditionFailed,
+    UnknownStep,
+)
 from engine.state import ProcessState, TaskRecord
-from engine.tasks import TaskService
+from engine.tasks import Action, TaskService
 
-from .models import OrderRequest, body_hash, status_view, summary
+from .identity import actor_of
+from .models import (
+    ActionRequest,
+    AuditPage,
+    ErrorBody,
+    ErrorInfo,
+    ExtendRequest,
+    FieldError,
+    Health,
+    OrderAccepted,
+    OrderPage,
+    OrderRequest,
+    SkipRequest,
+    audit_view,
+    body_hash,
+    status_view,
+    summary,
+)
 
 log = logging.getLogger("orders.api")
 
@@ -40,12 +65,35 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def error(status: int, code: str, message: str, details: Any = None) -> Reply:
-    """A JSON error reply."""
-    payload: dict[str, Any] = {"code": code, "message": message}
-    if details is not None:
-        payload["details"] = details
-    return Reply(status, {"error": payload})
+@dataclass(frozen=True)
+class Call:
+    """What an operator action needs from the HTTP request: its body, and its headers and query
+    parameters (header names in lower case) for the ETag guard and for who is asking."""
+
+    body: bytes = b""
+    content_type: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = field(default_factory=dict)
+
+
+def error(status: int, code: str, message: str, details: list[FieldError] | None = None) -> Reply:
+    """A JSON error reply (the :class:`~orders.models.ErrorBody` shape)."""
+    body = ErrorBody(error=ErrorInfo(code=code, message=message, details=details))
+    return Reply(status, body.model_dump(mode="json", exclude_none=True))
+
+
+def etag(record: TaskRecord) -> str:
+    """The ``ETag`` header of a task: its version, as a strong entity tag."""
+    return f'"{record.version}"'
+
+
+def _if_match(headers: Mapping[str, str]) -> list[str] | None:
+    """The strong entity tags in ``If-Match`` (None when the header is missing or empty)."""
+    raw = headers.get("if-match", "").strip()
+    if not raw:
+        return None
+    # A weak tag never matches under If-Match's strong comparison (RFC 9110 13.1.1).
+    return [t.strip().strip('"') for t in raw.split(",") if t.strip() and not t.strip().startswith("W/")]
 
 
 # Status and code per engine error the API expects; the first class in an error's MRO that is listed
@@ -55,6 +103,8 @@ _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     Conflict: (409, "Conflict"),
     InvalidState: (409, "InvalidState"),
     InvalidContinuation: (400, "ValidationFailed"),
+    UnknownStep: (404, "NotFound"),
+    PreconditionFailed: (412, "PreconditionFailed"),
 }
 
 
@@ -67,11 +117,29 @@ def engine_error(exc: EngineError) -> Reply:
     raise exc
 
 
-def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
+def _validation_details(exc: ValidationError) -> list[FieldError]:
     return [
-        {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
+        FieldError(field=".".join(str(p) for p in e["loc"]) or "(body)", message=e["msg"])
         for e in exc.errors(include_url=False, include_input=False)
     ]
+
+
+def _json_object(body: bytes, content_type: str | None, required: bool) -> dict[str, Any] | Reply:
+    """The body as a JSON object, or the error reply. An optional body may be empty."""
+    if not body.strip() and not required:
+        return {}
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        return error(415, "UnsupportedMediaType", "send the body as application/json")
+    if len(body) > MAX_BODY_BYTES:
+        return error(413, "PayloadTooLarge", f"the body is over {MAX_BODY_BYTES} bytes")
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return error(400, "InvalidJson", f"the body is not valid JSON: {exc}")
+    if not isinstance(raw, dict):
+        return error(400, "ValidationFailed", "the body must be a JSON object")
+    return raw
 
 
 class OrdersApi:
@@ -104,17 +172,30 @@ class OrdersApi:
         except EngineError as exc:
             return engine_error(exc)
         location = f"{base_url.rstrip('/')}/api/orders/{order_id}"
-        reply = {"orderId": order_id, "processState": record.state.process_state.value, "statusUrl": location}
-        return Reply(202 if created else 200, reply, {"Location": location})
+        reply = OrderAccepted(
+            order_id=order_id, process_state=record.state.process_state, status_url=location
+        )
+        return Reply(202 if created else 200, reply.wire(), {"Location": location})
 
     async def get(self, order_id: str) -> Reply:
         """``GET /api/orders/{orderId}``."""
         if not _ORDER_ID.match(order_id):
             return engine_error(NotFound(order_id))
         try:
-            return Reply(200, status_view(await (await self._tasks()).get(order_id)))
+            record = await (await self._tasks()).get(order_id)
         except EngineError as exc:
             return engine_error(exc)
+        return Reply(200, status_view(record).wire(), {"ETag": etag(record)})
+
+    async def audit(self, order_id: str) -> Reply:
+        """``GET /api/orders/{orderId}/audit``: who did what to the order, oldest first."""
+        if not _ORDER_ID.match(order_id):
+            return engine_error(NotFound(order_id))
+        try:
+            entries = await (await self._tasks()).audit(order_id)
+        except EngineError as exc:
+            return engine_error(exc)
+        return Reply(200, AuditPage(items=[audit_view(e) for e in entries]).wire())
 
     async def list_by_state(self, query: Mapping[str, str]) -> Reply:
         """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``."""
@@ -135,28 +216,86 @@ class OrdersApi:
             page = await (await self._tasks()).list_by_state(ProcessState(wanted), page_size, token)
         except EngineError as exc:
             return engine_error(exc)
-        return Reply(
-            200, {"items": [summary(s) for s in page.states], "continuationToken": page.continuation}
+        listing = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
+        return Reply(200, listing.wire())
+
+    async def resubmit(self, order_id: str, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""
+        return await self._act(
+            order_id, call, ActionRequest, lambda t, a, _: t.resubmit(order_id, a), required=False
         )
 
-    async def resubmit(self, order_id: str) -> Reply:
-        """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""
-        return await self._change(order_id, lambda tasks: tasks.resubmit(order_id))
-
-    async def cancel(self, order_id: str) -> Reply:
+    async def cancel(self, order_id: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/cancel``: compensate an order that is not terminal."""
-        return await self._change(order_id, lambda tasks: tasks.cancel(order_id))
+        return await self._act(
+            order_id, call, ActionRequest, lambda t, a, _: t.cancel(order_id, a), required=False
+        )
 
-    async def _change(self, order_id: str, change: Callable[[TaskService], Awaitable[TaskRecord]]) -> Reply:
+    async def retry_step(self, order_id: str, step: str, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}/steps/{step}/retry``: re-dispatch the current step now."""
+        return await self._act(
+            order_id, call, ActionRequest, lambda t, a, _: t.retry_step(order_id, step, a), required=False
+        )
+
+    async def extend_step(self, order_id: str, step: str, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}/steps/{step}/extend``: push the running step's CompleteBy."""
+
+        def extend(tasks: TaskService, action: Action, body: ActionRequest) -> Awaitable[TaskRecord]:
+            assert isinstance(body, ExtendRequest)
+            return tasks.extend_step(order_id, step, body.seconds, action)
+
+        return await self._act(order_id, call, ExtendRequest, extend, required=True)
+
+    async def skip_step(self, order_id: str, step: str, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}/steps/{step}/skip``: mark the current step done by hand."""
+
+        def skip(tasks: TaskService, action: Action, body: ActionRequest) -> Awaitable[TaskRecord]:
+            assert isinstance(body, SkipRequest)
+            return tasks.skip_step(order_id, step, body.note, action)
+
+        return await self._act(order_id, call, SkipRequest, skip, required=True)
+
+    async def _act(
+        self,
+        order_id: str,
+        call: Call,
+        model: type[ActionRequest],
+        change: Callable[[TaskService, Action, ActionRequest], Awaitable[TaskRecord]],
+        required: bool,
+    ) -> Reply:
+        """An operator action: validate, insist on ``If-Match``, then change only the version the
+        caller saw. Answers 202 with the order and its new ETag."""
         if not _ORDER_ID.match(order_id):
             return engine_error(NotFound(order_id))
+        raw = _json_object(call.body, call.content_type, required)
+        if isinstance(raw, Reply):
+            return raw
         try:
-            record = await change(await self._tasks())
+            body = model.model_validate(raw)
+        except ValidationError as exc:
+            return error(400, "ValidationFailed", "the request is not valid", _validation_details(exc))
+        tags = _if_match(call.headers)
+        if not tags or "*" in tags:
+            return error(
+                428,
+                "PreconditionRequired",
+                "send If-Match with the ETag of GET /api/orders/{orderId}, so the action applies only "
+                "to the version you read",
+            )
+        try:
+            tasks = await self._tasks()
+            version = tags[0]
+            if len(tags) > 1:  # any of several: find out which one is current, if any
+                version = (await tasks.get(order_id)).version
+                if version not in tags:
+                    raise PreconditionFailed(order_id)
+            action = Action(actor=actor_of(call.headers, call.params), note=body.note, version=version)
+            record = await change(tasks, action, body)
         except EngineError as exc:
             return engine_error(exc)
-        return Reply(202, status_view(record))
+        return Reply(202, status_view(record).wire(), {"ETag": etag(record)})
 
     @staticmethod
     def health() -> Reply:
         """``GET /api/health``."""
-        return Reply(200, {"status": "ok"})
+        return Reply(200, Health(status="ok").wire())

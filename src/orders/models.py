@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
-from engine.state import TaskRecord, TaskState
+from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,64}$")]
+
+
+def _whole(value: Any) -> Any:
+    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), but "3" and true are not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# A JSON integer: strict (no strings, no booleans), but an integral number written as 3.0 counts.
+WholeNumber = Annotated[int, BeforeValidator(_whole), Strict()]
 
 
 class OrderItem(BaseModel):
@@ -20,7 +31,7 @@ class OrderItem(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sku: str = Field(min_length=1, max_length=64)
-    quantity: int = Field(ge=1, le=1000, strict=True)
+    quantity: WholeNumber = Field(ge=1, le=1000)
     unit_price: float = Field(alias="unitPrice", ge=0, allow_inf_nan=False, strict=True)
 
 
@@ -45,36 +56,166 @@ def body_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
+class _View(BaseModel):
+    """A response body: camelCase on the wire, every field present (null when unknown)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
-def summary(state: TaskState) -> dict[str, Any]:
+class StepView(_View):
+    """One step of an order."""
+
+    name: str
+    state: StepStatus
+    attempts: int
+    compensation_attempts: int = Field(alias="compensationAttempts")
+    complete_by: datetime | None = Field(alias="completeBy")
+    last_error: str | None = Field(alias="lastError")
+
+
+class OrderSummary(_View):
+    """An order's task state."""
+
+    order_id: str = Field(alias="orderId")
+    process_state: ProcessState = Field(alias="processState")
+    failure_count: int = Field(alias="failureCount")
+    locked_by: str | None = Field(alias="lockedBy")
+    complete_by: datetime | None = Field(alias="completeBy")
+    created_at: datetime = Field(alias="createdAt")
+    updated_at: datetime = Field(alias="updatedAt")
+    last_error: str | None = Field(alias="lastError")
+
+
+class OrderStatus(OrderSummary):
+    """An order's task state and every step (``GET /api/orders/{orderId}``)."""
+
+    steps: list[StepView]
+
+
+class OrderAccepted(_View):
+    """The answer to a submission."""
+
+    order_id: str = Field(alias="orderId")
+    process_state: ProcessState = Field(alias="processState")
+    status_url: str = Field(alias="statusUrl")
+
+
+class OrderPage(_View):
+    """One page of orders in one state."""
+
+    items: list[OrderSummary]
+    continuation_token: str | None = Field(alias="continuationToken")
+
+
+class AuditView(_View):
+    """One audited change: who did what, when, and the states before and after."""
+
+    at: datetime
+    actor: str
+    action: str
+    step: str | None
+    process_state_before: ProcessState = Field(alias="processStateBefore")
+    process_state_after: ProcessState = Field(alias="processStateAfter")
+    step_state_before: StepStatus | None = Field(alias="stepStateBefore")
+    step_state_after: StepStatus | None = Field(alias="stepStateAfter")
+    note: str | None
+    detail: str | None
+
+
+class AuditPage(_View):
+    """An order's audit trail, oldest first."""
+
+    items: list[AuditView]
+
+
+class FieldError(_View):
+    """One invalid field of a request."""
+
+    field: str
+    message: str
+
+
+class ErrorInfo(BaseModel):
+    """What went wrong: a stable code, a message for people, and per-field details when there are any."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str
+    message: str
+    details: list[FieldError] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: ErrorInfo
+
+
+class Health(_View):
+    """Liveness."""
+
+    status: str
+
+
+Note = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+
+
+class ActionRequest(BaseModel):
+    """The optional body of resubmit, cancel and retry: a note for the audit trail."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    note: Note | None = None
+
+
+class ExtendRequest(ActionRequest):
+    """The body of ``.../extend``: how many seconds to push the step's CompleteBy by."""
+
+    seconds: WholeNumber = Field(ge=1, le=86_400)
+
+
+class SkipRequest(ActionRequest):
+    """The body of ``.../skip``: why the step is done by hand (required)."""
+
+    note: Note
+
+
+def summary(state: TaskState) -> OrderSummary:
     """The order's task state as the API shows it."""
-    return {
-        "orderId": state.order_id,
-        "processState": state.process_state.value,
-        "failureCount": state.failure_count,
-        "lockedBy": state.locked_by,
-        "completeBy": _iso(state.complete_by),
-        "createdAt": _iso(state.created_at),
-        "updatedAt": _iso(state.updated_at),
-        "lastError": state.last_error,
-    }
+    return OrderSummary(
+        order_id=state.order_id,
+        process_state=state.process_state,
+        failure_count=state.failure_count,
+        locked_by=state.locked_by,
+        complete_by=state.complete_by,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        last_error=state.last_error,
+    )
 
 
-def status_view(record: TaskRecord) -> dict[str, Any]:
+def status_view(record: TaskRecord) -> OrderStatus:
     """``GET /api/orders/{orderId}``: the task state and every step."""
-    view = summary(record.state)
-    view["steps"] = [
-        {
-            "name": s.name,
-            "state": s.status.value,
-            "attempts": s.attempts,
-            "compensationAttempts": s.compensation_attempts,
-            "completeBy": _iso(s.complete_by),
-            "lastError": s.last_error,
-        }
+    steps = [
+        StepView(
+            name=s.name,
+            state=s.status,
+            attempts=s.attempts,
+            compensation_attempts=s.compensation_attempts,
+            complete_by=s.complete_by,
+            last_error=s.last_error,
+        )
         for s in record.steps
     ]
-    return view
+    return OrderStatus(**summary(record.state).model_dump(), steps=steps)
+
+
+def audit_view(entry: AuditEntry) -> AuditView:
+    """One audit entry as the API shows it."""
+    return AuditView(**entry.model_dump())

@@ -16,7 +16,7 @@ from engine.errors import ConcurrencyError
 from engine.parts import EngineParts
 from engine.ports import CreateOutcome
 from engine.settings import EngineSettings
-from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
 from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
@@ -229,3 +229,42 @@ async def test_list_by_state_pages_with_a_continuation_token(store: TableStateSt
     assert (await store.list_by_state(ProcessState.ERROR, 10, None)).states == []
     with pytest.raises(ValueError):
         await store.list_by_state(ProcessState.PENDING, 2, "not-a-token!")
+
+
+def _entry(at: datetime, action: str) -> AuditEntry:
+    return AuditEntry(
+        at=at,
+        actor="user:ann",
+        action=action,
+        step="first",
+        process_state_before=ProcessState.PROCESSING,
+        process_state_after=ProcessState.PENDING,
+        step_state_before=StepStatus.RUNNING,
+        step_state_after=StepStatus.RUNNING,
+        note="why",
+    )
+
+
+async def test_audit_entries_are_written_with_the_change_or_not_at_all(store: TableStateStore) -> None:
+    _, record = await store.create(new_record("o-1"))
+    version = record.version
+    stale = record.model_copy(deep=True)
+    record.audit(_entry(NOW, "retry"))
+    record.state.failure_count = 1
+    await store.save(record)
+    assert record.version != version and record.pending_audit() == []
+    stale.audit(_entry(NOW + timedelta(seconds=1), "cancel"))
+    stale.state.failure_count = 2
+    with pytest.raises(ConcurrencyError):
+        await store.save(stale)  # the change loses its race: its audit entry is not written either
+    record.audit(_entry(NOW + timedelta(seconds=2), "extend"))
+    await store.save(record)
+    entries = await store.audit("o-1")
+    assert [e.action for e in entries] == ["retry", "extend"]
+    assert entries[0] == _entry(NOW, "retry")
+    # The history lives outside the task's key range: loading the task does not read it.
+    before = store.counter.entities.get("state", 0)
+    loaded = await store.load("o-1")
+    assert loaded is not None and store.counter.entities["state"] - before == 1 + 1 + len(WORKFLOW.steps)
+    assert loaded.version == record.version
+    assert await store.audit("o-2") == []

@@ -93,6 +93,19 @@ class LocalStack:
         assert response.status_code == 200, response.text
         return response.json()
 
+    def act(
+        self, order_id: str, action: str, body: dict[str, Any] | None = None, tries: int = 5
+    ) -> httpx.Response:
+        """An operator action (``resubmit``, ``cancel``, ``steps/<step>/retry``...) guarded by the ETag of a
+        fresh read, read again if the order moved in between (412), as a client would."""
+        for _ in range(tries):
+            read = self.api.get(f"/api/orders/{order_id}")
+            headers = {"if-match": read.headers.get("etag", '"none"')}
+            response = self.api.post(f"/api/orders/{order_id}/{action}", json=body, headers=headers)
+            if response.status_code != 412:
+                return response
+        return response
+
     def wait_terminal(self, order_id: str, timeout: float = 60) -> dict[str, Any]:
         def terminal() -> dict[str, Any] | None:
             order = self.order(order_id)

@@ -129,15 +129,17 @@ def test_wrong_content_type_is_415_and_writes_nothing(stack: LocalStack) -> None
 
 def test_unknown_order_is_404(stack: LocalStack) -> None:
     assert_error(stack.api.get("/api/orders/no-such-order"), 404, "NotFound")
-    assert_error(stack.api.post("/api/orders/no-such-order/resubmit"), 404, "NotFound")
-    assert_error(stack.api.post("/api/orders/no-such-order/cancel"), 404, "NotFound")
+    tagged = {"if-match": '"any"'}
+    assert_error(stack.api.post("/api/orders/no-such-order/resubmit", headers=tagged), 404, "NotFound")
+    assert_error(stack.api.post("/api/orders/no-such-order/cancel", headers=tagged), 404, "NotFound")
+    assert_error(stack.api.get("/api/orders/no-such-order/audit"), 404, "NotFound")
 
 
 def test_resubmit_or_cancel_in_the_wrong_state_is_409(stack: LocalStack) -> None:
     order_id = stack.submit(fresh_id())
-    assert_error(stack.api.post(f"/api/orders/{order_id}/resubmit"), 409, "InvalidState")
+    assert_error(stack.act(order_id, "resubmit"), 409, "InvalidState")
     assert stack.wait_terminal(order_id)["processState"] == "Processed"
-    assert_error(stack.api.post(f"/api/orders/{order_id}/cancel"), 409, "InvalidState")
+    assert_error(stack.act(order_id, "cancel"), 409, "InvalidState")
 
 
 def test_list_by_state_pages_with_a_continuation_token(stack: LocalStack) -> None:

@@ -99,7 +99,7 @@ def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(ca
         for line in calm.all_worker_logs().splitlines()
     )
     calm.clear_faults()
-    response = calm.api.post(f"/api/orders/{order_id}/resubmit")
+    response = calm.act(order_id, "resubmit")
     assert response.status_code == 202, response.text
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Processed" and order["failureCount"] == 0
@@ -110,13 +110,13 @@ def test_cancel_compensates_an_order_in_flight(calm: LocalStack) -> None:
     calm.faults(payment={"latencyMs": 1500})
     order_id = calm.submit()
     calm.wait_state(order_id, lambda o: o["steps"][1]["state"] == "Running", what="the payment step to run")
-    response = calm.api.post(f"/api/orders/{order_id}/cancel")
+    response = calm.act(order_id, "cancel")
     assert response.status_code == 202, response.text
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
     for service, entry in calm.entries(order_id).items():
         assert entry["applied"] == entry["compensated"], (service, entry)
-    assert calm.api.post(f"/api/orders/{order_id}/cancel").status_code == 409
+    assert calm.act(order_id, "cancel").status_code == 409
 
 
 def test_two_workers_never_process_an_order_twice(calm: LocalStack) -> None:

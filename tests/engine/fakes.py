@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page
-from engine.state import ProcessState, TaskRecord
+from engine.state import AuditEntry, ProcessState, TaskRecord
 
 
 class MemoryStore:
@@ -24,6 +24,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.records: dict[str, tuple[str, TaskRecord]] = {}
+        self.audits: dict[str, list[AuditEntry]] = {}
         self._etags = itertools.count(1)
         self.operations = 0
 
@@ -53,10 +54,15 @@ class MemoryStore:
         current = self.records.get(record.order_id)
         if current is None or current[0] != record.etags.get("state"):
             raise ConcurrencyError(record.order_id)
+        self.audits.setdefault(record.order_id, []).extend(record.pending_audit())
         saved = self._put(record)
         record.etags = saved.etags
         record.mark_saved()
         return record
+
+    async def audit(self, order_id: str) -> list[AuditEntry]:
+        self.operations += 1
+        return [entry.model_copy() for entry in self.audits.get(order_id, [])]
 
     async def expired(self, now: datetime) -> AsyncIterator[ExpiredEntry]:
         # A simplified watch: every in-flight task with its current CompleteBy.

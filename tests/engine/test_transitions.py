@@ -63,12 +63,21 @@ def requests(decision: Decision) -> list[AgentRequest]:
 
 
 # ---- the table ---------------------------------------------------------------------------------------
+def _disjoint(a: machine.Rule, b: machine.Rule) -> bool:
+    """Whether no task can meet both rows' guards."""
+    return (
+        a.source is not b.source
+        or (a.phase is not None and b.phase is not None and a.phase is not b.phase)
+        or (a.step is not None and b.step is not None and a.step is not b.step)
+    )
+
+
 def test_every_operation_has_a_row_and_rows_never_overlap() -> None:
     assert {r.operation for r in machine.TABLE} == set(Operation)
     for a in machine.TABLE:
         for b in machine.TABLE:
             if a is not b and a.operation is b.operation:
-                assert a.source is not b.source, f"two rows for {a.operation} from {a.source}"
+                assert _disjoint(a, b), f"two rows for {a.operation} from {a.source} meet the same task"
 
 
 def test_every_in_flight_state_can_be_recovered_by_the_supervisor_and_terminal_ones_are_left_alone() -> None:
@@ -79,7 +88,8 @@ def test_every_in_flight_state_can_be_recovered_by_the_supervisor_and_terminal_o
     # Processed and Compensated are final; Error only goes back through an operator.
     outgoing = {(r.source, r.operation) for r in machine.TABLE if r.changes}
     assert not [op for state, op in outgoing if state in (ProcessState.PROCESSED, ProcessState.COMPENSATED)]
-    assert {op for state, op in outgoing if state is ProcessState.ERROR} == {Operation.RESUBMIT}
+    operator = {Operation.RESUBMIT, Operation.RETRY_STEP, Operation.SKIP_STEP}
+    assert {op for state, op in outgoing if state is ProcessState.ERROR} == operator
 
 
 def test_every_state_is_reachable_from_submission() -> None:
@@ -126,6 +136,12 @@ def moves(record: TaskRecord) -> list[Move]:
         (None, lambda r: transitions.recover_expired(r, ctx(later))),
         (Operation.RESUBMIT, lambda r: transitions.resubmit(r, ctx())),
         (Operation.CANCEL, lambda r: transitions.cancel(r, ctx())),
+    ]
+    index = record.state.current_step  # other steps are refused whatever the state (tested below)
+    out += [
+        (Operation.RETRY_STEP, lambda r: transitions.retry_step(r, ctx(), index)),
+        (Operation.EXTEND_STEP, lambda r: transitions.extend_step(r, ctx(), index, 5)),
+        (Operation.SKIP_STEP, lambda r: transitions.skip_step(r, ctx(), index, "by hand")),
     ]
     for compensating in (False, True):
         for outcome in ReplyOutcome:

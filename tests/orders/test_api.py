@@ -14,7 +14,7 @@ from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.state import ProcessState, TaskState
 from engine.tasks import TaskService
-from orders.api import MAX_BODY_BYTES, OrdersApi, Reply, engine_error
+from orders.api import MAX_BODY_BYTES, Call, OrdersApi, Reply, engine_error
 from orders.workflow import FULFILMENT
 from tests.engine.fakes import MemoryStore, RecordingSender
 
@@ -141,16 +141,97 @@ async def test_a_corrupt_stored_record_is_a_server_fault_not_a_bad_request() -> 
         await h.api.list_by_state({"processState": "Pending"})
 
 
+def guarded(reply: Reply, body: Any = None, **headers: str) -> Call:
+    """A call carrying the ETag of ``reply`` (a GET) in If-Match."""
+    raw = b"" if body is None else json.dumps(body).encode()
+    return Call(raw, JSON if body is not None else None, {"if-match": reply.headers["ETag"], **headers})
+
+
 async def test_resubmit_and_cancel_follow_the_state_machine(h: Harness) -> None:
     await h.submit({**ORDER, "orderId": "o-1"})
-    resubmit = await h.api.resubmit("o-1")
+    read = await h.api.get("o-1")
+    resubmit = await h.api.resubmit("o-1", guarded(read))
     assert code(resubmit) == (409, "InvalidState")
     assert resubmit.body["error"]["message"] == "order o-1 is Pending; this needs Error"
-    cancelled = await h.api.cancel("o-1")
+    cancelled = await h.api.cancel("o-1", guarded(read))
     assert cancelled.status == 202 and cancelled.body["processState"] == "Compensated"
-    assert code(await h.api.cancel("o-1")) == (409, "InvalidState")
-    assert code(await h.api.cancel("o-2")) == (404, "NotFound")
-    assert code(await h.api.resubmit("bad id")) == (404, "NotFound")
+    assert cancelled.headers["ETag"] != read.headers["ETag"]
+    assert code(await h.api.cancel("o-1", guarded(cancelled))) == (409, "InvalidState")
+    assert code(await h.api.cancel("o-2", guarded(read))) == (404, "NotFound")
+    assert code(await h.api.resubmit("bad id", guarded(read))) == (404, "NotFound")
+
+
+async def test_get_returns_the_version_as_an_etag_that_changes_with_the_order(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    first = await h.api.get("o-1")
+    assert first.headers["ETag"].startswith('"') and first.headers["ETag"].endswith('"')
+    assert (await h.api.get("o-1")).headers["ETag"] == first.headers["ETag"]
+    await h.tasks.cancel("o-1")
+    assert (await h.api.get("o-1")).headers["ETag"] != first.headers["ETag"]
+
+
+async def test_actions_need_if_match_and_a_stale_etag_changes_nothing(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    read = await h.api.get("o-1")
+    before = h.store.state("o-1").model_dump()
+    for action in (h.api.resubmit, h.api.cancel):
+        assert code(await action("o-1", Call())) == (428, "PreconditionRequired")
+        assert code(await action("o-1", Call(headers={"if-match": "*"}))) == (428, "PreconditionRequired")
+        assert code(await action("o-1", Call(headers={"if-match": 'W/"x"'}))) == (428, "PreconditionRequired")
+        assert code(await action("o-1", Call(headers={"if-match": '"stale"'}))) == (412, "PreconditionFailed")
+    bodies = ((h.api.retry_step, {}), (h.api.extend_step, {"seconds": 5}), (h.api.skip_step, {"note": "n"}))
+    for step_action, body in bodies:
+        no_tag = Call(json.dumps(body).encode(), JSON)
+        assert code(await step_action("o-1", "charge-payment", no_tag)) == (428, "PreconditionRequired")
+    assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
+    listed = Call(headers={"if-match": f'"other", {read.headers["ETag"]}'})
+    assert (await h.api.cancel("o-1", listed)).status == 202  # any of the listed tags may match
+
+
+async def test_step_actions_validate_their_bodies_and_name_real_steps(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    read = await h.api.get("o-1")
+    bad = [
+        (h.api.extend_step, None, (400, "InvalidJson")),
+        (h.api.extend_step, {}, (400, "ValidationFailed")),
+        (h.api.extend_step, {"seconds": 0}, (400, "ValidationFailed")),
+        (h.api.extend_step, {"seconds": "5"}, (400, "ValidationFailed")),
+        (h.api.extend_step, {"seconds": 86_401}, (400, "ValidationFailed")),
+        (h.api.skip_step, {}, (400, "ValidationFailed")),
+        (h.api.skip_step, {"note": ""}, (400, "ValidationFailed")),
+        (h.api.retry_step, {"note": "x", "extra": 1}, (400, "ValidationFailed")),
+    ]
+    for action, body, expected in bad:
+        call = (
+            guarded(read, body) if body is not None else Call(b"", JSON, {"if-match": read.headers["ETag"]})
+        )
+        assert code(await action("o-1", "reserve-inventory", call)) == expected, (action, body)
+    text = Call(b"seconds=5", "text/plain", {"if-match": read.headers["ETag"]})
+    assert code(await h.api.extend_step("o-1", "reserve-inventory", text)) == (415, "UnsupportedMediaType")
+    unknown = await h.api.retry_step("o-1", "nope", guarded(read))
+    assert code(unknown) == (404, "NotFound") and "reserve-inventory" in unknown.body["error"]["message"]
+    wrong = await h.api.extend_step("o-1", "reserve-inventory", guarded(read, {"seconds": 5}))
+    assert code(wrong) == (409, "InvalidState")
+    assert h.store.state("o-1").state.process_state is ProcessState.PENDING
+
+
+async def test_skip_is_audited_with_the_caller_and_the_note(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    read = await h.api.get("o-1")
+    skipped = await h.api.skip_step(
+        "o-1",
+        "reserve-inventory",
+        guarded(read, {"note": "reserved by phone"}, **{"x-ms-client-principal-name": "ann"}),
+    )
+    assert skipped.status == 202 and skipped.body["steps"][0]["state"] == "Completed"
+    trail = await h.api.audit("o-1")
+    assert trail.status == 200
+    [entry] = trail.body["items"]
+    assert entry["actor"] == "user:ann" and entry["action"] == "skip" and entry["note"] == "reserved by phone"
+    assert (entry["processStateBefore"], entry["processStateAfter"]) == ("Pending", "Pending")
+    assert (entry["stepStateBefore"], entry["stepStateAfter"]) == ("NotStarted", "Completed")
+    assert code(await h.api.audit("o-2")) == (404, "NotFound")
+    assert code(await h.api.audit("bad id")) == (404, "NotFound")
 
 
 async def test_engine_errors_map_in_one_place_and_faults_are_raised_on() -> None:

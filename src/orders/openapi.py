@@ -1,0 +1,316 @@
+"""The HTTP API's OpenAPI 3.1 document, generated from the pydantic models the API itself uses.
+
+:data:`OPERATIONS` declares each route once: its method and path, the function in ``function_app.py``
+that serves it (its ``operationId``), its parameters, its request body model and its answers (status,
+body model, headers). :func:`document` turns that into the document: every model's JSON Schema comes
+from pydantic, so a field added to a model is in the contract without anyone writing it twice, and a
+test checks that the routes here and the routes in ``function_app.py`` are the same set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, cast
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from engine.state import ProcessState
+
+from .api import MAX_BODY_BYTES, MAX_PAGE_SIZE
+from .models import (
+    ActionRequest,
+    AuditPage,
+    ErrorBody,
+    ExtendRequest,
+    Health,
+    OrderAccepted,
+    OrderPage,
+    OrderRequest,
+    OrderStatus,
+    SkipRequest,
+)
+
+TITLE = "Orders (Scheduler Agent Supervisor)"
+VERSION = "1.0.0"
+ID_PATTERN = "^[A-Za-z0-9-]{1,64}$"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One documented response."""
+
+    description: str
+    model: type[BaseModel] | None = None
+    headers: tuple[str, ...] = ()
+    free_form: bool = False  # a JSON object with no fixed model (the document itself)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A path, query or header parameter."""
+
+    name: str
+    where: str
+    schema: dict[str, Any]
+    required: bool = True
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One route: what it takes and what it answers."""
+
+    method: str
+    path: str  # under /api, with {placeholders} as in function_app.py
+    operation_id: str
+    summary: str
+    tag: str
+    params: tuple[Param, ...] = ()
+    body: type[BaseModel] | None = None
+    body_required: bool = False
+    answers: dict[int, Answer] = field(default_factory=dict)
+    anonymous: bool = False
+
+
+def _error(text: str) -> Answer:
+    return Answer(text, ErrorBody)
+
+
+ORDER_ID = Param("orderId", "path", {"type": "string", "pattern": ID_PATTERN}, description="the order's id")
+STEP = Param(
+    "step", "path", {"type": "string", "pattern": ID_PATTERN}, description="a step of the order's workflow"
+)
+IF_MATCH = Param(
+    "If-Match",
+    "header",
+    {"type": "string", "pattern": '^"[!#-~]+"$'},
+    required=True,
+    description="the ETag of GET /api/orders/{orderId} (a strong entity tag): the action applies only to "
+    "that version",
+)
+_ACTION_ERRORS = {
+    400: _error("the body is not valid JSON or not valid for this action"),
+    404: _error("no such order, or no such step in its workflow"),
+    409: _error("the order's state does not allow this action now (InvalidState)"),
+    412: _error("the ETag is stale: the order changed since it was read; nothing was changed"),
+    413: _error(f"the body is over {MAX_BODY_BYTES} bytes"),
+    415: _error("a body that is not application/json"),
+    428: _error("If-Match is missing (or *): send the ETag from GET"),
+}
+_CHANGED = Answer("accepted: the order as changed, with its new ETag", OrderStatus, ("ETag",))
+
+
+def _action(
+    path: str, operation_id: str, summary: str, body: type[BaseModel], required: bool, step: bool
+) -> Operation:
+    return Operation(
+        "post",
+        path,
+        operation_id,
+        summary,
+        "operator",
+        (ORDER_ID, *((STEP,) if step else ()), IF_MATCH),
+        body,
+        required,
+        {202: _CHANGED, **_ACTION_ERRORS},
+    )
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "post",
+        "/orders",
+        "submit_order",
+        "Submit an order",
+        "orders",
+        body=OrderRequest,
+        body_required=True,
+        answers={
+            200: Answer(
+                "the same order was already submitted with the same body", OrderAccepted, ("Location",)
+            ),
+            202: Answer("accepted; poll statusUrl", OrderAccepted, ("Location",)),
+            400: _error("not valid JSON, or not a valid order"),
+            409: _error("an order with this id exists with another body"),
+            413: _error(f"the body is over {MAX_BODY_BYTES} bytes"),
+            415: _error("the body is not application/json"),
+        },
+    ),
+    Operation(
+        "get",
+        "/orders",
+        "list_orders",
+        "List orders in one ProcessState, a page at a time",
+        "orders",
+        (
+            Param("processState", "query", {"type": "string", "enum": [s.value for s in ProcessState]}),
+            Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
+            Param("continuationToken", "query", {"type": "string"}, False),
+        ),
+        answers={200: Answer("one page", OrderPage), 400: _error("a missing or invalid query parameter")},
+    ),
+    Operation(
+        "get",
+        "/orders/{orderId}",
+        "get_order",
+        "An order's state and steps",
+        "orders",
+        (ORDER_ID,),
+        answers={200: Answer("the order", OrderStatus, ("ETag",)), 404: _error("no such order")},
+    ),
+    Operation(
+        "get",
+        "/orders/{orderId}/audit",
+        "order_audit",
+        "Who did what to an order, oldest first",
+        "operator",
+        (ORDER_ID,),
+        answers={200: Answer("the audit trail", AuditPage), 404: _error("no such order")},
+    ),
+    _action(
+        "/orders/{orderId}/resubmit",
+        "resubmit_order",
+        "Send an order in Error back",
+        ActionRequest,
+        False,
+        False,
+    ),
+    _action(
+        "/orders/{orderId}/cancel",
+        "cancel_order",
+        "Compensate an order in flight",
+        ActionRequest,
+        False,
+        False,
+    ),
+    _action(
+        "/orders/{orderId}/steps/{step}/retry",
+        "retry_step",
+        "Re-dispatch the current step now",
+        ActionRequest,
+        False,
+        True,
+    ),
+    _action(
+        "/orders/{orderId}/steps/{step}/extend",
+        "extend_step",
+        "Push a running step's CompleteBy",
+        ExtendRequest,
+        True,
+        True,
+    ),
+    _action(
+        "/orders/{orderId}/steps/{step}/skip",
+        "skip_step",
+        "Mark the current step done by hand",
+        SkipRequest,
+        True,
+        True,
+    ),
+    Operation(
+        "get",
+        "/health",
+        "health",
+        "Liveness",
+        "service",
+        answers={200: Answer("alive", Health)},
+        anonymous=True,
+    ),
+    Operation(
+        "get",
+        "/openapi.json",
+        "openapi",
+        "This document",
+        "service",
+        answers={200: Answer("the OpenAPI 3.1 document", free_form=True)},
+    ),
+)
+
+_HEADERS = {
+    "ETag": {
+        "description": "the order's version, for If-Match on an operator action",
+        "schema": {"type": "string"},
+        "required": True,
+    },
+    "Location": {"description": "the order's status URL", "schema": {"type": "string"}, "required": True},
+}
+
+
+def _schemas() -> tuple[dict[tuple[Any, str], dict[str, Any]], dict[str, Any]]:
+    """Every model's schema, requests as validated and responses as serialised, under components."""
+    requests = {op.body for op in OPERATIONS if op.body}
+    responses = {a.model for op in OPERATIONS for a in op.answers.values() if a.model}
+    pairs: list[tuple[type[BaseModel], Any]] = [(m, "validation") for m in sorted(requests, key=str)]
+    pairs += [(m, "serialization") for m in sorted(responses, key=str)]
+    refs, top = models_json_schema(pairs, ref_template="#/components/schemas/{model}", by_alias=True)
+    return cast(dict[tuple[Any, str], dict[str, Any]], refs), dict(top.get("$defs", {}))
+
+
+@cache
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every route (built once per process; do not mutate it)."""
+    refs, schemas = _schemas()
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        entry: dict[str, Any] = {
+            "operationId": op.operation_id,
+            "summary": op.summary,
+            "tags": [op.tag],
+            "responses": {},
+        }
+        if op.params:
+            entry["parameters"] = [
+                {
+                    "name": p.name,
+                    "in": p.where,
+                    "required": p.required or p.where == "path",
+                    "schema": p.schema,
+                    **({"description": p.description} if p.description else {}),
+                }
+                for p in op.params
+            ]
+        if op.body:
+            entry["requestBody"] = {
+                "required": op.body_required,
+                "content": {"application/json": {"schema": refs[(op.body, "validation")]}},
+            }
+        for status, answer in sorted(op.answers.items()):
+            response: dict[str, Any] = {"description": answer.description}
+            if answer.model:
+                schema = refs[(answer.model, "serialization")]
+                response["content"] = {"application/json": {"schema": schema}}
+            elif answer.free_form:
+                response["content"] = {"application/json": {"schema": {"type": "object"}}}
+            if answer.headers:
+                response["headers"] = {name: _HEADERS[name] for name in answer.headers}
+            entry["responses"][str(status)] = response
+        if op.anonymous:
+            entry["security"] = []
+        else:  # answered by the Functions host before the function runs; its body is the host's
+            entry["responses"]["401"] = {"description": "no valid function key (or principal)"}
+        paths.setdefault(f"/api{op.path}", {})[op.method] = entry
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": TITLE,
+            "version": VERSION,
+            "description": 'Errors are always {"error": {"code", "message", "details"?}}. Operator '
+            "actions need If-Match with the ETag of GET /api/orders/{orderId}.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
+                "functionKeyQuery": {"type": "apiKey", "in": "query", "name": "code"},
+            },
+        },
+        "security": [{"functionKey": []}, {"functionKeyQuery": []}],
+    }
+
+
+def routes() -> set[tuple[str, str]]:
+    """(METHOD, /api/path) of every documented route."""
+    return {(op.method.upper(), f"/api{op.path}") for op in OPERATIONS}
