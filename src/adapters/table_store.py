@@ -30,11 +30,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import threading
 import uuid
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any, cast
 
 from azure.core import MatchConditions
@@ -74,6 +76,20 @@ class OperationCounter:
 # Names the operation counter files requests under.
 STATE = "state"
 WATCH = "watch"
+
+
+def env_settings_in_use(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment names a proxy or a ``.netrc`` file exists.
+
+    azure-core's aiohttp transport, left to its default, looks both up again on every request, each time
+    in a thread of the event loop's executor: two thread hand-offs per table call. Pass the result as
+    ``use_env_settings`` so that the lookups happen only where there is something to find.
+    """
+    env = os.environ if environ is None else environ
+    if any(name.lower().endswith("_proxy") and value for name, value in env.items()):
+        return True
+    netrc = env.get("NETRC") or str(Path(env.get("HOME") or Path.home()) / ".netrc")
+    return Path(netrc).is_file()
 
 
 def watch_table_name(table_name: str) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from azure.data.tables.aio import TableServiceClient
 
 from adapters.servicebus import ServiceBusSender, client_from_settings
-from adapters.table_store import TableStateStore
+from adapters.table_store import TableStateStore, env_settings_in_use
 from engine.agent import Agent
 from engine.clock import SystemClock
 from engine.parts import EngineParts
@@ -61,12 +61,18 @@ class Runtime:
 
 async def _store(settings: Settings, closers: list[Closer]) -> TableStateStore:
     if settings.state_store_connection:
-        service = TableServiceClient.from_connection_string(settings.state_store_connection)
+        service = TableServiceClient.from_connection_string(
+            settings.state_store_connection, use_env_settings=env_settings_in_use()
+        )
     else:
         from azure.identity.aio import DefaultAzureCredential  # only needed in Azure
 
         credential = DefaultAzureCredential(managed_identity_client_id=settings.azure_client_id)
-        service = TableServiceClient(endpoint=str(settings.state_store_endpoint), credential=credential)
+        service = TableServiceClient(
+            endpoint=str(settings.state_store_endpoint),
+            credential=credential,
+            use_env_settings=env_settings_in_use(),
+        )
         closers.append(credential.close)
     closers.insert(0, service.close)
     return await TableStateStore.from_service(
