@@ -119,7 +119,12 @@ def _action(
     )
 
 
-QUEUE = Param("queue", "path", {"type": "string"}, description="an engine queue (see GET /api/deadletters)")
+QUEUE = Param(
+    "queue",
+    "path",
+    {"type": "string", "pattern": ID_PATTERN},
+    description="an engine queue (see GET /api/deadletters)",
+)
 SEQUENCE_NUMBER = Param(
     "sequenceNumber",
     "path",
