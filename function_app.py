@@ -25,10 +25,11 @@ from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.tasks import TaskService
 from orders.api import Call, OrdersApi, Reply
+from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
 from orders.runtime import runtime
 from orders.telemetry_setup import configure_telemetry
-from orders.workflow import INVENTORY, PAYMENT, SHIPPING
+from orders.workflow import FULFILMENT, INVENTORY, PAYMENT, SHIPPING
 
 configure_telemetry()
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -38,7 +39,12 @@ async def _tasks() -> TaskService:
     return (await runtime()).tasks
 
 
+async def _dead_letters() -> DeadLetterParts:
+    return (await runtime()).dead_letters
+
+
 api = OrdersApi(_tasks)
+dead_letters = DeadLettersApi(_dead_letters, tuple(queues.all_queues(list(FULFILMENT.agents))))
 SB = "ServiceBusConnection"
 
 
@@ -114,6 +120,38 @@ async def skip_step(req: func.HttpRequest) -> func.HttpResponse:
     """Operator: mark the current step done by hand and continue (If-Match)."""
     p = req.route_params
     return _respond(await api.skip_step(p["orderId"], p["step"], _call(req)))
+
+
+@app.route(route="deadletters", methods=["GET"])
+async def dead_letter_counts(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: how many dead-lettered messages each queue holds."""
+    return _respond(await dead_letters.counts())
+
+
+@app.route(route="deadletters/{queue}", methods=["GET"])
+async def list_dead_letters(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: one queue's dead-lettered messages, a page at a time."""
+    return _respond(await dead_letters.list(req.route_params["queue"], dict(req.params)))
+
+
+@app.route(route="deadletters/{queue}/audit", methods=["GET"])
+async def dead_letter_audit(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: replays and purges on a queue that named no known order."""
+    return _respond(await dead_letters.audit(req.route_params["queue"]))
+
+
+@app.route(route="deadletters/{queue}/{sequenceNumber}/replay", methods=["POST"])
+async def replay_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: send a copy of a dead-lettered message to its queue, then drop it."""
+    p = req.route_params
+    return _respond(await dead_letters.replay(p["queue"], p["sequenceNumber"], _call(req)))
+
+
+@app.route(route="deadletters/{queue}/{sequenceNumber}/purge", methods=["POST"])
+async def purge_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: drop a dead-lettered message."""
+    p = req.route_params
+    return _respond(await dead_letters.purge(p["queue"], p["sequenceNumber"], _call(req)))
 
 
 @app.route(route="openapi.json", methods=["GET"])

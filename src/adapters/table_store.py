@@ -45,6 +45,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, Re
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from engine.deadletters import DeadLetterAction
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
@@ -53,6 +54,9 @@ _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
 _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
 _AUDIT_FIELDS = [field.alias or name for name, field in AuditEntry.model_fields.items()]
+_DEAD_LETTER_FIELDS = [field.alias or name for name, field in DeadLetterAction.model_fields.items()]
+# The partition of dead-letter actions that name no known task (outside the s00.. shards).
+DEAD_LETTER_PARTITION = "deadletters"
 
 
 class OperationCounter:
@@ -349,6 +353,41 @@ class TableStateStore:
             for e in sorted(entities, key=lambda e: str(e["RowKey"]))
         ]
         return entries
+
+    async def append_audit(self, order_id: str, entry: AuditEntry) -> None:
+        """Add an entry to a task's audit trail on its own, for an action that changes no task record
+        (a dead-lettered message of the task replayed or purged)."""
+        self.counter.add(table=STATE, entities=1)
+        await self.table.create_entity(self._audit_entity(order_id, entry, 0))
+
+    async def append_dead_letter_audit(self, entry: DeadLetterAction) -> None:
+        """Audit a dead-letter action that names no known task: partition ``deadletters``, one
+        ``audit|<queue>|<time>|...`` row per action, so a queue's history is one range query."""
+        stamp = entry.at.strftime("%Y%m%dT%H%M%S%fZ")
+        entity: dict[str, Any] = {
+            "PartitionKey": DEAD_LETTER_PARTITION,
+            "RowKey": f"audit|{entry.queue}|{stamp}|{uuid.uuid4().hex[:8]}",
+            "Kind": "audit",
+            **entry.model_dump(by_alias=True, exclude_none=True),
+        }
+        self.counter.add(table=STATE, entities=1)
+        await self.table.create_entity(entity)
+
+    async def dead_letter_audit(self, queue: str) -> list[DeadLetterAction]:
+        """The audited dead-letter actions of one queue that named no known task, oldest first."""
+        prefix = f"audit|{queue}|"
+        entities = [
+            entity
+            async for entity in self.table.query_entities(
+                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                parameters={"pk": DEAD_LETTER_PARTITION, "lo": prefix, "hi": f"{prefix}~"},
+            )
+        ]
+        self.counter.add(table=STATE, entities=len(entities))
+        return [
+            DeadLetterAction.model_validate({a: e[a] for a in _DEAD_LETTER_FIELDS if e.get(a) is not None})
+            for e in sorted(entities, key=lambda e: str(e["RowKey"]))
+        ]
 
     async def _put_watch(self, state: TaskState) -> None:
         self.counter.add(table=WATCH, entities=1)

@@ -19,6 +19,7 @@ from pydantic.json_schema import models_json_schema
 from engine.state import ProcessState
 
 from .api import MAX_BODY_BYTES, MAX_PAGE_SIZE
+from .deadletters import DeadLetterAuditPage, DeadLetterCounts, DeadLetterListing, DeadLetterOutcome
 from .models import (
     ActionRequest,
     AuditPage,
@@ -118,6 +119,41 @@ def _action(
     )
 
 
+QUEUE = Param(
+    "queue",
+    "path",
+    {"type": "string", "pattern": ID_PATTERN},
+    description="an engine queue (see GET /api/deadletters)",
+)
+SEQUENCE_NUMBER = Param(
+    "sequenceNumber",
+    "path",
+    {"type": "string", "pattern": "^[0-9]{1,19}$"},
+    description="the message's sequence number in the dead-letter queue",
+)
+
+
+def _dead_letter_action(verb: str, operation_id: str, summary: str) -> Operation:
+    return Operation(
+        "post",
+        f"/deadletters/{{queue}}/{{sequenceNumber}}/{verb}",
+        operation_id,
+        summary,
+        "deadletters",
+        (QUEUE, SEQUENCE_NUMBER),
+        ActionRequest,
+        False,
+        {
+            200: Answer("done, and audited", DeadLetterOutcome),
+            400: _error("a sequence number that is not a whole number, or an invalid body"),
+            404: _error("no such queue, or no such message in its dead-letter queue"),
+            409: _error("the message could not be locked within the scan's bound; nothing was changed"),
+            413: _error(f"the body is over {MAX_BODY_BYTES} bytes"),
+            415: _error("a body that is not application/json"),
+        },
+    )
+
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "post",
@@ -209,6 +245,47 @@ OPERATIONS: tuple[Operation, ...] = (
         True,
         True,
     ),
+    Operation(
+        "get",
+        "/deadletters",
+        "dead_letter_counts",
+        "How many dead-lettered messages each queue holds",
+        "deadletters",
+        answers={200: Answer("a count per queue", DeadLetterCounts)},
+    ),
+    Operation(
+        "get",
+        "/deadletters/{queue}",
+        "list_dead_letters",
+        "One queue's dead-lettered messages, oldest first, a page at a time",
+        "deadletters",
+        (
+            QUEUE,
+            Param("fromSequenceNumber", "query", {"type": "integer", "minimum": 0}, False),
+            Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
+        ),
+        answers={
+            200: Answer("one page", DeadLetterListing),
+            400: _error("an invalid query parameter"),
+            404: _error("no such queue"),
+        },
+    ),
+    Operation(
+        "get",
+        "/deadletters/{queue}/audit",
+        "dead_letter_audit",
+        "Replays and purges on a queue whose message named no known order",
+        "deadletters",
+        (QUEUE,),
+        answers={
+            200: Answer("the queue's dead-letter audit trail", DeadLetterAuditPage),
+            404: _error("no such queue"),
+        },
+    ),
+    _dead_letter_action(
+        "replay", "replay_dead_letter", "Send a copy to its queue, then drop the dead letter"
+    ),
+    _dead_letter_action("purge", "purge_dead_letter", "Drop a dead-lettered message"),
     Operation(
         "get",
         "/health",

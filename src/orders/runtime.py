@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 from azure.data.tables.aio import TableServiceClient
 
+from adapters.deadletters import ServiceBusDeadLetters
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore, env_settings_in_use
+from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
 from engine.parts import EngineParts
@@ -26,6 +28,7 @@ from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.workflow import WorkflowDefinition
 
+from .deadletters import DeadLetterParts
 from .services import RemoteServices
 from .settings import Settings, load_settings
 from .workflow import FULFILMENT
@@ -43,6 +46,7 @@ class Runtime:
     scheduler: Scheduler
     supervisor: Supervisor
     agents: dict[str, Agent]
+    dead_letters: DeadLetterParts
     closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def close(self) -> None:
@@ -102,18 +106,30 @@ async def build(settings: Settings) -> Runtime:
     services = RemoteServices(settings.service_urls, keys=settings.service_keys)
     closers.append(services.client.aclose)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
+    # The dead-letter tools' own client: their receivers open per call and must not share the
+    # sender's links.
+    dead_letter_client = client_from_settings(dict(os.environ))
     closers.append(sender.close)  # last: its AMQP links may take a while to close
+    closers.append(dead_letter_client.close)
     actions = services.actions()
     workflow = fulfilment(settings)
     agents = {
         name: Agent.for_workflow(workflow, name, actions[name], sender, clock) for name in workflow.agents
     }
     parts = EngineParts(workflow, store, sender, clock, engine_settings)
+    tasks = TaskService(parts)
+    dead_letters = DeadLetterParts(
+        ServiceBusDeadLetters(dead_letter_client),
+        store,
+        tasks,
+        tuple(queues.all_queues(list(workflow.agents))),
+    )
     return Runtime(
-        tasks=TaskService(parts),
+        tasks=tasks,
         scheduler=Scheduler(parts),
         supervisor=Supervisor(parts),
         agents=agents,
+        dead_letters=dead_letters,
         closers=closers,
     )
 

@@ -19,6 +19,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from adapters.table_store import watch_table_name
 from devhost import azurite
+from engine import queues
+from orders.openapi import OPERATIONS
 from tests.e2e.conftest import LocalStack, start_stack, stop_stack
 
 MAX_EXAMPLES = int(os.environ.get("OPENAPI_MAX_EXAMPLES", "8"))
@@ -112,12 +114,14 @@ def test_every_operation_conforms_and_refusals_write_nothing(
 ) -> None:
     failures: list[str] = []
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) == 11, [o.label for o in operations]
+    assert len(operations) == len(OPERATIONS), [o.label for o in operations]
     runs: list[tuple[schemathesis.APIOperation, GenerationMode, dict[str, str] | None]] = []
     for operation in operations:
         runs += [(operation, GenerationMode.POSITIVE, None), (operation, GenerationMode.NEGATIVE, None)]
         if "{orderId}" in operation.path:  # random ids are unknown orders: also aim at a real one
             runs.append((operation, GenerationMode.POSITIVE, {"orderId": processed_order}))
+        if "{queue}" in operation.path:  # random names are unknown queues: also aim at a real one
+            runs.append((operation, GenerationMode.POSITIVE, {"queue": queues.SCHEDULER_QUEUE}))
     for operation, mode, fixed in runs:
 
         @given(case=operation.as_strategy(generation_mode=mode, path_parameters=fixed))
