@@ -36,6 +36,7 @@ from .config import EmulatorConfig
 from .entity import LockLost, Outcome, Queue, State, Subqueue, scheduled_enqueue_time
 from .management import INTERNAL_ERROR, LOCK_LOST, ManagementNode, Reply
 from .stats import RECEIVE, SCHEDULE, SEND, OperationStats
+from .wire import WireIOHandler
 
 log = logging.getLogger("servicebus_emulator.broker")
 
@@ -132,6 +133,8 @@ class Broker(Handler):
     def run(self, host: str, port: int, on_listening: Callable[[], None] | None = None) -> None:
         """Listen and serve until :meth:`request_stop` is called."""
         container = Container(self)
+        # Sockets go through the renumbering of delivery-ids (see wire.py), as Service Bus tolerates them.
+        container.global_handler = WireIOHandler()
         self._container = container
         container.selectable(self._injector)
         container.listen(f"{host}:{port}")
@@ -197,6 +200,14 @@ class Broker(Handler):
     def on_connection_remote_close(self, event: Any) -> None:
         self._forget_connection(event.connection, "closed")
         event.connection.close()
+
+    @_guarded
+    def on_transport_error(self, event: Any) -> None:
+        condition = event.transport.condition
+        state: ConnectionState | None = getattr(event.connection, "emulator", None)
+        peer = state.peer if state is not None else "?"
+        if condition is not None:
+            log.warning("connection from %s failed: %s: %s", peer, condition.name, condition.description)
 
     @_guarded
     def on_transport_closed(self, event: Any) -> None:
