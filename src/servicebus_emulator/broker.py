@@ -31,7 +31,7 @@ from proton import (
 )
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from .codec import MessageFormatError, encode_delivery, parse_message, split_batch, to_timestamp
+from .codec import MessageFormatError, encode_delivery, parse_transfer, to_timestamp
 from .config import EmulatorConfig
 from .entity import LockLost, Outcome, Queue, State, Subqueue, scheduled_enqueue_time
 from .management import INTERNAL_ERROR, LOCK_LOST, ManagementNode, Reply
@@ -452,8 +452,7 @@ class Broker(Handler):
             )
             return
         try:
-            parts = split_batch(raw) or [raw]
-            parsed = [parse_message(p) for p in parts]
+            parsed = parse_transfer(raw)
         except MessageFormatError as exc:
             log.warning("%s: rejected an undecodable message: %s", state.subqueue.path, exc)
             self._answer(delivery, Disposition.REJECTED, error_condition(DECODE_ERROR, str(exc)))

@@ -7,6 +7,7 @@ the header (delivery count) and the message annotations (sequence number, enqueu
 
 from __future__ import annotations
 
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,7 +164,10 @@ def parse_message(raw: bytes) -> MessageSections:
 
     A message may have no body section at all (the SDK sends ``body=None`` that way); it is kept so.
     """
-    sections = split_sections(raw)
+    return _from_sections(split_sections(raw))
+
+
+def _from_sections(sections: list[Section]) -> MessageSections:
     parsed = MessageSections()
     app_props: list[bytes] = []
     body: list[bytes] = []
@@ -204,17 +208,35 @@ def split_batch(raw: bytes) -> list[bytes] | None:
         sections = split_sections(raw)
     except MessageFormatError:
         return None
+    batch = _batch(sections)
+    return None if batch is None else [inner for inner, _ in batch]
+
+
+def parse_transfer(raw: bytes) -> list[MessageSections]:
+    """The messages one transfer carries: the inner messages of a batch, or the message itself.
+
+    Each section is decoded once, also for a batch. Raises :class:`MessageFormatError`.
+    """
+    sections = split_sections(raw)
+    batch = _batch(sections)
+    if batch is None:
+        return [_from_sections(sections)]
+    return [parsed for _, parsed in batch]
+
+
+def _batch(sections: list[Section]) -> list[tuple[bytes, MessageSections]] | None:
     inner = [s.value for s in sections if s.code == DATA]
     if not inner or any(s.code in (AMQP_SEQUENCE, AMQP_VALUE) for s in sections):
         return None
+    out = []
     for payload in inner:
         if not isinstance(payload, bytes) or payload[:2] != b"\x00\x53":
             return None
         try:
-            parse_message(payload)
+            out.append((payload, parse_message(payload)))
         except MessageFormatError:
             return None
-    return inner
+    return out
 
 
 def _put_described_map(data: Data, code: int, value: dict[Any, Any]) -> None:
@@ -249,6 +271,23 @@ def _delivery_annotations(message: MessageSections, lock_token: uuid.UUID | None
     return bytes(data.encode())
 
 
+def _header(*, durable: bool, priority: int, ttl_ms: int | None, delivery_count: int) -> bytes:
+    """The header section, encoded by hand: it is the same five fields on every delivery.
+
+    ``first-acquirer`` is true on the first delivery; the delivery count is always written.
+    """
+    ttl = b"\x40" if ttl_ms is None else b"\x70" + struct.pack(">I", ttl_ms & 0xFFFFFFFF)
+    fields = (
+        (b"\x41" if durable else b"\x42")
+        + bytes((0x50, priority & 0xFF))
+        + ttl
+        + (b"\x41" if delivery_count == 0 else b"\x42")
+        + b"\x70"
+        + struct.pack(">I", delivery_count)
+    )
+    return bytes((0x00, 0x53, HEADER, 0xC0, len(fields) + 1, 5)) + fields
+
+
 def encode_delivery(
     message: MessageSections,
     *,
@@ -265,23 +304,12 @@ def encode_delivery(
     is given, as Service Bus does.
     """
     header = list(message.header) + [None] * (5 - len(message.header))
-    data = Data()
-    data.put_described()
-    data.enter()
-    data.put_ulong(HEADER)
-    data.put_list()
-    data.enter()
-    data.put_bool(bool(header[0]))
-    data.put_ubyte(4 if header[1] is None else int(header[1]))
-    if header[2] is None:
-        data.put_null()
-    else:
-        data.put_uint(int(header[2]))
-    data.put_bool(delivery_count == 0)
-    data.put_uint(delivery_count)
-    data.exit()
-    data.exit()
-    header_raw = bytes(data.encode())
+    header_raw = _header(
+        durable=bool(header[0]),
+        priority=4 if header[1] is None else int(header[1]),
+        ttl_ms=None if header[2] is None else int(header[2]),
+        delivery_count=delivery_count,
+    )
     data = Data()
     merged = dict(message.annotations)
     merged.update({symbol(k): v for k, v in annotations.items()})
