@@ -2,12 +2,13 @@
 
 Checks out ``src/servicebus_emulator`` of ``--base`` (default ``main``) into a temporary directory with
 ``git archive``, then runs ``bench/servicebus_emulator_throughput.py`` (this tree's) alternately against
-that emulator and this tree's, ``--rounds`` times each, so both see the same machine load. Each run starts
+that emulator and this tree's, ``--rounds`` times each (which goes first alternates too), so both see
+the same machine load. Each run starts
 its own emulator process; ``PYTHONPATH`` picks which emulator's code that process runs. Prints the median
 rate of every operation for both and the change, and exits 1 if any operation is slower than the base by
 more than ``--tolerance`` (default 10%).
 
-    .venv/bin/python bench/compare_emulator.py --base main --rounds 3 --messages 5000
+    .venv/bin/python bench/compare_emulator.py --base main --rounds 4 --messages 5000
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--base", default="main", help="git revision to compare with (default: main)")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each emulator (default 3)")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of each emulator (default 4)")
     parser.add_argument("--messages", type=int, default=5000, help="messages per phase (default 5000)")
     parser.add_argument("--tolerance", type=float, default=0.10, help="allowed slowdown (default 0.10)")
     args = parser.parse_args()
@@ -76,9 +77,13 @@ def main() -> int:
         sides = {"base": extract(args.base, Path(tmp)), "this tree": ROOT / "src"}
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for round_number in range(1, args.rounds + 1):
-            for side, src in sides.items():
+            order = list(sides.items())
+            if round_number % 2 == 0:  # base first, then this tree first: neither always runs second
+                order.reverse()
+            for side, src in order:
                 runs[side].append(run_bench(src, args.messages))
-                print(f"round {round_number}: {side} done", file=sys.stderr)
+                rates = ", ".join(f"{rate:.0f}" for rate in runs[side][-1].values())
+                print(f"round {round_number}: {side}: {rates}", file=sys.stderr)
 
     labels = list(runs["base"][0])
     print(f"median msgs/s over {args.rounds} alternating runs each, {args.messages} messages per phase")

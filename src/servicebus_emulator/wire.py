@@ -27,6 +27,8 @@ log = logging.getLogger("servicebus_emulator.wire")
 _BEGIN, _TRANSFER, _DISPOSITION, _END = 0x11, 0x14, 0x15, 0x17
 _AMQP_FRAME = 0
 _HEADER = b"AMQP"
+_READ_IN = frozenset({_BEGIN, _TRANSFER, _END})
+_READ_OUT = frozenset({_BEGIN, _DISPOSITION})
 _MAX_REMEMBERED = 10_000  # renumbered deliveries remembered per session until settled
 
 
@@ -156,29 +158,42 @@ class Renumberer:
     # ---- client -> proton ----
     def incoming(self, data: bytes) -> bytes:
         """Take bytes read from the socket; return the complete frames, rewritten where needed."""
-        self._in += data
-        buf = self._in
+        if self._in:
+            self._in += data
+            buf: bytes | bytearray = self._in
+        else:
+            buf = data
         out: list[bytes | bytearray] = []
-        start = pos = 0  # bytes[start:pos] pass unchanged
-        while len(buf) - pos >= 8:
-            if buf[pos : pos + 4] == _HEADER:
+        start = pos = 0  # buf[start:pos] passes unchanged
+        end = len(buf)
+        while end - pos >= 8:
+            if buf[pos] == 0x41 and buf[pos : pos + 4] == _HEADER:
                 pos += 8
                 continue
             size = struct.unpack_from(">I", buf, pos)[0]
             if size < 8:
                 raise WireFormatError(f"frame size {size}")
-            if len(buf) - pos < size:
+            if end - pos < size:
                 break
-            replacement = None
-            if buf[pos + 5] == _AMQP_FRAME and size > 8:
+            body = pos + buf[pos + 4] * 4
+            # Only begin, transfer and end frames are read; the code is checked before anything is decoded.
+            if (
+                size > body - pos + 2
+                and buf[pos + 5] == _AMQP_FRAME
+                and buf[body + 1] == 0x53
+                and buf[body + 2] in _READ_IN
+            ):
                 replacement = self._incoming_frame(memoryview(buf)[pos : pos + size])
-            if replacement is not None:
-                out.append(buf[start:pos])
-                out.append(replacement)
-                start = pos + size
+                if replacement is not None:
+                    out.append(buf[start:pos])
+                    out.append(replacement)
+                    start = pos + size
             pos += size
+        if start == 0 and pos == end:
+            self._in = bytearray()
+            return bytes(buf)
         out.append(buf[start:pos])
-        del self._in[:pos]
+        self._in = bytearray(buf[pos:])
         return b"".join(out)
 
     def _incoming_frame(self, frame: memoryview) -> bytes | None:
@@ -226,30 +241,35 @@ class Renumberer:
         """Take proton's pending output; return (bytes consumed: whole frames only, bytes to send)."""
         out: list[bytes] = []
         start = pos = 0
-        view = memoryview(data)
-        while len(data) - pos >= 8:
-            if data[pos : pos + 4] == _HEADER:
+        end = len(data)
+        while end - pos >= 8:
+            if data[pos] == 0x41 and data[pos : pos + 4] == _HEADER:
                 pos += 8
                 continue
             size = struct.unpack_from(">I", data, pos)[0]
-            if size < 8 or len(data) - pos < size:
+            if size < 8 or end - pos < size:
                 break
-            replacement = None
-            if data[pos + 5] == _AMQP_FRAME and size > 8:
-                replacement = self._outgoing_frame(view[pos : pos + size])
-            if replacement is not None:
-                out.append(data[start:pos])
-                out.append(replacement)
-                start = pos + size
+            body = pos + data[pos + 4] * 4
+            # Most frames are transfers and flows: the code alone says they are passed unread.
+            if (
+                size > body - pos + 2
+                and data[pos + 5] == _AMQP_FRAME
+                and data[body + 1] == 0x53
+                and data[body + 2] in _READ_OUT
+            ):
+                replacement = self._outgoing_frame(memoryview(data)[pos : pos + size])
+                if replacement is not None:
+                    out.append(data[start:pos])
+                    out.append(replacement)
+                    start = pos + size
             pos += size
+        if start == 0:
+            return pos, data if pos == end else data[:pos]
         out.append(data[start:pos])
         return pos, b"".join(out)
 
     def _outgoing_frame(self, frame: memoryview) -> bytes | None:
         channel = struct.unpack_from(">H", frame, 6)[0]
-        code = frame[frame[4] * 4 + 2] if frame[frame[4] * 4 + 1] == 0x53 else None
-        if code not in (_BEGIN, _DISPOSITION):
-            return None  # the frequent case (transfers, flows) decided without decoding the list
         try:
             perf = _performative(frame, frame[4] * 4)
             if perf is None:
@@ -344,19 +364,24 @@ class WireIOHandler(IOHandler):
             return
         wired = _wired(t)
         pending = t.pending()
+        out = b""
         if pending > 0:
             consumed, out = wired.renumberer.outgoing(t.peek(pending))
             if consumed:
                 t.pop(consumed)
-                wired.to_send += out
         if wired.to_send:
+            wired.to_send += out
+            out = bytes(wired.to_send)
+            wired.to_send.clear()
+        if out:
             try:
-                sent = s.send(bytes(wired.to_send))
-                del wired.to_send[:sent]
+                sent = s.send(out)
             except OSError as exc:
                 log.debug("send failed: %r", exc)
-                wired.to_send.clear()
                 t.close_head()
+            else:
+                if sent < len(out):
+                    wired.to_send += out[sent:]
         self.update(t, s, s._reactor.now)
 
     @staticmethod
