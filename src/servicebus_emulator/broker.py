@@ -363,7 +363,18 @@ class Broker(Handler):
             if delivery.readable and not delivery.partial:
                 self._on_transfer(link, state, delivery)
         elif state.kind == "queue":
-            self._on_settlement(state, delivery)
+            self._answered = False
+            try:
+                self._on_settlement(state, delivery)
+            except Exception as exc:
+                # As for transfers: the receiver gets an answer at once, not its 60-second wait.
+                log.exception("%s: failed to apply a settlement", state.address)
+                if not self._answered:
+                    self._answer(
+                        delivery,
+                        Disposition.REJECTED,
+                        error_condition(INTERNAL_ERROR, f"The emulator failed to settle: {exc!r}"),
+                    )
         elif delivery.remote_state or delivery.settled:
             delivery.settle()
 

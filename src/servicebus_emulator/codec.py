@@ -271,6 +271,28 @@ def _delivery_annotations(message: MessageSections, lock_token: uuid.UUID | None
     return bytes(data.encode())
 
 
+def _broker_annotations(annotations: dict[str, Any]) -> bytes | None:
+    """The message-annotations section for the broker's own entries, encoded by hand (each delivery
+    needs one, and proton's generic map encoding is most of a delivery's cost); None if a value is not a
+    timestamp or an integer, for the generic path to encode."""
+    parts = []
+    for key, value in annotations.items():
+        raw_key = key.encode("ascii")
+        if isinstance(value, timestamp):
+            encoded = b"\x83" + struct.pack(">q", value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            encoded = b"\x81" + struct.pack(">q", value)
+        else:
+            return None
+        parts.append(bytes((0xA3, len(raw_key))) + raw_key + encoded)
+    elements = b"".join(parts)
+    count = 2 * len(parts)
+    if len(elements) + 1 <= 255:
+        return bytes((0x00, 0x53, MESSAGE_ANNOTATIONS, 0xC1, len(elements) + 1, count)) + elements
+    head = bytes((0x00, 0x53, MESSAGE_ANNOTATIONS, 0xD1))
+    return head + struct.pack(">II", len(elements) + 4, count) + elements
+
+
 def _header(*, durable: bool, priority: int, ttl_ms: int | None, delivery_count: int) -> bytes:
     """The header section, encoded by hand: it is the same five fields on every delivery.
 
@@ -310,11 +332,13 @@ def encode_delivery(
         ttl_ms=None if header[2] is None else int(header[2]),
         delivery_count=delivery_count,
     )
-    data = Data()
-    merged = dict(message.annotations)
-    merged.update({symbol(k): v for k, v in annotations.items()})
-    _put_described_map(data, MESSAGE_ANNOTATIONS, merged)
-    annotations_raw = bytes(data.encode())
+    annotations_raw = None if message.annotations else _broker_annotations(annotations)
+    if annotations_raw is None:
+        data = Data()
+        merged = dict(message.annotations)
+        merged.update({symbol(k): v for k, v in annotations.items()})
+        _put_described_map(data, MESSAGE_ANNOTATIONS, merged)
+        annotations_raw = bytes(data.encode())
 
     app_raw = message.application_properties_raw
     if application_properties:

@@ -4,7 +4,8 @@ Run as ``python -m tests.servicebus_emulator.faulty_emulator <servicebus-emulato
 unchanged command line, with two of the broker's steps made to raise for marked requests:
 
 - a message whose ``message_id`` is :data:`FAIL_ON_SEND` raises inside the queue's ``send``;
-- a peek from sequence number :data:`FAIL_ON_PEEK_FROM` raises inside the management operation.
+- a peek from sequence number :data:`FAIL_ON_PEEK_FROM` raises inside the management operation;
+- settling a message whose ``message_id`` is :data:`FAIL_ON_SETTLE` raises inside the queue's ``settle``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from servicebus_emulator.management import ManagementNode
 
 FAIL_ON_SEND = "emulator-fault-on-send"
 FAIL_ON_PEEK_FROM = 4242
+FAIL_ON_SETTLE = "emulator-fault-on-settle"
 
 
 class PlantedFault(RuntimeError):
@@ -27,6 +29,7 @@ class PlantedFault(RuntimeError):
 def _plant() -> None:
     send = Subqueue.send
     peek = ManagementNode._op_peek_message
+    settle = Subqueue.settle
 
     def failing_send(self: Subqueue, sections: Any, now: float, scheduled_time: float | None = None) -> Any:
         if sections.message_id == FAIL_ON_SEND:
@@ -38,7 +41,14 @@ def _plant() -> None:
             raise PlantedFault("planted fault in peek")
         return peek(self, body, now)
 
+    def failing_settle(self: Subqueue, token: Any, *args: Any, **kwargs: Any) -> Any:
+        held = self.locks.get(token)
+        if held is not None and held.sections.message_id == FAIL_ON_SETTLE:
+            raise PlantedFault("planted fault in settle")
+        return settle(self, token, *args, **kwargs)
+
     Subqueue.send = failing_send  # type: ignore[method-assign]
+    Subqueue.settle = failing_settle  # type: ignore[method-assign]
     ManagementNode._op_peek_message = failing_peek  # type: ignore[method-assign]
 
 

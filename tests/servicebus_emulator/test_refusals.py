@@ -26,8 +26,8 @@ from azure.servicebus.exceptions import (
 )
 
 from tests.servicebus_emulator.conftest import RunningEmulator
-from tests.servicebus_emulator.faulty_emulator import FAIL_ON_PEEK_FROM, FAIL_ON_SEND
-from tests.servicebus_emulator.helpers import client_for, drain
+from tests.servicebus_emulator.faulty_emulator import FAIL_ON_PEEK_FROM, FAIL_ON_SEND, FAIL_ON_SETTLE
+from tests.servicebus_emulator.helpers import client_for, drain, receive_one
 
 AT_ONCE = 1.0  # seconds: where Azure answers at once, so must the emulator
 KIB = 1024
@@ -161,6 +161,18 @@ def test_a_fault_in_a_management_operation_answers_500_at_once_async(
     error, took = asyncio.run(scenario())
     assert_fails_at_once(error, took, ServiceBusError)
     still_serving(faulty_emulator)
+
+
+def test_a_fault_while_settling_answers_the_receiver_at_once(faulty_emulator: RunningEmulator) -> None:
+    with client_for(faulty_emulator, retry_total=0) as client:
+        with client.get_queue_sender("q") as sender:
+            sender.send_messages(ServiceBusMessage(b"x", message_id=FAIL_ON_SETTLE))
+        with client.get_queue_receiver("q", **NO_KEEP_ALIVE) as receiver:
+            message = receive_one(receiver)
+            error, took = timed_failure(lambda: receiver.complete_message(message))
+    assert isinstance(error, ServiceBusError), f"{type(error).__name__}: {error}"
+    assert took < AT_ONCE, f"{type(error).__name__} took {took:.2f}s"
+    assert "failed to apply a settlement" in faulty_emulator.log()
 
 
 # ---- 7. what the emulator lacks is refused ----------------------------------------------------------
