@@ -205,9 +205,12 @@ class Broker(Handler):
     def on_transport_error(self, event: Any) -> None:
         condition = event.transport.condition
         state: ConnectionState | None = getattr(event.connection, "emulator", None)
-        peer = state.peer if state is not None else "?"
-        if condition is not None:
-            log.warning("connection from %s failed: %s: %s", peer, condition.name, condition.description)
+        if condition is None:
+            return
+        if state is None:  # never opened: a port probe (the launcher's), not a client
+            log.debug("connection closed before opening: %s", condition.description)
+            return
+        log.warning("connection from %s failed: %s: %s", state.peer, condition.name, condition.description)
 
     @_guarded
     def on_transport_closed(self, event: Any) -> None:
@@ -542,35 +545,48 @@ class Broker(Handler):
         if not consumers or not subqueue.has_available:
             return
         now = self._clock()
-        start = self._round_robin.get(subqueue, 0)
-        while subqueue.has_available:
-            ready = [link for link in consumers if link.credit > 0]
-            if not ready:
-                break
-            delivered = False
-            for i in range(len(ready)):
-                link = ready[(start + i) % len(ready)]
-                state: LinkState = link.emulator
-                message = subqueue.acquire(now, lock=not state.receive_and_delete)
-                if message is None:
+        if len(consumers) == 1:  # the usual case: no round-robin to keep
+            link = consumers[0]
+            state: LinkState = link.emulator
+            while subqueue.has_available and link.credit > 0:
+                if not self._deliver(link, state, subqueue, now):
                     break
-                payload = self._encode(message, subqueue, not state.receive_and_delete)
-                tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
-                delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes; typed str
-                delivery.lock_token = message.lock_token
-                link.send(payload)
-                link.advance()
-                self.stats.add(subqueue.path, RECEIVE)
-                if state.receive_and_delete:
-                    delivery.settle()
-                delivered = True
-            start += 1
-            if not delivered:
-                break
-        self._round_robin[subqueue] = start % max(len(consumers), 1)
+        else:
+            start = self._round_robin.get(subqueue, 0)
+            while subqueue.has_available:
+                ready = [link for link in consumers if link.credit > 0]
+                if not ready:
+                    break
+                delivered = False
+                for i in range(len(ready)):
+                    link = ready[(start + i) % len(ready)]
+                    if not self._deliver(link, link.emulator, subqueue, now):
+                        break
+                    delivered = True
+                start += 1
+                if not delivered:
+                    break
+            self._round_robin[subqueue] = start % len(consumers)
         for link in consumers:
             if link.drain_mode and link.credit > 0 and not subqueue.has_available:
                 link.drained()
+
+    def _deliver(self, link: Sender, state: LinkState, subqueue: Subqueue, now: float) -> bool:
+        """Send the next available message on ``link``; False if there was none."""
+        locked = not state.receive_and_delete
+        message = subqueue.acquire(now, lock=locked)
+        if message is None:
+            return False
+        payload = self._encode(message, subqueue, locked)
+        tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
+        delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes; typed str
+        delivery.lock_token = message.lock_token
+        link.send(payload)
+        link.advance()
+        self.stats.add(subqueue.path, RECEIVE)
+        if not locked:
+            delivery.settle()
+        return True
 
     @staticmethod
     def _encode(message: Any, subqueue: Subqueue, locked: bool) -> bytes:

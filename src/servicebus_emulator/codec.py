@@ -271,20 +271,25 @@ def _delivery_annotations(message: MessageSections, lock_token: uuid.UUID | None
     return bytes(data.encode())
 
 
+_SYMBOLS: dict[str, bytes] = {}  # annotation keys, encoded as symbols
+
+
 def _broker_annotations(annotations: dict[str, Any]) -> bytes | None:
     """The message-annotations section for the broker's own entries, encoded by hand (each delivery
     needs one, and proton's generic map encoding is most of a delivery's cost); None if a value is not a
     timestamp or an integer, for the generic path to encode."""
     parts = []
     for key, value in annotations.items():
-        raw_key = key.encode("ascii")
+        raw_key = _SYMBOLS.get(key)
+        if raw_key is None:
+            raw_key = _SYMBOLS[key] = bytes((0xA3, len(key))) + key.encode("ascii")
         if isinstance(value, timestamp):
             encoded = b"\x83" + struct.pack(">q", value)
         elif isinstance(value, int) and not isinstance(value, bool):
             encoded = b"\x81" + struct.pack(">q", value)
         else:
             return None
-        parts.append(bytes((0xA3, len(raw_key))) + raw_key + encoded)
+        parts.append(raw_key + encoded)
     elements = b"".join(parts)
     count = 2 * len(parts)
     if len(elements) + 1 <= 255:
