@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra refresh-contracts demo devhost bench bench-emulator emulator clean
+.PHONY: install test lint check-infra refresh-contracts demo devhost bench bench-emulator bench-emulator-compare emulator clean
 
 install: $(STAMP) node_modules/.installed
 
@@ -65,6 +65,11 @@ bench: install
 
 bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
+
+# The same benchmark against another revision's emulator and this tree's, alternately, e.g.
+# COMPARE_ARGS="--base main --rounds 8" make bench-emulator-compare
+bench-emulator-compare: $(STAMP)
+	$(BIN)/python bench/compare_emulator.py $(COMPARE_ARGS)
 
 emulator: $(STAMP)
 	$(BIN)/servicebus-emulator --config local/servicebus-config.json

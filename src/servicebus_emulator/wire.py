@@ -151,6 +151,7 @@ class Renumberer:
 
     def __init__(self) -> None:
         self._in = bytearray()
+        self._out = bytearray()
         self._sessions: dict[int, _Session] = {}
         self._local_to_client: dict[int, int] = {}  # our channel -> the client's, from our begin frames
         self.renumbered = 0  # transfers renumbered so far (for logs and tests)
@@ -237,8 +238,14 @@ class Renumberer:
         return _rebuild(frame, perf, elements, perf.count)
 
     # ---- proton -> client ----
-    def outgoing(self, data: bytes) -> tuple[int, bytes]:
-        """Take proton's pending output; return (bytes consumed: whole frames only, bytes to send)."""
+    def outgoing(self, data: bytes) -> bytes:
+        """Take proton's pending output; return the complete frames to send, rewritten where needed.
+
+        A frame proton handed out only in part is kept until the rest comes.
+        """
+        if self._out:
+            data = bytes(self._out) + data
+            self._out.clear()
         out: list[bytes] = []
         start = pos = 0
         end = len(data)
@@ -263,10 +270,12 @@ class Renumberer:
                     out.append(replacement)
                     start = pos + size
             pos += size
+        if pos < end:
+            self._out += data[pos:]
         if start == 0:
-            return pos, data if pos == end else data[:pos]
+            return data if pos == end else data[:pos]
         out.append(data[start:pos])
-        return pos, b"".join(out)
+        return b"".join(out)
 
     def _outgoing_frame(self, frame: memoryview) -> bytes | None:
         channel = struct.unpack_from(">H", frame, 6)[0]
@@ -366,9 +375,8 @@ class WireIOHandler(IOHandler):
         pending = t.pending()
         out = b""
         if pending > 0:
-            consumed, out = wired.renumberer.outgoing(t.peek(pending))
-            if consumed:
-                t.pop(consumed)
+            out = wired.renumberer.outgoing(t.peek(pending))
+            t.pop(pending)
         if wired.to_send:
             wired.to_send += out
             out = bytes(wired.to_send)
