@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra refresh-contracts demo devhost bench bench-emulator emulator clean
+.PHONY: install test lint check-infra refresh-contracts demo devhost bench bench-emulator bench-emulator-compare emulator clean
 
 install: $(STAMP) node_modules/.installed
 
@@ -69,7 +69,7 @@ bench: install
 bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
 
-.PHONY: profile test-under-load
+.PHONY: profile test-under-load bench-emulator-compare
 
 # py-spy on every Python process of the stack under make bench's end-to-end load; top frames per process.
 # e.g. PROFILE_ARGS="--seconds 30 --out prof" make profile
@@ -80,6 +80,11 @@ profile: install
 # make test-under-load PYTEST_ARGS=tests/e2e
 test-under-load: install
 	$(BIN)/python tests/load/run_under_load.py --hogs 2 -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The same benchmark against another revision's emulator and this tree's, alternately, e.g.
+# COMPARE_ARGS="--base main --rounds 8" make bench-emulator-compare
+bench-emulator-compare: $(STAMP)
+	$(BIN)/python bench/compare_emulator.py $(COMPARE_ARGS)
 
 emulator: $(STAMP)
 	$(BIN)/servicebus-emulator --config local/servicebus-config.json

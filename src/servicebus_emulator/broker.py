@@ -16,14 +16,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from proton import Condition, Delivery, Disposition, Endpoint, Handler, Link, Message, Sender, Terminus
+from proton import (
+    Condition,
+    Data,
+    Delivery,
+    Disposition,
+    Endpoint,
+    Handler,
+    Link,
+    Message,
+    Sender,
+    Terminus,
+    symbol,
+)
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from .codec import MessageFormatError, encode_delivery, parse_message, split_batch, to_timestamp
+from .codec import MessageFormatError, encode_delivery, parse_transfer, to_timestamp
 from .config import EmulatorConfig
-from .entity import LockLost, Outcome, Queue, Subqueue, scheduled_enqueue_time
-from .management import LOCK_LOST, ManagementNode
+from .entity import LockLost, Outcome, Queue, State, Subqueue, scheduled_enqueue_time
+from .management import INTERNAL_ERROR, LOCK_LOST, ManagementNode, Reply
 from .stats import RECEIVE, SCHEDULE, SEND, OperationStats
+from .wire import WireIOHandler
 
 log = logging.getLogger("servicebus_emulator.broker")
 
@@ -31,6 +44,21 @@ MAX_MESSAGE_SIZE = 256 * 1024  # the Standard tier's limit
 CREDIT_WINDOW = 200
 DEAD_LETTER_CONDITION = "com.microsoft:dead-letter"
 NOT_FOUND = "amqp:not-found"
+NOT_ALLOWED = "amqp:not-allowed"
+SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
+DECODE_ERROR = "amqp:decode-error"
+SESSION_FILTER = "com.microsoft:session-filter"
+# x-opt-message-state, as Service Bus sets it: 0 active, 1 deferred, 2 scheduled.
+_MESSAGE_STATE = {State.ACTIVE: 0, State.LOCKED: 0, State.DEFERRED: 1, State.SCHEDULED: 2}
+
+
+def error_condition(name: str, description: str) -> Condition:
+    """An AMQP error as Service Bus sends it: condition, description and an info map.
+
+    The SDK reads the three fields by position, so an error without ``info`` (which proton leaves out
+    when it is empty) makes its send callback fail and the send wait for its timeout.
+    """
+    return Condition(name, description, {symbol("com.microsoft:tracking-id"): str(uuid.uuid4())})
 
 
 @dataclass
@@ -99,11 +127,14 @@ class Broker(Handler):
         self._round_robin: dict[Subqueue, int] = {}
         self._container: Container | None = None
         self._injector = EventInjector()
+        self._answered = False  # whether the transfer being handled has been answered
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def run(self, host: str, port: int, on_listening: Callable[[], None] | None = None) -> None:
         """Listen and serve until :meth:`request_stop` is called."""
         container = Container(self)
+        # Sockets go through the renumbering of delivery-ids (see wire.py), as Service Bus tolerates them.
+        container.global_handler = WireIOHandler()
         self._container = container
         container.selectable(self._injector)
         container.listen(f"{host}:{port}")
@@ -171,6 +202,17 @@ class Broker(Handler):
         event.connection.close()
 
     @_guarded
+    def on_transport_error(self, event: Any) -> None:
+        condition = event.transport.condition
+        state: ConnectionState | None = getattr(event.connection, "emulator", None)
+        if condition is None:
+            return
+        if state is None:  # never opened: a port probe (the launcher's), not a client
+            log.debug("connection closed before opening: %s", condition.description)
+            return
+        log.warning("connection from %s failed: %s: %s", state.peer, condition.name, condition.description)
+
+    @_guarded
     def on_transport_closed(self, event: Any) -> None:
         if event.connection is not None:
             self._forget_connection(event.connection, "dropped")
@@ -223,6 +265,15 @@ class Broker(Handler):
                     link, address, "Sending to a dead-letter queue is not allowed.", "amqp:not-allowed"
                 )
                 return
+            if link.is_sender and _has_session_filter(link.remote_source.filter):
+                self._refuse(
+                    link,
+                    address,
+                    f"The queue '{queue.name}' does not use sessions: this emulator has none, "
+                    "so a receiver for a session is refused.",
+                    NOT_ALLOWED,
+                )
+                return
             subqueue = queue.subqueue(dead_letter)
             state = LinkState(
                 kind="queue",
@@ -265,7 +316,7 @@ class Broker(Handler):
         else:
             link.source.type = Terminus.UNSPECIFIED
         link.open()
-        link.condition = Condition(name, text)
+        link.condition = error_condition(name, text)
         link.close()
 
     @_guarded
@@ -315,7 +366,18 @@ class Broker(Handler):
             if delivery.readable and not delivery.partial:
                 self._on_transfer(link, state, delivery)
         elif state.kind == "queue":
-            self._on_settlement(state, delivery)
+            self._answered = False
+            try:
+                self._on_settlement(state, delivery)
+            except Exception as exc:
+                # As for transfers: the receiver gets an answer at once, not its 60-second wait.
+                log.exception("%s: failed to apply a settlement", state.address)
+                if not self._answered:
+                    self._answer(
+                        delivery,
+                        Disposition.REJECTED,
+                        error_condition(INTERNAL_ERROR, f"The emulator failed to settle: {exc!r}"),
+                    )
         elif delivery.remote_state or delivery.settled:
             delivery.settle()
 
@@ -324,28 +386,75 @@ class Broker(Handler):
         link.advance()
         if link.credit < CREDIT_WINDOW // 2:
             link.flow(CREDIT_WINDOW - link.credit)
-        if state.kind == "queue":
-            self._enqueue(state, delivery, raw)
-        elif state.kind == "cbs":
-            request = _decode_request(raw)
-            self._answer(delivery, Disposition.ACCEPTED)
-            if request is not None:
-                conn_state: ConnectionState = link.connection.emulator
-                reply = Message(
-                    correlation_id=request.id,
-                    properties={"status-code": 202, "status-description": "Accepted"},
+        self._answered = False
+        try:
+            if state.kind == "queue":
+                self._enqueue(state, delivery, raw)
+            elif state.kind == "cbs":
+                self._on_cbs(link, delivery, raw)
+            elif state.kind == "management" and state.management is not None:
+                self._on_management(link, state, delivery, raw)
+        except Exception as exc:
+            # Whatever went wrong, the client gets an answer at once instead of waiting for its timeout.
+            log.exception("%s: failed to handle a transfer", state.address)
+            if not self._answered:
+                self._answer(
+                    delivery,
+                    Disposition.REJECTED,
+                    error_condition(INTERNAL_ERROR, f"The emulator failed to handle the message: {exc!r}"),
                 )
-                self._reply(conn_state.cbs_reply, reply)
-        elif state.kind == "management" and state.management is not None:
-            request = _decode_request(raw)
-            self._answer(delivery, Disposition.ACCEPTED)
-            if request is None:
-                return
+
+    def _on_cbs(self, link: Any, delivery: Delivery, raw: bytes) -> None:
+        """A put-token request: accept any token for the namespace or a configured queue.
+
+        A token for a queue that does not exist is refused with 404, as Service Bus does; the SDK
+        raises ``ServiceBusAuthenticationError`` for it before it attaches any link.
+        """
+        request = _decode_request(raw)
+        if request is None:
+            self._answer(
+                delivery, Disposition.REJECTED, error_condition(DECODE_ERROR, "Undecodable request.")
+            )
+            return
+        self._answer(delivery, Disposition.ACCEPTED)
+        properties: dict[Any, Any] = request.properties or {}
+        audience = str(properties.get("name", ""))
+        status, description = 202, "Accepted"
+        queue, _ = self._lookup(_audience_entity(audience))
+        if _audience_entity(audience) and queue is None:
+            status = 404
+            description = f"The messaging entity '{audience}' could not be found."
+            log.warning("refused a token for %s: no such queue", audience)
+        reply = Message(
+            correlation_id=request.id,
+            properties={"status-code": status, "status-description": description},
+        )
+        conn_state: ConnectionState = link.connection.emulator
+        self._reply(conn_state.cbs_reply, reply)
+
+    def _on_management(self, link: Any, state: LinkState, delivery: Delivery, raw: bytes) -> None:
+        """A ``$management`` request: answer it on the reply link, correlated with its message-id."""
+        assert state.management is not None
+        request = _decode_request(raw)
+        if request is None:
+            self._answer(
+                delivery, Disposition.REJECTED, error_condition(DECODE_ERROR, "Undecodable request.")
+            )
+            return
+        self._answer(delivery, Disposition.ACCEPTED)
+        conn_state: ConnectionState = link.connection.emulator
+        reply_to = entity_path(request.reply_to).lower() or state.address.lower()
+        reply_link = conn_state.management_replies.get(reply_to)
+        try:
             reply = state.management.handle(request, self._clock()).to_message(request.id)
-            conn_state = link.connection.emulator
-            reply_to = entity_path(request.reply_to).lower() or state.address.lower()
-            self._reply(conn_state.management_replies.get(reply_to), reply)
-            self._dispatch_queue(state.queue)
+            self._reply(reply_link, reply)
+        except Exception as exc:
+            log.exception("%s: failed to answer a management request", state.address)
+            failure = Reply(
+                500, f"The emulator failed to handle the request: {exc!r}", condition=INTERNAL_ERROR
+            )
+            self._reply(reply_link, failure.to_message(request.id))
+        self._dispatch_queue(state.queue)
 
     def _enqueue(self, state: LinkState, delivery: Delivery, raw: bytes) -> None:
         assert state.subqueue is not None
@@ -353,17 +462,14 @@ class Broker(Handler):
             self._answer(
                 delivery,
                 Disposition.REJECTED,
-                Condition(
-                    "amqp:link:message-size-exceeded", f"The message is larger than {MAX_MESSAGE_SIZE} bytes."
-                ),
+                error_condition(SIZE_EXCEEDED, f"The message is larger than {MAX_MESSAGE_SIZE} bytes."),
             )
             return
         try:
-            parts = split_batch(raw) or [raw]
-            parsed = [parse_message(p) for p in parts]
+            parsed = parse_transfer(raw)
         except MessageFormatError as exc:
             log.warning("%s: rejected an undecodable message: %s", state.subqueue.path, exc)
-            self._answer(delivery, Disposition.REJECTED, Condition("amqp:decode-error", str(exc)))
+            self._answer(delivery, Disposition.REJECTED, error_condition(DECODE_ERROR, str(exc)))
             return
         now = self._clock()
         for sections in parsed:
@@ -401,7 +507,7 @@ class Broker(Handler):
         try:
             state.subqueue.settle(token, outcome, self._clock(), reason, description)
         except LockLost as exc:
-            self._answer(delivery, Disposition.REJECTED, Condition(LOCK_LOST, str(exc)))
+            self._answer(delivery, Disposition.REJECTED, error_condition(LOCK_LOST, str(exc)))
             return
         if remote == Disposition.MODIFIED:
             delivery.local.failed = bool(delivery.remote.failed)
@@ -409,8 +515,8 @@ class Broker(Handler):
         self._answer(delivery, remote)
         self._dispatch_queue(state.queue)
 
-    @staticmethod
-    def _answer(delivery: Delivery, outcome: int, condition: Condition | None = None) -> None:
+    def _answer(self, delivery: Delivery, outcome: int, condition: Condition | None = None) -> None:
+        self._answered = True
         if condition is not None:
             delivery.local.condition = condition
         delivery.update(outcome)
@@ -439,35 +545,48 @@ class Broker(Handler):
         if not consumers or not subqueue.has_available:
             return
         now = self._clock()
-        start = self._round_robin.get(subqueue, 0)
-        while subqueue.has_available:
-            ready = [link for link in consumers if link.credit > 0]
-            if not ready:
-                break
-            delivered = False
-            for i in range(len(ready)):
-                link = ready[(start + i) % len(ready)]
-                state: LinkState = link.emulator
-                message = subqueue.acquire(now, lock=not state.receive_and_delete)
-                if message is None:
+        if len(consumers) == 1:  # the usual case: no round-robin to keep
+            link = consumers[0]
+            state: LinkState = link.emulator
+            while subqueue.has_available and link.credit > 0:
+                if not self._deliver(link, state, subqueue, now):
                     break
-                payload = self._encode(message, subqueue, not state.receive_and_delete)
-                tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
-                delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes; typed str
-                delivery.lock_token = message.lock_token
-                link.send(payload)
-                link.advance()
-                self.stats.add(subqueue.path, RECEIVE)
-                if state.receive_and_delete:
-                    delivery.settle()
-                delivered = True
-            start += 1
-            if not delivered:
-                break
-        self._round_robin[subqueue] = start % max(len(consumers), 1)
+        else:
+            start = self._round_robin.get(subqueue, 0)
+            while subqueue.has_available:
+                ready = [link for link in consumers if link.credit > 0]
+                if not ready:
+                    break
+                delivered = False
+                for i in range(len(ready)):
+                    link = ready[(start + i) % len(ready)]
+                    if not self._deliver(link, link.emulator, subqueue, now):
+                        break
+                    delivered = True
+                start += 1
+                if not delivered:
+                    break
+            self._round_robin[subqueue] = start % len(consumers)
         for link in consumers:
             if link.drain_mode and link.credit > 0 and not subqueue.has_available:
                 link.drained()
+
+    def _deliver(self, link: Sender, state: LinkState, subqueue: Subqueue, now: float) -> bool:
+        """Send the next available message on ``link``; False if there was none."""
+        locked = not state.receive_and_delete
+        message = subqueue.acquire(now, lock=locked)
+        if message is None:
+            return False
+        payload = self._encode(message, subqueue, locked)
+        tag = message.lock_token.bytes_le if message.lock_token else uuid.uuid4().bytes_le
+        delivery = link.delivery(tag)  # type: ignore[arg-type]  # proton takes bytes; typed str
+        delivery.lock_token = message.lock_token
+        link.send(payload)
+        link.advance()
+        self.stats.add(subqueue.path, RECEIVE)
+        if not locked:
+            delivery.settle()
+        return True
 
     @staticmethod
     def _encode(message: Any, subqueue: Subqueue, locked: bool) -> bytes:
@@ -477,12 +596,44 @@ class Broker(Handler):
         }
         if locked and message.locked_until is not None:
             annotations["x-opt-locked-until"] = to_timestamp(message.locked_until)
+        annotations["x-opt-message-state"] = 1 if message.deferred else _MESSAGE_STATE[message.state]
         return encode_delivery(
             message.sections,
             delivery_count=message.delivery_count,
             annotations=annotations,
             application_properties=message.dead_letter_properties or None,
+            lock_token=message.lock_token if locked else None,
         )
+
+
+def _has_session_filter(filters: Data) -> bool:
+    """True if a receiver's source asks for a session (the ``com.microsoft:session-filter`` key)."""
+    if filters is None:
+        return False
+    filters.rewind()
+    if not filters.next() or filters.type() != Data.MAP:
+        return False
+    count = filters.get_map()
+    filters.enter()
+    try:
+        for _ in range(count // 2):
+            filters.next()
+            key = filters.get_object()
+            filters.next()
+            if str(key) == SESSION_FILTER:
+                return True
+    finally:
+        filters.exit()
+        filters.rewind()
+    return False
+
+
+def _audience_entity(audience: str) -> str:
+    """``sb://host:port/orders/$management`` -> ``orders``; empty for the namespace itself."""
+    path = entity_path(audience).lower()
+    for suffix in ("/$management", "/$deadletterqueue"):
+        path = path.removesuffix(suffix)
+    return path
 
 
 def _decode_request(raw: bytes) -> Message | None:

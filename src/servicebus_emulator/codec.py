@@ -7,6 +7,8 @@ the header (delivery count) and the message annotations (sequence number, enqueu
 
 from __future__ import annotations
 
+import struct
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +47,8 @@ class MessageFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Section:
-    """One section: its descriptor code, its raw encoding and its decoded value."""
+    """One section: its descriptor code, its raw encoding and, for the sections the broker reads
+    (header, properties, message annotations, data), its decoded value; None for the others."""
 
     code: int
     raw: bytes
@@ -59,6 +62,7 @@ class MessageSections:
     header: list[Any] = field(default_factory=list)
     annotations: dict[Any, Any] = field(default_factory=dict)
     properties: list[Any] = field(default_factory=list)
+    delivery_annotations_raw: bytes = b""
     properties_raw: bytes = b""
     application_properties_raw: bytes = b""
     body_raw: bytes = b""
@@ -81,8 +85,45 @@ class MessageSections:
         return len(self.application_properties_raw) + len(self.body_raw) + len(self.footer_raw)
 
 
+# Only these sections are decoded into Python values; the rest are kept as the sender's bytes, so a
+# value proton cannot turn into Python (a map with binary keys) never stops a message.
+_DECODED = frozenset({HEADER, PROPERTIES, MESSAGE_ANNOTATIONS, DATA})
+
+
+def value_of(data: Data) -> Any:
+    """The current value of ``data`` as Python, with binary values (also map keys) as ``bytes``.
+
+    proton's own ``get_object`` yields binary as a writable memoryview, which cannot be a dict key.
+    """
+    kind = data.type()
+    if kind == Data.MAP:
+        count = data.get_map()
+        result: dict[Any, Any] = {}
+        data.enter()
+        for _ in range(count // 2):
+            data.next()
+            key = value_of(data)
+            data.next()
+            result[key] = value_of(data)
+        data.exit()
+        return result
+    if kind == Data.LIST:
+        count = data.get_list()
+        items = []
+        data.enter()
+        for _ in range(count):
+            data.next()
+            items.append(value_of(data))
+        data.exit()
+        return items
+    if kind == Data.BINARY:
+        return bytes(data.get_binary())
+    value = data.get_object()
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
 def split_sections(raw: bytes) -> list[Section]:
-    """Decode a sequence of described sections; raise :class:`MessageFormatError` if it is not one."""
+    """Split a sequence of described sections; raise :class:`MessageFormatError` if it is not one."""
     sections: list[Section] = []
     view = bytes(raw)
     pos = 0
@@ -104,10 +145,13 @@ def split_sections(raw: bytes) -> list[Section]:
         code = _SYMBOLIC.get(str(descriptor), -1) if isinstance(descriptor, symbol) else int(descriptor or -1)
         if code not in _ORDER:
             raise MessageFormatError(f"unknown section descriptor {descriptor!r}")
-        data.next()
-        value = data.get_object()
-        if isinstance(value, memoryview):
-            value = bytes(value)
+        value = None
+        if code in _DECODED:
+            data.next()
+            try:
+                value = value_of(data)
+            except Exception as exc:
+                raise MessageFormatError(f"undecodable section at byte {pos}: {exc}") from exc
         sections.append(Section(code, view[pos : pos + consumed], value))
         pos += consumed
     if not sections:
@@ -116,8 +160,14 @@ def split_sections(raw: bytes) -> list[Section]:
 
 
 def parse_message(raw: bytes) -> MessageSections:
-    """Parse one encoded message into the parts the broker keeps."""
-    sections = split_sections(raw)
+    """Parse one encoded message into the parts the broker keeps.
+
+    A message may have no body section at all (the SDK sends ``body=None`` that way); it is kept so.
+    """
+    return _from_sections(split_sections(raw))
+
+
+def _from_sections(sections: list[Section]) -> MessageSections:
     parsed = MessageSections()
     app_props: list[bytes] = []
     body: list[bytes] = []
@@ -126,6 +176,8 @@ def parse_message(raw: bytes) -> MessageSections:
     for section in sections:
         if section.code == HEADER:
             parsed.header = list(section.value or [])
+        elif section.code == DELIVERY_ANNOTATIONS:
+            parsed.delivery_annotations_raw = section.raw
         elif section.code == MESSAGE_ANNOTATIONS:
             parsed.annotations = dict(section.value or {})
         elif section.code == PROPERTIES:
@@ -138,9 +190,6 @@ def parse_message(raw: bytes) -> MessageSections:
             body_codes.append(section.code)
         elif section.code == FOOTER:
             footer.append(section.raw)
-        # Delivery annotations are for one hop only: the broker does not keep the sender's.
-    if not body:
-        raise MessageFormatError("message has no body section")
     parsed.application_properties_raw = b"".join(app_props)
     parsed.body_raw = b"".join(body)
     parsed.footer_raw = b"".join(footer)
@@ -159,17 +208,35 @@ def split_batch(raw: bytes) -> list[bytes] | None:
         sections = split_sections(raw)
     except MessageFormatError:
         return None
+    batch = _batch(sections)
+    return None if batch is None else [inner for inner, _ in batch]
+
+
+def parse_transfer(raw: bytes) -> list[MessageSections]:
+    """The messages one transfer carries: the inner messages of a batch, or the message itself.
+
+    Each section is decoded once, also for a batch. Raises :class:`MessageFormatError`.
+    """
+    sections = split_sections(raw)
+    batch = _batch(sections)
+    if batch is None:
+        return [_from_sections(sections)]
+    return [parsed for _, parsed in batch]
+
+
+def _batch(sections: list[Section]) -> list[tuple[bytes, MessageSections]] | None:
     inner = [s.value for s in sections if s.code == DATA]
     if not inner or any(s.code in (AMQP_SEQUENCE, AMQP_VALUE) for s in sections):
         return None
+    out = []
     for payload in inner:
         if not isinstance(payload, bytes) or payload[:2] != b"\x00\x53":
             return None
         try:
-            parse_message(payload)
+            out.append((payload, parse_message(payload)))
         except MessageFormatError:
             return None
-    return inner
+    return out
 
 
 def _put_described_map(data: Data, code: int, value: dict[Any, Any]) -> None:
@@ -180,39 +247,103 @@ def _put_described_map(data: Data, code: int, value: dict[Any, Any]) -> None:
     data.exit()
 
 
+# The delivery-annotations section {x-opt-lock-token: <uuid>} up to the 16 bytes of the uuid, built once:
+# it goes on every peek-locked delivery.
+_LOCK_TOKEN_KEY = b"x-opt-lock-token"
+_LOCK_TOKEN_PREFIX = (
+    bytes([0x00, 0x53, DELIVERY_ANNOTATIONS, 0xC1, 2 + len(_LOCK_TOKEN_KEY) + 1 + 16 + 1, 2, 0xA3])
+    + bytes([len(_LOCK_TOKEN_KEY)])
+    + _LOCK_TOKEN_KEY
+    + b"\x98"
+)
+
+
+def _delivery_annotations(message: MessageSections, lock_token: uuid.UUID | None) -> bytes:
+    """The sender's delivery annotations, with ``x-opt-lock-token`` added when the message is locked."""
+    if not message.delivery_annotations_raw:
+        return b"" if lock_token is None else _LOCK_TOKEN_PREFIX + lock_token.bytes
+    if lock_token is None:
+        return message.delivery_annotations_raw
+    merged = decode_map_section(message.delivery_annotations_raw)
+    merged[symbol("x-opt-lock-token")] = lock_token
+    data = Data()
+    _put_described_map(data, DELIVERY_ANNOTATIONS, merged)
+    return bytes(data.encode())
+
+
+_SYMBOLS: dict[str, bytes] = {}  # annotation keys, encoded as symbols
+
+
+def _broker_annotations(annotations: dict[str, Any]) -> bytes | None:
+    """The message-annotations section for the broker's own entries, encoded by hand (each delivery
+    needs one, and proton's generic map encoding is most of a delivery's cost); None if a value is not a
+    timestamp or an integer, for the generic path to encode."""
+    parts = []
+    for key, value in annotations.items():
+        raw_key = _SYMBOLS.get(key)
+        if raw_key is None:
+            raw_key = _SYMBOLS[key] = bytes((0xA3, len(key))) + key.encode("ascii")
+        if isinstance(value, timestamp):
+            encoded = b"\x83" + struct.pack(">q", value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            encoded = b"\x81" + struct.pack(">q", value)
+        else:
+            return None
+        parts.append(raw_key + encoded)
+    elements = b"".join(parts)
+    count = 2 * len(parts)
+    if len(elements) + 1 <= 255:
+        return bytes((0x00, 0x53, MESSAGE_ANNOTATIONS, 0xC1, len(elements) + 1, count)) + elements
+    head = bytes((0x00, 0x53, MESSAGE_ANNOTATIONS, 0xD1))
+    return head + struct.pack(">II", len(elements) + 4, count) + elements
+
+
+def _header(*, durable: bool, priority: int, ttl_ms: int | None, delivery_count: int) -> bytes:
+    """The header section, encoded by hand: it is the same five fields on every delivery.
+
+    ``first-acquirer`` is true on the first delivery; the delivery count is always written.
+    """
+    ttl = b"\x40" if ttl_ms is None else b"\x70" + struct.pack(">I", ttl_ms & 0xFFFFFFFF)
+    fields = (
+        (b"\x41" if durable else b"\x42")
+        + bytes((0x50, priority & 0xFF))
+        + ttl
+        + (b"\x41" if delivery_count == 0 else b"\x42")
+        + b"\x70"
+        + struct.pack(">I", delivery_count)
+    )
+    return bytes((0x00, 0x53, HEADER, 0xC0, len(fields) + 1, 5)) + fields
+
+
 def encode_delivery(
     message: MessageSections,
     *,
     delivery_count: int,
     annotations: dict[str, Any],
     application_properties: dict[str, Any] | None = None,
+    lock_token: uuid.UUID | None = None,
 ) -> bytes:
     """Encode a message for delivery: a fresh header and annotations, then the stored bare message.
 
     ``delivery_count`` is always written, including zero: clients read a missing count as None.
     ``application_properties`` entries are merged over the stored ones when given (dead-lettering).
+    The sender's delivery annotations are passed on, with ``x-opt-lock-token`` when ``lock_token``
+    is given, as Service Bus does.
     """
     header = list(message.header) + [None] * (5 - len(message.header))
-    data = Data()
-    data.put_described()
-    data.enter()
-    data.put_ulong(HEADER)
-    data.put_list()
-    data.enter()
-    data.put_bool(bool(header[0]))
-    data.put_ubyte(4 if header[1] is None else int(header[1]))
-    if header[2] is None:
-        data.put_null()
-    else:
-        data.put_uint(int(header[2]))
-    data.put_bool(delivery_count == 0)
-    data.put_uint(delivery_count)
-    data.exit()
-    data.exit()
-    merged = dict(message.annotations)
-    merged.update({symbol(k): v for k, v in annotations.items()})
-    _put_described_map(data, MESSAGE_ANNOTATIONS, merged)
-    head = data.encode()
+    header_raw = _header(
+        durable=bool(header[0]),
+        priority=4 if header[1] is None else int(header[1]),
+        ttl_ms=None if header[2] is None else int(header[2]),
+        delivery_count=delivery_count,
+    )
+    annotations_raw = None if message.annotations else _broker_annotations(annotations)
+    if annotations_raw is None:
+        data = Data()
+        merged = dict(message.annotations)
+        merged.update({symbol(k): v for k, v in annotations.items()})
+        _put_described_map(data, MESSAGE_ANNOTATIONS, merged)
+        annotations_raw = bytes(data.encode())
 
     app_raw = message.application_properties_raw
     if application_properties:
@@ -221,13 +352,31 @@ def encode_delivery(
         extra = Data()
         _put_described_map(extra, APPLICATION_PROPERTIES, current)
         app_raw = extra.encode()
-    return bytes(head) + message.properties_raw + app_raw + message.body_raw + message.footer_raw
+    return (
+        header_raw
+        + _delivery_annotations(message, lock_token)
+        + annotations_raw
+        + message.properties_raw
+        + app_raw
+        + message.body_raw
+        + message.footer_raw
+    )
 
 
 def decode_map_section(raw: bytes) -> dict[Any, Any]:
-    """Decode a map section (application properties) to a dict, keeping AMQP types."""
-    sections = split_sections(raw)
-    return dict(sections[0].value or {})
+    """Decode a map section (application or delivery annotations) to a dict, keeping AMQP types."""
+    data = Data()
+    try:
+        data.decode(raw)
+        data.rewind()
+        data.next()
+        data.enter()
+        data.next()
+        data.next()
+        value = value_of(data)
+    except Exception as exc:
+        raise MessageFormatError(f"undecodable map section: {exc}") from exc
+    return dict(value or {})
 
 
 def to_timestamp(epoch_seconds: float) -> timestamp:

@@ -74,6 +74,7 @@ class BrokerMessage:
     lock_token: uuid.UUID | None = None
     locked_until: float | None = None
     dead_letter_properties: dict[str, Any] = field(default_factory=dict)
+    deferred: bool = False  # deferred once: it stays deferred until it is settled otherwise
 
 
 class LockLost(Exception):
@@ -205,6 +206,7 @@ class Subqueue:
             self._move_to_dead_letter(message, reason or "", description or "", now)
         elif outcome is Outcome.DEFER:
             message.state = State.DEFERRED
+            message.deferred = True
             log.debug("%s: deferred seq=%d", self.path, seq)
         else:
             self._return(message, now, count_attempt=outcome is Outcome.ABANDON, why="abandoned")
@@ -247,6 +249,11 @@ class Subqueue:
             return
         if message.expires_at is not None and message.expires_at <= now:
             self._expire(message, now)
+            return
+        if message.deferred:
+            # Received by sequence number, then abandoned or its lock lost: deferred again, not active.
+            message.state = State.DEFERRED
+            log.debug("%s: %s deferred seq=%d", self.path, why, message.sequence_number)
             return
         self._make_available(message)
         log.debug(
@@ -293,6 +300,15 @@ class Subqueue:
         """Messages of any state from a sequence number on, in order, without locking them."""
         found = sorted(s for s in self.messages if s >= from_sequence_number)[:count]
         return [self.messages[s] for s in found]
+
+    def missing_deferred(self, sequence_numbers: Iterable[int]) -> list[int]:
+        """The sequence numbers that are not deferred messages here (locked ones included)."""
+        missing = []
+        for seq in sequence_numbers:
+            message = self.messages.get(seq)
+            if message is None or message.state is not State.DEFERRED:
+                missing.append(seq)
+        return missing
 
     def take_deferred(self, sequence_numbers: Iterable[int], now: float, lock: bool) -> list[BrokerMessage]:
         """Lock (or remove) deferred messages by sequence number."""

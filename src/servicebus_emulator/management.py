@@ -20,6 +20,7 @@ LOCK_LOST = "com.microsoft:message-lock-lost"
 MESSAGE_NOT_FOUND = "com.microsoft:message-not-found"
 ARGUMENT_ERROR = "com.microsoft:argument-error"
 NOT_IMPLEMENTED = "amqp:not-implemented"
+INTERNAL_ERROR = "amqp:internal-error"
 
 _DISPOSITIONS = {
     "completed": Outcome.COMPLETE,
@@ -91,6 +92,10 @@ class ManagementNode:
             reply = Reply(410, str(exc), condition=LOCK_LOST)
         except (BadRequest, MessageFormatError, KeyError, TypeError, ValueError) as exc:
             reply = Reply(400, f"Bad {operation} request: {exc}", condition=ARGUMENT_ERROR)
+        except Exception as exc:
+            # A fault of the emulator's own: still an answer, so the client does not wait for its timeout.
+            log.exception("%s: %s failed", self.subqueue.path, operation)
+            reply = Reply(500, f"The emulator failed on {operation}: {exc!r}", condition=INTERNAL_ERROR)
         log.debug("%s: %s -> %d", self.subqueue.path, operation, reply.status)
         return reply
 
@@ -149,11 +154,13 @@ class ManagementNode:
     def _op_receive_by_sequence_number(self, body: dict[str, Any], now: float) -> Reply:
         lock = int(body.get("receiver-settle-mode", 1)) != 0
         wanted = [int(s) for s in _elements(body["sequence-numbers"])]
-        taken = self.subqueue.take_deferred(wanted, now, lock)
-        if not taken:
+        missing = self.subqueue.missing_deferred(wanted)
+        if missing:
+            # Service Bus fails the whole request when any of the numbers is not a deferred message.
             return Reply(
-                404, f"No deferred messages with sequence numbers {wanted}.", condition=MESSAGE_NOT_FOUND
+                404, f"No deferred messages with sequence numbers {missing}.", condition=MESSAGE_NOT_FOUND
             )
+        taken = self.subqueue.take_deferred(wanted, now, lock)
         entries = []
         for message in taken:
             entry: dict[str, Any] = {"message": self._encode(message, self.subqueue, lock)}

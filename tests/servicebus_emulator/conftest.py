@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from servicebus_emulator.launcher import connection_string, free_port, launch
+from servicebus_emulator.launcher import connection_string, free_port, launch, wait_listening
 from tests.support import stop_process
 
 DEFAULT_PROPERTIES: dict[str, Any] = {
@@ -63,6 +64,7 @@ class RunningEmulator:
 
 
 EmulatorFactory = Callable[..., RunningEmulator]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def start_emulator(config: Path, log_path: Path) -> RunningEmulator:
@@ -74,6 +76,30 @@ def start_emulator(config: Path, log_path: Path) -> RunningEmulator:
         except RuntimeError as exc:
             raise AssertionError(f"{exc}:\n{log_path.read_text()}") from exc
     return RunningEmulator(process, port, connection_string(port), log_path)
+
+
+def start_faulty_emulator(config: Path, log_path: Path) -> RunningEmulator:
+    """Start ``tests.servicebus_emulator.faulty_emulator`` (the emulator with planted faults)."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.servicebus_emulator.faulty_emulator"]
+    command += ["--port", str(port), "--config", str(config), "--log-level", "DEBUG"]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPOSITORY)
+    try:
+        wait_listening(process, port, "127.0.0.1", 20.0, "the faulty emulator")
+    except RuntimeError as exc:
+        raise AssertionError(f"{exc}:\n{log_path.read_text()}") from exc
+    return RunningEmulator(process, port, connection_string(port), log_path)
+
+
+@pytest.fixture
+def faulty_emulator(tmp_path: Path) -> Iterator[RunningEmulator]:
+    """An emulator process with planted faults (see ``faulty_emulator.py``) and one queue ``q``."""
+    running = start_faulty_emulator(
+        write_config(tmp_path / "config.json", {"q": {}}), tmp_path / "faulty-emulator.log"
+    )
+    yield running
+    stop_process(running.process)
 
 
 @pytest.fixture
