@@ -150,17 +150,9 @@ class OrdersApi:
 
     async def submit(self, body: bytes, content_type: str | None, base_url: str) -> Reply:
         """``POST /api/orders``."""
-        media = (content_type or "").split(";", 1)[0].strip().lower()
-        if media != "application/json":
-            return error(415, "UnsupportedMediaType", "send the order as application/json")
-        if len(body) > MAX_BODY_BYTES:
-            return error(413, "PayloadTooLarge", f"the body is over {MAX_BODY_BYTES} bytes")
-        try:
-            raw = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return error(400, "InvalidJson", f"the body is not valid JSON: {exc}")
-        if not isinstance(raw, dict):
-            return error(400, "ValidationFailed", "the body must be a JSON object")
+        raw = _json_object(body, content_type, required=True)
+        if isinstance(raw, Reply):
+            return raw
         try:
             order = OrderRequest.model_validate(raw)
         except ValidationError as exc:
