@@ -84,6 +84,9 @@ class StepState(BaseModel):
     status: StepStatus = Field(default=StepStatus.NOT_STARTED, alias="StepState")
     attempts: int = Field(default=0, ge=0, alias="Attempts")
     compensation_attempts: int = Field(default=0, ge=0, alias="CompensationAttempts")
+    # Times the Supervisor found this step's current work past its CompleteBy, in its current phase: the
+    # pattern's failure count per step, which decides Error (the task's FailureCount is the total).
+    failures: int = Field(default=0, ge=0, alias="FailureCount")
     complete_by: datetime | None = Field(default=None, alias="CompleteBy")
     last_error: str | None = Field(default=None, alias="LastError")
     result: dict[str, Any] | None = Field(default=None, alias="Result")

@@ -261,8 +261,15 @@ def _step_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
     record.state.last_error = f"{step.name}: {error}"
     record.state.phase = Phase.COMPENSATE
     record.state.process_state = ProcessState.COMPENSATING
+    _fresh_failure_counts(record)
     compensating = status(record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error)
     return _dispatch_compensation(record, ctx, start=index).after(compensating)
+
+
+def _fresh_failure_counts(record: TaskRecord) -> None:
+    """Undoing a step is new work: the timeouts of its forward attempts do not count against the undo."""
+    for step in record.steps:
+        step.failures = 0
 
 
 # ---- compensation --------------------------------------------------------------------------------
@@ -369,15 +376,19 @@ def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
         )
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
+    # The pattern keeps a failure count per step: three single timeouts on three different steps are not
+    # a step that keeps failing. The task's FailureCount stays the total, for operators.
+    step = record.steps[state.current_step]
+    step.failures += 1
     state.failure_count += 1
-    if state.failure_count >= ctx.settings.supervisor_max_failures:
+    if step.failures >= ctx.settings.supervisor_max_failures:
         return _enter_error(
             record,
             ctx,
-            f"{state.failure_count} failures: step did not complete by its deadline",
+            f"{step.failures} failures: step {step.name} did not complete by its deadline",
             _engine(ctx, "supervisor"),
         )
-    retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(state.failure_count))
+    retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures))
     state.locked_by = None
     state.next_attempt_at = retry_at
     state.complete_by = retry_at + window
@@ -387,7 +398,7 @@ def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
     else:
         kind = CommandKind.RESUME
     _touch(record, ctx)
-    reason = f"supervisor: retry after failure {state.failure_count}"
+    reason = f"supervisor: retry after failure {step.failures} of {step.name}"
     return Decision(Outcome.RETRIED, (command(state.order_id, kind, reason, at=retry_at),))
 
 
@@ -399,6 +410,7 @@ def resubmit(record: TaskRecord, ctx: Context) -> Decision:
     state = record.state
     state.process_state = ProcessState.PENDING
     state.failure_count = 0
+    record.steps[state.current_step].failures = 0
     state.locked_by = None
     state.next_attempt_at = None
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
@@ -427,6 +439,7 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
         resume_at += timedelta(seconds=ctx.settings.cancel_grace_seconds)
     state.phase = Phase.COMPENSATE
     state.process_state = ProcessState.COMPENSATING
+    _fresh_failure_counts(record)
     state.locked_by = None
     state.next_attempt_at = resume_at
     state.complete_by = resume_at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
@@ -450,6 +463,7 @@ def _hand_back(record: TaskRecord, ctx: Context, reason: str) -> Decision:
     state = record.state
     if state.process_state is ProcessState.ERROR:
         state.failure_count = 0  # an operator looked at it: the Supervisor counts afresh
+        record.steps[state.current_step].failures = 0
     forward = state.phase is Phase.FORWARD
     state.process_state = ProcessState.PENDING if forward else ProcessState.COMPENSATING
     state.locked_by = None

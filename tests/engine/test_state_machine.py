@@ -402,3 +402,44 @@ async def test_the_sweep_event_reports_every_count(caplog: pytest.LogCaptureFixt
     (event,) = [r for r in caplog.records if telemetry.SUPERVISOR_SWEEP_COMPLETED in r.getMessage()]
     counts = {k: getattr(event, k) for k in ("expired", "kicked", "retried", "errored", "lostRaces")}
     assert counts == {"expired": 1, "kicked": 1, "retried": 0, "errored": 0, "lostRaces": 0}
+
+
+async def test_the_failure_count_that_decides_error_is_per_step() -> None:
+    # The pattern's Supervisor keeps a failure count per step: one timeout on each of the three steps is
+    # not a step that keeps failing, so the order finishes; the task's FailureCount keeps the total.
+    world = World()
+    await world.submit()
+    await world.kick()
+    for step in ("first", "second", "third"):
+        request = world.take_request()
+        assert request.step == step and request.attempt == 1
+        world.clock.advance(10)  # complete-by passes once
+        report = await world.supervisor.sweep()
+        assert report.retried == 1 and report.errored == 0
+        (retry,) = world.commands()
+        world.clock.advance(5)
+        assert await world.scheduler.handle_command(retry)
+        again = world.take_request()
+        assert again.step == step and again.attempt == 2
+        assert await world.reply(again)
+    record = world.store.state("o-1")
+    assert record.state.process_state is ProcessState.PROCESSED
+    assert record.state.failure_count == 3
+    assert [s.failures for s in record.steps] == [1, 1, 1]
+
+
+async def test_timeouts_of_a_step_before_its_undo_do_not_count_against_the_undo() -> None:
+    world = World()
+    await world.submit()
+    await world.kick()
+    world.take_request()
+    world.clock.advance(10)
+    assert (await world.supervisor.sweep()).retried == 1
+    (retry,) = world.commands()
+    world.clock.advance(5)
+    await world.scheduler.handle_command(retry)
+    again = world.take_request()
+    assert again.attempt == 2 and world.store.state("o-1").steps[0].failures == 1
+    assert await world.reply(again, ReplyOutcome.FAILED, error="declined")
+    record = world.store.state("o-1")
+    assert record.state.phase is Phase.COMPENSATE and [s.failures for s in record.steps] == [0, 0, 0]
