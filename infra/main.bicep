@@ -57,7 +57,7 @@ param stepCompleteBySeconds int = 30
 param supervisorSchedule string = '*/30 * * * * *'
 
 @minValue(1)
-@description('SUPERVISOR_MAX_FAILURES: failures after which the Supervisor sets an order to Error (and the OrderEnteredError alert fires).')
+@description('SUPERVISOR_MAX_FAILURES: failures of one step after which the Supervisor sets its order to Error (and the OrderEnteredError alert fires).')
 param supervisorMaxFailures int = 3
 
 @minValue(1)
