@@ -14,9 +14,9 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from engine.errors import (
     Conflict,
@@ -142,6 +142,22 @@ def _json_object(body: bytes, content_type: str | None, required: bool) -> dict[
     return raw
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def parse_body(
+    model: type[_M], body: bytes, content_type: str | None, *, required: bool, what: str = "the request"
+) -> _M | Reply:
+    """The body as ``model``, or the error reply (415, 413, 400 with the fields that are wrong)."""
+    raw = _json_object(body, content_type, required)
+    if isinstance(raw, Reply):
+        return raw
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        return error(400, "ValidationFailed", f"{what} is not valid", _validation_details(exc))
+
+
 class OrdersApi:
     """The operations behind the HTTP routes."""
 
@@ -150,13 +166,9 @@ class OrdersApi:
 
     async def submit(self, body: bytes, content_type: str | None, base_url: str) -> Reply:
         """``POST /api/orders``."""
-        raw = _json_object(body, content_type, required=True)
-        if isinstance(raw, Reply):
-            return raw
-        try:
-            order = OrderRequest.model_validate(raw)
-        except ValidationError as exc:
-            return error(400, "ValidationFailed", "the order is not valid", _validation_details(exc))
+        order = parse_body(OrderRequest, body, content_type, required=True, what="the order")
+        if isinstance(order, Reply):
+            return order
         order_id = order.order_id or str(uuid.uuid4())
         document = order.document(order_id)
         try:
@@ -259,13 +271,9 @@ class OrdersApi:
         caller saw. Answers 202 with the order and its new ETag."""
         if not _ORDER_ID.match(order_id):
             return engine_error(NotFound(order_id))
-        raw = _json_object(call.body, call.content_type, required)
-        if isinstance(raw, Reply):
-            return raw
-        try:
-            body = model.model_validate(raw)
-        except ValidationError as exc:
-            return error(400, "ValidationFailed", "the request is not valid", _validation_details(exc))
+        body = parse_body(model, call.body, call.content_type, required=required)
+        if isinstance(body, Reply):
+            return body
         tags = _if_match(call.headers)
         if not tags or "*" in tags:
             return error(

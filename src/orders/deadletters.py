@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from engine.deadletters import (
     DeadLetter,
@@ -32,7 +32,7 @@ from engine.errors import NotFound
 from engine.state import AuditEntry
 from engine.tasks import TaskService
 
-from .api import MAX_PAGE_SIZE, Call, Reply, _json_object, _validation_details, error
+from .api import MAX_PAGE_SIZE, Call, Reply, error, parse_body
 from .identity import actor_of
 from .models import ActionRequest, _View
 
@@ -199,13 +199,9 @@ class DeadLettersApi:
             return unknown
         if not _DIGITS.match(sequence_number) or int(sequence_number) > MAX_SEQUENCE_NUMBER:
             return error(400, "ValidationFailed", "sequenceNumber must be a whole number from 0")
-        raw = _json_object(call.body, call.content_type, required=False)
-        if isinstance(raw, Reply):
-            return raw
-        try:
-            body = ActionRequest.model_validate(raw)
-        except ValidationError as exc:
-            return error(400, "ValidationFailed", "the request is not valid", _validation_details(exc))
+        body = parse_body(ActionRequest, call.body, call.content_type, required=False)
+        if isinstance(body, Reply):
+            return body
         parts = await self._parts()
         number = int(sequence_number)
         try:

@@ -372,12 +372,7 @@ class Broker(Handler):
             except Exception as exc:
                 # As for transfers: the receiver gets an answer at once, not its 60-second wait.
                 log.exception("%s: failed to apply a settlement", state.address)
-                if not self._answered:
-                    self._answer(
-                        delivery,
-                        Disposition.REJECTED,
-                        error_condition(INTERNAL_ERROR, f"The emulator failed to settle: {exc!r}"),
-                    )
+                self._answer_failure(delivery, "settle", exc)
         elif delivery.remote_state or delivery.settled:
             delivery.settle()
 
@@ -397,12 +392,16 @@ class Broker(Handler):
         except Exception as exc:
             # Whatever went wrong, the client gets an answer at once instead of waiting for its timeout.
             log.exception("%s: failed to handle a transfer", state.address)
-            if not self._answered:
-                self._answer(
-                    delivery,
-                    Disposition.REJECTED,
-                    error_condition(INTERNAL_ERROR, f"The emulator failed to handle the message: {exc!r}"),
-                )
+            self._answer_failure(delivery, "handle the message", exc)
+
+    def _answer_failure(self, delivery: Delivery, what: str, exc: Exception) -> None:
+        """Reject ``delivery`` with amqp:internal-error, unless its handler answered before it failed."""
+        if not self._answered:
+            self._answer(
+                delivery,
+                Disposition.REJECTED,
+                error_condition(INTERNAL_ERROR, f"The emulator failed to {what}: {exc!r}"),
+            )
 
     def _on_cbs(self, link: Any, delivery: Delivery, raw: bytes) -> None:
         """A put-token request: accept any token for the namespace or a configured queue.
