@@ -41,6 +41,15 @@ class Page:
     continuation: str | None
 
 
+@dataclass(frozen=True)
+class StateCounts:
+    """How many tasks each ProcessState holds; ``complete`` is False when counting stopped at its limit
+    (the counts are then lower bounds)."""
+
+    counts: dict[ProcessState, int]
+    complete: bool
+
+
 class StateStore(Protocol):
     """Durable task state with conditional (ETag) writes."""
 
@@ -82,6 +91,10 @@ class StateStore(Protocol):
 
         Raises :class:`engine.errors.InvalidContinuation` for a token it did not issue.
         """
+        ...
+
+    async def count_by_state(self, limit: int) -> StateCounts:
+        """How many tasks are in each ProcessState, counting at most ``limit`` tasks."""
         ...
 
 

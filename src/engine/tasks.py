@@ -15,7 +15,7 @@ from .machine import Operation
 from .messages import CommandKind
 from .outbox import carry_out, deliver
 from .parts import EngineParts
-from .ports import CreateOutcome, Page
+from .ports import CreateOutcome, Page, StateCounts
 from .state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 from .transitions import Context
 
@@ -82,6 +82,10 @@ class TaskService:
     async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
         """Tasks in one state, a page at a time."""
         return await self.parts.store.list_by_state(state, page_size, continuation)
+
+    async def count_by_state(self, limit: int) -> StateCounts:
+        """How many tasks are in each state, counting at most ``limit`` tasks."""
+        return await self.parts.store.count_by_state(limit)
 
     async def audit(self, order_id: str) -> list[AuditEntry]:
         """The task's audit entries, oldest first (:class:`~engine.errors.NotFound` if no such task)."""

@@ -40,9 +40,11 @@ from .models import (
     FieldError,
     Health,
     OrderAccepted,
+    OrderCounts,
     OrderPage,
     OrderRequest,
     SkipRequest,
+    StateCount,
     audit_view,
     body_hash,
     status_view,
@@ -53,6 +55,8 @@ log = logging.getLogger("orders.api")
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_PAGE_SIZE = 100
+# Counting reads every stored order's state; past this many it stops and says the counts are lower bounds.
+COUNT_LIMIT = 10_000
 _ORDER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
@@ -222,6 +226,15 @@ class OrdersApi:
             return engine_error(exc)
         listing = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
         return Reply(200, listing.wire())
+
+    async def counts(self) -> Reply:
+        """``GET /api/order-counts``: how many orders each ProcessState holds, up to :data:`COUNT_LIMIT`."""
+        try:
+            found = await (await self._tasks()).count_by_state(COUNT_LIMIT)
+        except EngineError as exc:
+            return engine_error(exc)
+        items = [StateCount(process_state=s, count=found.counts.get(s, 0)) for s in ProcessState]
+        return Reply(200, OrderCounts(items=items, at_least=not found.complete).wire())
 
     async def resubmit(self, order_id: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""

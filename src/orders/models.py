@@ -111,6 +111,22 @@ class OrderPage(_View):
     continuation_token: str | None = Field(alias="continuationToken")
 
 
+class StateCount(_View):
+    """How many orders one ProcessState holds."""
+
+    process_state: ProcessState = Field(alias="processState")
+    count: int
+
+
+class OrderCounts(_View):
+    """How many orders each ProcessState holds (``GET /api/order-counts``)."""
+
+    items: list[StateCount]
+    at_least: bool = Field(
+        alias="atLeast", description="true when counting stopped at its limit: every count is a lower bound"
+    )
+
+
 class AuditView(_View):
     """One audited change: who did what, when, and the states before and after."""
 

@@ -231,6 +231,23 @@ async def test_list_by_state_pages_with_a_continuation_token(store: TableStateSt
         await store.list_by_state(ProcessState.PENDING, 2, "not-a-token!")
 
 
+async def test_count_by_state_counts_every_shard_and_stops_at_its_limit(store: TableStateStore) -> None:
+    for i in range(6):
+        await store.create(new_record(f"o-{i}"))
+    _, claimed = await store.create(new_record("o-claimed"))
+    transitions.claim(claimed, ctx())
+    await store.save(claimed)
+    _, audited = await store.create(new_record("o-audited"))
+    audited.audit(_entry(NOW, "cancel"))  # audit and input rows are not orders
+    await store.save(audited)
+    found = await store.count_by_state(100)
+    assert found.complete and found.counts[ProcessState.PENDING] == 7
+    assert found.counts[ProcessState.PROCESSING] == 1 and found.counts[ProcessState.ERROR] == 0
+    capped = await store.count_by_state(5)
+    assert not capped.complete and sum(capped.counts.values()) == 5
+    assert (await store.count_by_state(8)).complete
+
+
 def _entry(at: datetime, action: str) -> AuditEntry:
     return AuditEntry(
         at=at,

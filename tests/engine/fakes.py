@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from engine.errors import ConcurrencyError, InvalidContinuation
-from engine.ports import CreateOutcome, ExpiredEntry, Page
+from engine.ports import CreateOutcome, ExpiredEntry, Page, StateCounts
 from engine.state import AuditEntry, ProcessState, TaskRecord
 
 
@@ -85,6 +85,13 @@ class MemoryStore:
             raise InvalidContinuation(continuation or "") from exc
         end = start + page_size
         return Page(matching[start:end], str(end) if end < len(matching) else None)
+
+    async def count_by_state(self, limit: int) -> StateCounts:
+        counts = dict.fromkeys(ProcessState, 0)
+        states = [r.state.process_state for _, r in self.records.values()]
+        for state in states[:limit]:
+            counts[state] += 1
+        return StateCounts(counts, len(states) <= limit)
 
     def state(self, order_id: str) -> TaskRecord:
         """The stored record (for assertions)."""

@@ -113,6 +113,22 @@ async def test_list_by_state_pages(h: Harness) -> None:
     assert len(rest.body["items"]) == 1 and rest.body["continuationToken"] is None
 
 
+async def test_counts_give_every_state_and_say_when_they_are_lower_bounds(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(3):
+        await h.submit({**ORDER, "orderId": f"o-{i}"})
+    read = await h.api.get("o-0")
+    await h.api.cancel("o-0", guarded(read))
+    counts = await h.api.counts()
+    assert counts.status == 200 and counts.body["atLeast"] is False
+    by_state = {i["processState"]: i["count"] for i in counts.body["items"]}
+    assert by_state == {s.value: 0 for s in ProcessState} | {"Pending": 2, "Compensated": 1}
+    monkeypatch.setattr("orders.api.COUNT_LIMIT", 2)
+    capped = await h.api.counts()
+    assert capped.body["atLeast"] is True and sum(i["count"] for i in capped.body["items"]) == 2
+
+
 @pytest.mark.parametrize(
     "query",
     [
