@@ -25,6 +25,7 @@ from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.tasks import TaskService
 from orders.api import Call, OrdersApi, Reply
+from orders.console import console as console_page
 from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
 from orders.runtime import runtime
@@ -75,6 +76,12 @@ async def submit_order(req: func.HttpRequest) -> func.HttpResponse:
 async def list_orders(req: func.HttpRequest) -> func.HttpResponse:
     """List orders in one ProcessState, paged."""
     return _respond(await api.list_by_state(dict(req.params)))
+
+
+@app.route(route="order-counts", methods=["GET"])
+async def order_counts(req: func.HttpRequest) -> func.HttpResponse:
+    """How many orders each ProcessState holds."""
+    return _respond(await api.counts())
 
 
 @app.route(route="orders/{orderId}", methods=["GET"])
@@ -158,6 +165,15 @@ async def purge_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
 async def openapi(req: func.HttpRequest) -> func.HttpResponse:
     """The OpenAPI 3.1 document of this API, generated from its models."""
     return _respond(Reply(200, document()))
+
+
+@app.route(route="console", methods=["GET"])
+async def console(req: func.HttpRequest) -> func.HttpResponse:
+    """The operator console: one HTML page over this API (the same key, from its ?code=)."""
+    page = console_page(_call(req).headers)
+    return func.HttpResponse(
+        page.body, status_code=page.status, headers=page.headers, mimetype="text/html", charset="utf-8"
+    )
 
 
 @app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)

@@ -18,7 +18,7 @@ from pydantic.json_schema import models_json_schema
 
 from engine.state import ProcessState
 
-from .api import MAX_BODY_BYTES, MAX_PAGE_SIZE
+from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_PAGE_SIZE
 from .deadletters import DeadLetterAuditPage, DeadLetterCounts, DeadLetterListing, DeadLetterOutcome
 from .models import (
     ActionRequest,
@@ -27,6 +27,7 @@ from .models import (
     ExtendRequest,
     Health,
     OrderAccepted,
+    OrderCounts,
     OrderPage,
     OrderRequest,
     OrderStatus,
@@ -46,6 +47,7 @@ class Answer:
     model: type[BaseModel] | None = None
     headers: tuple[str, ...] = ()
     free_form: bool = False  # a JSON object with no fixed model (the document itself)
+    html: bool = False  # a text/html page (the console)
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,19 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "get",
+        "/order-counts",
+        "order_counts",
+        "How many orders each ProcessState holds",
+        "orders",
+        answers={
+            200: Answer(
+                f"a count per state; atLeast is true when counting stopped at {COUNT_LIMIT} orders",
+                OrderCounts,
+            )
+        },
+    ),
+    Operation(
+        "get",
         "/orders/{orderId}",
         "get_order",
         "An order's state and steps",
@@ -288,6 +303,26 @@ OPERATIONS: tuple[Operation, ...] = (
     _dead_letter_action("purge", "purge_dead_letter", "Drop a dead-lettered message"),
     Operation(
         "get",
+        "/console",
+        "console",
+        "The operator console: an HTML page that calls this API with the key of its own ?code=",
+        "operator",
+        (
+            Param(
+                "If-None-Match",
+                "header",
+                {"type": "string"},
+                False,
+                "the ETag of the page the browser holds",
+            ),
+        ),
+        answers={
+            200: Answer("the page", headers=("Content-Security-Policy", "Cache-Control"), html=True),
+            304: Answer("the browser's copy is current"),
+        },
+    ),
+    Operation(
+        "get",
         "/health",
         "health",
         "Liveness",
@@ -312,6 +347,12 @@ _HEADERS = {
         "required": True,
     },
     "Location": {"description": "the order's status URL", "schema": {"type": "string"}, "required": True},
+    "Content-Security-Policy": {
+        "description": "only the page's own inline style and script (by hash) and calls to this origin",
+        "schema": {"type": "string"},
+        "required": True,
+    },
+    "Cache-Control": {"description": "how a browser may keep the page", "schema": {"type": "string"}},
 }
 
 
@@ -360,6 +401,8 @@ def document() -> dict[str, Any]:
                 response["content"] = {"application/json": {"schema": schema}}
             elif answer.free_form:
                 response["content"] = {"application/json": {"schema": {"type": "object"}}}
+            elif answer.html:
+                response["content"] = {"text/html": {"schema": {"type": "string"}}}
             if answer.headers:
                 response["headers"] = {name: _HEADERS[name] for name in answer.headers}
             entry["responses"][str(status)] = response

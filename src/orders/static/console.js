@@ -1,0 +1,390 @@
+"use strict";
+// The operator console. Everything it shows comes from the HTTP API of the same app; the function key
+// comes from this page's own ?code= and is sent as x-functions-key on every call (never written into
+// the page), and with App Service authentication the session cookie goes along as well.
+(() => {
+  const KEY = new URLSearchParams(location.search).get("code");
+  const BASE = location.pathname.replace(/[^/]*$/, ""); // the page is /api/console: calls go to /api/...
+  const REFRESH_MS = 4000;
+  const SLOW_EVERY = 4; // counts and dead letters cost more to read: every fourth refresh
+  const IN_FLIGHT = ["Pending", "Processing", "Compensating"];
+  const MAX_IN_FLIGHT = 25;
+  const STALE = "The order changed since you loaded it; reload. (It has been reloaded below.)";
+
+  const $ = (id) => document.getElementById(id);
+  let selected = null; // {order, etag, audit, loadedAt}: the version the operator looks at
+  let tick = 0;
+  let timer = null;
+  let refreshing = false;
+
+  // ---- helpers -------------------------------------------------------------------------------
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "text") node.textContent = value;
+      else if (name === "onclick") node.addEventListener("click", value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child);
+    }
+    return node;
+  }
+
+  // An event handler's failure (the API unreachable, the key refused) goes to the status line.
+  const guard = (fn) => (...args) => Promise.resolve(fn(...args)).catch((e) => say(e.message, "error"));
+
+  function say(text, kind) {
+    const status = $("status");
+    status.textContent = text;
+    status.className = kind || "";
+  }
+
+  async function call(method, path, options = {}) {
+    const headers = { accept: "application/json" };
+    if (KEY) headers["x-functions-key"] = KEY;
+    if (options.etag) headers["if-match"] = options.etag;
+    let body;
+    if (options.body !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(options.body);
+    }
+    const response = await fetch(BASE + path, {
+      method, headers, body, credentials: "same-origin", cache: "no-store",
+    });
+    let data = null;
+    if ((response.headers.get("content-type") || "").includes("json")) data = await response.json();
+    if (response.status === 401) {
+      throw new Error("The API refused the key: open the console as /api/console?code=<function key>.");
+    }
+    return { status: response.status, data, etag: response.headers.get("etag") };
+  }
+
+  const enc = encodeURIComponent;
+  const message = (reply) => (reply.data && reply.data.error ? reply.data.error.message : `HTTP ${reply.status}`);
+  const when = (iso) => (iso ? new Date(iso).toLocaleTimeString() : "");
+
+  function stateCell(value) {
+    return el("span", { class: `state-${value}`, text: value });
+  }
+
+  // A countdown to a deadline, ticked in the page once a second.
+  function countdown(iso) {
+    if (!iso) return el("span", { text: "-" });
+    const node = el("time", { datetime: iso, "data-deadline": iso });
+    paint(node, Date.now());
+    return node;
+  }
+
+  function paint(node, now) {
+    const left = Math.round((Date.parse(node.dataset.deadline) - now) / 1000);
+    node.textContent = left >= 0 ? `${span(left)} left` : `${span(-left)} overdue`;
+    node.classList.toggle("overdue", left < 0);
+  }
+
+  function span(seconds) {
+    if (seconds < 120) return `${seconds} s`;
+    if (seconds < 7200) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+    return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+  }
+
+  function ticking() {
+    const now = Date.now();
+    document.querySelectorAll("[data-deadline]").forEach((node) => paint(node, now));
+  }
+
+  function fill(tbody, rows, empty, columns) {
+    tbody.replaceChildren(...rows);
+    if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: columns, text: empty })));
+  }
+
+  function openButton(orderId) {
+    return el("button", {
+      type: "button", class: "link", text: orderId, "aria-label": `Open order ${orderId}`,
+      onclick: guard(() => openOrder(orderId)),
+    });
+  }
+
+  // ---- the confirmation dialog ---------------------------------------------------------------
+  function confirmAction({ title, text, seconds = false, noteRequired = false }) {
+    const dialog = $("confirm");
+    $("confirm-title").textContent = title;
+    $("confirm-text").textContent = text;
+    $("confirm-seconds-row").hidden = !seconds;
+    $("confirm-seconds").required = seconds;
+    $("confirm-note").value = "";
+    $("confirm-note").required = noteRequired;
+    $("confirm-note-label").textContent = noteRequired
+      ? "Note for the audit trail (required)" : "Note for the audit trail (optional)";
+    dialog.returnValue = "";
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => {
+        if (dialog.returnValue !== "confirm") return resolve(null);
+        const note = $("confirm-note").value.trim();
+        const answer = note ? { note } : {};
+        if (seconds) answer.seconds = Number($("confirm-seconds").value);
+        resolve(answer);
+      }, { once: true });
+      dialog.showModal();
+      (seconds ? $("confirm-seconds") : $("confirm-ok")).focus();
+    });
+  }
+
+  // ---- one order -------------------------------------------------------------------------------
+  async function openOrder(orderId, quiet) {
+    const [order, audit] = await Promise.all([
+      call("GET", `orders/${enc(orderId)}`),
+      call("GET", `orders/${enc(orderId)}/audit`),
+    ]);
+    if (order.status !== 200) {
+      say(`Order ${orderId}: ${message(order)}`, "error");
+      return;
+    }
+    selected = { order: order.data, etag: order.etag, audit: audit.status === 200 ? audit.data.items : [], loadedAt: new Date() };
+    renderOrder();
+    if (!quiet) {
+      say(`Loaded order ${orderId}.`, "ok");
+      $("order-heading").scrollIntoView({ block: "start" });
+      $("order-heading").focus();
+    }
+  }
+
+  function renderOrder() {
+    const { order, audit, loadedAt } = selected;
+    $("order-detail").hidden = false;
+    $("order-heading").textContent = `Order ${order.orderId}`;
+    $("order-loaded").textContent = loadedAt.toLocaleTimeString();
+    const facts = [
+      ["State", stateCell(order.processState)],
+      ["Failures", String(order.failureCount)],
+      ["Locked by", order.lockedBy || "-"],
+      ["Time left", countdown(order.completeBy)],
+      ["Created", when(order.createdAt)],
+      ["Updated", when(order.updatedAt)],
+      ["Last error", order.lastError || "-"],
+    ];
+    $("order-summary").replaceChildren(...facts.flatMap(([name, value]) => [el("dt", { text: name }), el("dd", {}, value)]));
+    const live = (s) => s.state === "Running" || s.state === "Compensating";
+    const steps = order.steps.map((step) => el("tr", {},
+      el("th", { scope: "row", text: step.name }),
+      el("td", {}, stateCell(step.state)),
+      el("td", { class: "num", text: step.attempts }),
+      el("td", { class: "num", text: step.compensationAttempts }),
+      el("td", {}, live(step) ? countdown(step.completeBy) : "-"),
+      el("td", { text: step.lastError || "" }),
+      el("td", {},
+        stepButton(step.name, "retry", "Retry"),
+        stepButton(step.name, "extend", "Extend"),
+        stepButton(step.name, "skip", "Skip")),
+    ));
+    fill($("order-steps").tBodies[0], steps, "no steps", 7);
+    const events = [{ at: order.createdAt, actor: "", action: "submitted", processStateAfter: "Pending" }, ...audit];
+    const rows = events.map((e) => el("tr", {},
+      el("td", { text: new Date(e.at).toLocaleString() }),
+      el("td", { text: e.actor || "" }),
+      el("td", { text: e.action }),
+      el("td", { text: e.step || "" }),
+      el("td", { text: [e.processStateBefore, e.processStateAfter].filter(Boolean).join(" → ") }),
+      el("td", { text: [e.stepStateBefore, e.stepStateAfter].filter(Boolean).join(" → ") }),
+      el("td", { text: e.note || "" }),
+      el("td", { text: e.detail || "" }),
+    ));
+    fill($("order-timeline").tBodies[0], rows, "nothing yet", 8);
+  }
+
+  function stepButton(step, verb, label) {
+    return el("button", {
+      type: "button", text: label, "aria-label": `${label} step ${step}`, "data-step": step, "data-action": verb,
+      onclick: guard(() => act(`steps/${enc(step)}/${verb}`, `${label} step ${step}`, verb)),
+    });
+  }
+
+  const WHAT = {
+    retry: "Dispatch this step again now, as a new attempt.",
+    extend: "Push this step's CompleteBy and re-send its request with the new deadline.",
+    skip: "Mark this step done by hand; the order then continues with the next step.",
+    resubmit: "Send this order in Error back to Pending.",
+    cancel: "Undo every step that may have had an effect.",
+  };
+
+  async function act(path, title, verb) {
+    if (!selected) return;
+    const { order, etag } = selected;
+    const answer = await confirmAction({
+      title: `${title} of order ${order.orderId}?`, text: WHAT[verb],
+      seconds: verb === "extend", noteRequired: verb === "skip",
+    });
+    if (!answer) {
+      say("Nothing was changed.");
+      return;
+    }
+    const reply = await call("POST", `orders/${enc(order.orderId)}/${path}`, { etag, body: answer });
+    if (reply.status === 202) {
+      say(`${title}: done. The order is now ${reply.data.processState}.`, "ok");
+    } else if (reply.status === 412) {
+      say(STALE, "error");
+    } else {
+      say(`${title}: refused (${message(reply)}).`, "error");
+    }
+    await openOrder(order.orderId, true);
+    refresh();
+  }
+
+  // ---- the lists -------------------------------------------------------------------------------
+  async function loadCounts() {
+    const reply = await call("GET", "order-counts");
+    if (reply.status !== 200) throw new Error(`counts: ${message(reply)}`);
+    const rows = reply.data.items.map((i) => el("tr", {},
+      el("th", { scope: "row" }, stateCell(i.processState)),
+      el("td", { class: "num", text: reply.data.atLeast ? `${i.count}+` : i.count }),
+    ));
+    fill($("counts").tBodies[0], rows, "none", 2);
+    $("counts-note").textContent = reply.data.atLeast ? "Counting stopped at its limit: at least these many." : "";
+  }
+
+  async function loadInFlight() {
+    const pages = await Promise.all(IN_FLIGHT.map((state) =>
+      call("GET", `orders?processState=${state}&pageSize=${MAX_IN_FLIGHT}`)));
+    const summaries = pages.flatMap((p) => (p.status === 200 ? p.data.items : [])).slice(0, MAX_IN_FLIGHT);
+    const more = pages.some((p) => p.status === 200 && p.data.continuationToken);
+    const orders = (await Promise.all(summaries.map((s) => call("GET", `orders/${enc(s.orderId)}`))))
+      .filter((r) => r.status === 200).map((r) => r.data);
+    const names = orders.length ? orders[0].steps.map((s) => s.name) : [];
+    $("inflight").tHead.replaceChildren(el("tr", {},
+      el("th", { scope: "col", text: "Order" }), el("th", { scope: "col", text: "State" }),
+      el("th", { scope: "col", text: "Failures" }), el("th", { scope: "col", text: "Time left" }),
+      ...names.map((n) => el("th", { scope: "col", text: n }))));
+    const rows = orders.map((o) => el("tr", { "data-order": o.orderId },
+      el("th", { scope: "row" }, openButton(o.orderId)),
+      el("td", {}, stateCell(o.processState)),
+      el("td", { class: "num", text: o.failureCount }),
+      el("td", {}, countdown(o.completeBy)),
+      ...o.steps.map((s) => el("td", { "data-step": s.name },
+        el("span", { class: "step" }, stateCell(s.state)),
+        el("span", { class: "step", text: `attempts ${s.attempts}` }),
+        s.state === "Running" || s.state === "Compensating" ? el("span", { class: "step" }, countdown(s.completeBy)) : null)),
+    ));
+    fill($("inflight").tBodies[0], rows, "No order is in flight.", 4 + names.length);
+    $("inflight-note").textContent = more || summaries.length >= MAX_IN_FLIGHT
+      ? `Showing the first ${orders.length}; open any order by id above.` : "";
+  }
+
+  async function loadErrors() {
+    const reply = await call("GET", `orders?processState=Error&pageSize=${MAX_IN_FLIGHT}`);
+    if (reply.status !== 200) throw new Error(`orders in Error: ${message(reply)}`);
+    const rows = reply.data.items.map((o) => el("tr", { "data-order": o.orderId },
+      el("th", { scope: "row" }, openButton(o.orderId)),
+      el("td", { class: "num", text: o.failureCount }),
+      el("td", { text: o.lastError || "" }),
+      el("td", { text: when(o.updatedAt) }),
+    ));
+    fill($("errors").tBodies[0], rows, "No order is in Error.", 4);
+    $("errors-note").textContent = reply.data.continuationToken ? `Showing the first ${rows.length}.` : "";
+  }
+
+  async function loadBreakers() {
+    const reply = await call("GET", "breakers");
+    const body = $("breakers").tBodies[0];
+    if (reply.status === 404) {
+      $("breakers").hidden = true;
+      $("breakers-note").textContent = "breakers unavailable";
+      return;
+    }
+    if (reply.status !== 200) throw new Error(`breakers: ${message(reply)}`);
+    $("breakers").hidden = false;
+    $("breakers-note").textContent = "";
+    const rows = reply.data.breakers.map((b) => el("tr", {},
+      el("th", { scope: "row", text: b.service }),
+      el("td", {}, stateCell(b.state)),
+      el("td", { class: "num", text: b.consecutiveFailures }),
+      el("td", { text: when(b.openedAt) || "-" }),
+      el("td", {}, b.state === "open" ? countdown(b.openUntil) : "-"),
+      el("td", { text: when(b.probeBy) || "-" }),
+    ));
+    fill(body, rows, "no breakers", 6);
+  }
+
+  async function loadDeadLetters() {
+    const reply = await call("GET", "deadletters");
+    if (reply.status !== 200) throw new Error(`dead letters: ${message(reply)}`);
+    const rows = reply.data.items.map((q) => el("tr", { "data-queue": q.queue },
+      el("th", { scope: "row", text: q.queue }),
+      el("td", { class: "num", text: q.atLeast ? `${q.count}+` : q.count }),
+      el("td", {}, q.count > 0 ? el("button", {
+        type: "button", text: "Show", "aria-label": `Show dead letters of ${q.queue}`,
+        onclick: guard(() => showDeadLetters(q.queue)),
+      }) : "-"),
+    ));
+    fill($("deadletters").tBodies[0], rows, "no queues", 3);
+  }
+
+  async function showDeadLetters(queue) {
+    const reply = await call("GET", `deadletters/${enc(queue)}?pageSize=50`);
+    if (reply.status !== 200) {
+      say(`Dead letters of ${queue}: ${message(reply)}`, "error");
+      return;
+    }
+    $("deadletter-list").hidden = false;
+    $("deadletter-caption").textContent = `Dead letters of ${queue}`;
+    const rows = reply.data.items.map((m) => el("tr", {},
+      el("th", { scope: "row", class: "num", text: m.sequenceNumber }),
+      el("td", { text: m.messageId || "" }),
+      el("td", {}, m.orderId ? openButton(m.orderId) : "-"),
+      el("td", { text: [m.reason, m.description].filter(Boolean).join(": ") }),
+      el("td", { text: when(m.enqueuedAt) }),
+      el("td", { class: "num", text: m.deliveryCount }),
+      el("td", {}, el("button", {
+        type: "button", text: "Replay", "aria-label": `Replay message ${m.sequenceNumber} of ${queue}`,
+        onclick: guard(() => replay(queue, m.sequenceNumber)),
+      })),
+    ));
+    fill($("deadletter-items").tBodies[0], rows, "empty", 7);
+  }
+
+  async function replay(queue, sequenceNumber) {
+    const answer = await confirmAction({
+      title: `Replay message ${sequenceNumber} of ${queue}?`,
+      text: "Send a copy to its queue, then drop the dead letter.",
+    });
+    if (!answer) {
+      say("Nothing was changed.");
+      return;
+    }
+    const reply = await call("POST", `deadletters/${enc(queue)}/${enc(sequenceNumber)}/replay`, { body: answer });
+    if (reply.status === 200) say(`Message ${sequenceNumber} of ${queue} replayed.`, "ok");
+    else say(`Replay refused (${message(reply)}).`, "error");
+    await Promise.all([loadDeadLetters(), showDeadLetters(queue)]);
+  }
+
+  // ---- refresh loop ----------------------------------------------------------------------------
+  async function refresh() {
+    if (refreshing) return;
+    refreshing = true;
+    clearTimeout(timer);
+    const slow = tick % SLOW_EVERY === 0;
+    tick += 1;
+    const parts = [loadInFlight(), loadErrors(), loadBreakers()];
+    if (slow) parts.push(loadCounts(), loadDeadLetters());
+    const results = await Promise.allSettled(parts);
+    const failed = results.filter((r) => r.status === "rejected").map((r) => r.reason.message);
+    if (failed.length) say(`Could not refresh everything: ${failed.join("; ")}`, "error");
+    $("refreshed").textContent = new Date().toLocaleTimeString();
+    document.body.dataset.refreshes = String(tick);
+    refreshing = false;
+    timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  $("refresh").addEventListener("click", () => { tick = 0; refresh(); });
+  $("order-reload").addEventListener("click", guard(() => selected && openOrder(selected.order.orderId)));
+  $("order-resubmit").addEventListener("click", guard(() => act("resubmit", "Resubmit", "resubmit")));
+  $("order-cancel").addEventListener("click", guard(() => act("cancel", "Cancel", "cancel")));
+  $("open-order").addEventListener("submit", guard((event) => {
+    event.preventDefault();
+    return openOrder($("order-id").value.trim());
+  }));
+  $("order-heading").tabIndex = -1;
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
+  setInterval(ticking, 1000);
+  refresh();
+})();
