@@ -2,11 +2,11 @@
 
 The page is three files in ``orders/static`` (HTML, CSS, JavaScript), put together once at import into
 one document with the style and script inline, so a browser makes one request for it and needs nothing
-from anywhere else. Its Content-Security-Policy allows exactly that: the inline style and script by
-their SHA-256 (nothing injected into the page could run), calls to this origin only, no frames, no
-forms posting elsewhere. The page holds no secret: the script reads the function key from the page's own
-``?code=`` and sends it as ``x-functions-key`` on each call; with App Service authentication the session
-cookie goes along as well.
+from anywhere else (not even ``/favicon.ico``: its icon is an empty ``data:`` one). Its
+Content-Security-Policy allows exactly that: the inline style and script by their SHA-256 (nothing
+injected into the page could run), calls to this origin only, no frames, no forms posting elsewhere.
+The page holds no secret: the script reads the function key from the page's own ``?code=`` and sends it
+as ``x-functions-key`` on each call; with App Service authentication the session cookie goes along too.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _build() -> Page:
             f"script-src {_sha256(script)}",
             f"style-src {_sha256(style)}",
             "connect-src 'self'",
-            "img-src 'self'",
+            "img-src data:",  # the page's empty icon, so the browser asks no one for /favicon.ico
             "base-uri 'none'",
             "form-action 'none'",
             "frame-ancestors 'none'",

@@ -1,0 +1,276 @@
+"""The operator console in a real headless Chromium against the local stack, with function keys checked.
+
+The browser is Debian's ``chromium`` driven through its ``chromedriver``; without them these tests are
+skipped (``apt-get install chromium chromium-driver``). ``CONSOLE_SCREENSHOT=docs/console.png`` saves
+the page with a running order and an order in Error to that path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+
+from tests.e2e.conftest import SERVICES, LocalStack, start_stack, stop_stack
+from tests.e2e.test_deadletters import QUEUE, dead_lettered, poison
+from tests.support import wait_for
+
+FUNCTION_KEY = "console-function-key"
+HANG = {"hangRate": 1, "hangMs": 60_000}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A stack that checks function keys, as Azure does; its ``api`` client sends the function key."""
+    running = start_stack(tmp_path_factory.mktemp("devhost"), workers=2, function_key=FUNCTION_KEY)
+    try:
+        yield running
+    finally:
+        stop_stack(running)
+
+
+@pytest.fixture
+def stack(keyed: LocalStack) -> Iterator[LocalStack]:
+    keyed.faults(**{s: {} for s in SERVICES})
+    yield keyed
+    keyed.faults(**{s: {} for s in SERVICES})
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    """Headless Chromium with a fresh profile, stopped through its driver."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.skip(
+            "the console tests need Chromium and its driver: apt-get install chromium chromium-driver"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",  # root in a container has no user namespace for the sandbox
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1400",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=driver, log_output=str(tmp_path / "chromedriver.log"))
+    chrome = webdriver.Chrome(options=options, service=service)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def open_console(browser: WebDriver, stack: LocalStack) -> None:
+    browser.get(f"{stack.devhost.api_url}/api/console?code={FUNCTION_KEY}")
+    wait_for(
+        lambda: int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes") or 0) >= 1,
+        timeout=20,
+        what="the console's first refresh",
+    )
+
+
+def problems(browser: WebDriver) -> list[dict[str, Any]]:
+    """Errors in the browser's log, except the 404 of a breakers route that is not deployed yet."""
+    return [
+        e
+        for e in browser.get_log("browser")
+        if e["level"] in ("SEVERE", "WARNING")
+        and not ("/api/breakers" in e["message"] and "404" in e["message"])
+    ]
+
+
+def cell(browser: WebDriver, order_id: str, step: str) -> WebElement:
+    return browser.find_element(
+        By.CSS_SELECTOR, f'#inflight tr[data-order="{order_id}"] td[data-step="{step}"]'
+    )
+
+
+def status(browser: WebDriver) -> str:
+    return browser.find_element(By.ID, "status").text
+
+
+def audit(stack: LocalStack, order_id: str) -> list[dict[str, Any]]:
+    response = stack.api.get(f"/api/orders/{order_id}/audit")
+    assert response.status_code == 200, response.text
+    return response.json()["items"]
+
+
+def held(stack: LocalStack, order_id: str) -> dict[str, Any]:
+    """The order once its first step hangs, given ten minutes more so nothing else moves it meanwhile."""
+    stack.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="a hung step")
+    extended = stack.act(order_id, "steps/reserve-inventory/extend", {"seconds": 600, "note": "hold"})
+    assert extended.status_code == 202, extended.text
+    return extended.json()
+
+
+def open_order(browser: WebDriver, order_id: str) -> None:
+    field = browser.find_element(By.ID, "order-id")
+    field.clear()
+    field.send_keys(order_id)
+    browser.find_element(By.CSS_SELECTOR, "#open-order button[type=submit]").click()
+    wait_for(lambda: browser.find_element(By.ID, "order-heading").text == f"Order {order_id}", timeout=10)
+
+
+def confirm(browser: WebDriver, seconds: int | None = None, note: str | None = None) -> None:
+    dialog = browser.find_element(By.ID, "confirm")
+    wait_for(lambda: dialog.get_attribute("open") is not None, timeout=5, what="the confirmation")
+    if seconds is not None:
+        box = browser.find_element(By.ID, "confirm-seconds")
+        box.clear()
+        box.send_keys(str(seconds))
+    if note is not None:
+        browser.find_element(By.ID, "confirm-note").send_keys(note)
+    browser.find_element(By.ID, "confirm-ok").click()
+
+
+# ---- without a browser -------------------------------------------------------------------------------
+class Addresses(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found += [str(v) for k, v in attrs if k in ("src", "href", "action", "formaction") and v]
+
+
+def test_the_route_needs_the_key_and_answers_a_self_contained_page(keyed: LocalStack) -> None:
+    url = f"{keyed.devhost.api_url}/api/console"
+    assert httpx.get(url, timeout=10).status_code == 401
+    assert httpx.get(url, params={"code": "wrong"}, timeout=10).status_code == 401
+    page = httpx.get(url, params={"code": FUNCTION_KEY}, timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "connect-src 'self'" in policy
+    assert page.headers["cache-control"] and page.headers["x-content-type-options"] == "nosniff"
+    assert FUNCTION_KEY not in page.text
+    parser = Addresses()
+    parser.feed(page.text)
+    assert parser.found and all(a.startswith("#") or a == "data:," for a in parser.found), parser.found
+    again = httpx.get(url, headers={"x-functions-key": FUNCTION_KEY, "if-none-match": page.headers["etag"]})
+    assert again.status_code == 304
+
+
+def test_order_counts_are_documented_and_add_up(keyed: LocalStack) -> None:
+    order_id = keyed.submit()
+    keyed.wait_terminal(order_id)
+    counts = keyed.api.get("/api/order-counts")
+    assert counts.status_code == 200, counts.text
+    by_state = {i["processState"]: i["count"] for i in counts.json()["items"]}
+    assert by_state["Processed"] >= 1 and counts.json()["atLeast"] is False
+
+
+# ---- in the browser ----------------------------------------------------------------------------------
+def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, browser: WebDriver) -> None:
+    stack.faults(inventory=HANG)
+    failed = stack.submit()  # three timeouts of its first step: Error
+    stack.wait_state(failed, lambda o: o["processState"] == "Error", timeout=90, what="the order in Error")
+    hung = stack.submit()
+    held(stack, hung)
+
+    open_console(browser, stack)
+    wait_for(lambda: "Running" in cell(browser, hung, "reserve-inventory").text, timeout=15, what="the row")
+    step = cell(browser, hung, "reserve-inventory")
+    assert "attempts 1" in step.text
+    clock = step.find_element(By.CSS_SELECTOR, "time[data-deadline]")
+    first = clock.text
+    assert first.endswith(("left", "overdue"))
+    wait_for(lambda: clock.text != first, timeout=5, what="the countdown to tick")
+    row = browser.find_element(By.CSS_SELECTOR, f'#errors tr[data-order="{failed}"]')
+    assert "timed out" in row.text or "CompleteBy" in row.text or row.text.strip()
+    counts = {
+        r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td").text
+        for r in browser.find_elements(By.CSS_SELECTOR, "#counts tbody tr")
+    }
+    assert int(counts["Error"]) >= 1 and int(counts["Processing"]) >= 1
+    breakers = browser.find_element(By.ID, "breakers-note").text
+    assert breakers == "breakers unavailable" or browser.find_elements(By.CSS_SELECTOR, "#breakers tbody tr")
+    if target := os.environ.get("CONSOLE_SCREENSHOT"):
+        open_order(browser, hung)
+        browser.execute_script("window.scrollTo(0, 0)")
+        for _ in range(2):  # the window to the page's height, measured at that width
+            height = browser.execute_script("return document.documentElement.scrollHeight")
+            browser.set_window_size(1400, min(int(height) + 120, 3000))
+        assert browser.save_screenshot(str(ROOT / target))
+    assert problems(browser) == []
+
+
+def test_an_action_confirmed_in_the_page_changes_the_order(stack: LocalStack, browser: WebDriver) -> None:
+    stack.faults(inventory=HANG)
+    order_id = stack.submit()
+    before = held(stack, order_id)["steps"][0]["completeBy"]
+    open_console(browser, stack)
+    open_order(browser, order_id)
+
+    browser.find_element(By.CSS_SELECTOR, 'button[aria-label="Extend step reserve-inventory"]').click()
+    browser.find_element(By.ID, "confirm-cancel").click()  # changing one's mind changes nothing
+    wait_for(lambda: status(browser) == "Nothing was changed.", timeout=5)
+    assert [e["note"] for e in audit(stack, order_id)] == ["hold"]
+
+    browser.find_element(By.CSS_SELECTOR, 'button[aria-label="Extend step reserve-inventory"]').click()
+    confirm(browser, seconds=120, note="inventory is slow today")
+    wait_for(
+        lambda: "done" in status(browser), timeout=10, what=f"the action's answer, not {status(browser)!r}"
+    )
+    [_, extend] = [e for e in audit(stack, order_id) if e["action"] == "extend"]
+    assert extend["note"] == "inventory is slow today" and extend["actor"].startswith("key:")
+    assert stack.order(order_id)["steps"][0]["completeBy"] > before
+    timeline = browser.find_element(By.ID, "order-timeline").text
+    wait_for(
+        lambda: "inventory is slow today" in browser.find_element(By.ID, "order-timeline").text, timeout=5
+    )
+    assert "submitted" in timeline and "hold" in timeline
+    assert problems(browser) == []
+
+
+def test_a_stale_page_is_told_to_reload_and_changes_nothing(stack: LocalStack, browser: WebDriver) -> None:
+    stack.faults(inventory=HANG)
+    order_id = stack.submit()
+    held(stack, order_id)
+    open_console(browser, stack)
+    open_order(browser, order_id)
+
+    changed = stack.act(order_id, "steps/reserve-inventory/extend", {"seconds": 60, "note": "from the API"})
+    assert changed.status_code == 202, changed.text
+    browser.find_element(By.ID, "order-cancel").click()
+    confirm(browser)
+    wait_for(
+        lambda: "changed since you loaded it; reload" in status(browser), timeout=10, what="the 412 message"
+    )
+    assert [e["note"] for e in audit(stack, order_id)] == ["hold", "from the API"]  # no cancel
+    assert stack.order(order_id)["processState"] == "Processing"
+    # Reloaded: the page now holds the current version, the API's change on its timeline.
+    wait_for(lambda: "from the API" in browser.find_element(By.ID, "order-timeline").text, timeout=5)
+    stack.act(order_id, "cancel")
+
+
+def test_dead_letter_counts_show_and_a_replay_is_confirmed(stack: LocalStack, browser: WebDriver) -> None:
+    message_id = poison(stack, {"garbage": True})
+    message = dead_lettered(stack, message_id)
+    open_console(browser, stack)
+    row = browser.find_element(By.CSS_SELECTOR, f'#deadletters tr[data-queue="{QUEUE}"]')
+    assert int(row.find_element(By.TAG_NAME, "td").text.rstrip("+")) >= 1
+    row.find_element(By.TAG_NAME, "button").click()
+    label = f"Replay message {message['sequenceNumber']} of {QUEUE}"
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f'button[aria-label="{label}"]'), timeout=10)
+    browser.find_element(By.CSS_SELECTOR, f'button[aria-label="{label}"]').click()
+    confirm(browser, note="checked")
+    wait_for(lambda: "replayed" in status(browser), timeout=15, what=f"the replay, not {status(browser)!r}")
+    left = stack.api.get(f"/api/deadletters/{QUEUE}", params={"pageSize": 100}).json()["items"]
+    assert message["sequenceNumber"] not in [m["sequenceNumber"] for m in left]
