@@ -257,9 +257,16 @@ class CircuitBreaker:
     # ---- the cache -------------------------------------------------------------------------------
     def _adopt(self, record: BreakerRecord) -> None:
         with self._lock:
-            self._view = record
-            self._read_at = self.clock.now()
-            self._version += 1
+            self._set_view(record)
+
+    def _set_view(self, record: BreakerRecord) -> None:
+        """Cache ``record`` (the lock is held). Failures counted before an opening belong to the outage
+        it records, so once the breaker is not closed the local count starts afresh."""
+        self._view = record
+        self._read_at = self.clock.now()
+        self._version += 1
+        if record.state is not BreakerState.CLOSED:
+            self._failures = 0
 
     async def refresh(self) -> BreakerRecord:
         """Read the record now and cache it; on a store error keep the cached view (closed if none)."""
@@ -275,9 +282,7 @@ class CircuitBreaker:
                 return self._view
         with self._lock:
             if self._version == version:  # no local write since the read began: it is current
-                self._view = record
-                self._read_at = self.clock.now()
-                self._version += 1
+                self._set_view(record)
             return self._view or record
 
     async def _fresh_view(self) -> None:
@@ -377,10 +382,11 @@ class CircuitBreaker:
             await self._end_probe(healthy=False)
             return
         with self._lock:
+            if self._view is not None and self._view.state is not BreakerState.CLOSED:
+                return  # a call that began before this process learned of the opening: same outage
             self._failures += 1
             failures = self._failures
-            closed = self._view is None or self._view.state is BreakerState.CLOSED
-            if failures < self.fail_max or self._opening or not closed:
+            if failures < self.fail_max or self._opening:
                 return
             self._opening = True
         try:

@@ -19,6 +19,7 @@ from pydantic.json_schema import models_json_schema
 from engine.state import ProcessState
 
 from .api import MAX_BODY_BYTES, MAX_PAGE_SIZE
+from .breakers import BreakerList
 from .deadletters import DeadLetterAuditPage, DeadLetterCounts, DeadLetterListing, DeadLetterOutcome
 from .models import (
     ActionRequest,
@@ -286,6 +287,14 @@ OPERATIONS: tuple[Operation, ...] = (
         "replay", "replay_dead_letter", "Send a copy to its queue, then drop the dead letter"
     ),
     _dead_letter_action("purge", "purge_dead_letter", "Drop a dead-lettered message"),
+    Operation(
+        "get",
+        "/breakers",
+        "list_breakers",
+        "Every agent's shared circuit breaker, in workflow order",
+        "operator",
+        answers={200: Answer("one entry per agent (closed with nulls if never opened)", BreakerList)},
+    ),
     Operation(
         "get",
         "/health",
