@@ -43,16 +43,8 @@ class BreakerList(_View):
 
 
 def breaker_view(record: BreakerRecord) -> BreakerView:
-    """The wire view of a stored (or default closed) record."""
-    return BreakerView(
-        service=record.service,
-        state=record.state,
-        consecutive_failures=record.consecutive_failures,
-        opened_at=record.opened_at,
-        open_until=record.open_until,
-        probe_by=record.probe_by,
-        updated_at=record.updated_at,
-    )
+    """The wire view of a stored (or default closed) record: its fields of the same names."""
+    return BreakerView.model_validate(record, from_attributes=True)
 
 
 class BreakersApi:

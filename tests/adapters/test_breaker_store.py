@@ -13,13 +13,13 @@ from azure.data.tables.aio import TableServiceClient
 
 from adapters.breaker_store import BREAKER, TableBreakerStore
 from adapters.table_store import TableStateStore
-from engine.breaker import BreakerRecord, BreakerState, CircuitBreaker, CircuitOpenError, Permit, opened
+from engine.breaker import BreakerRecord, BreakerState, CircuitOpenError, Permit, opened
 from engine.clock import ManualClock
 from engine.errors import BreakerConflict
+from tests.engine.test_breaker import FAIL_MAX, PROBE, RESET, breaker, fail
 
 pytestmark = pytest.mark.anyio
 
-FAIL_MAX, RESET, PROBE = 3, 10.0, 4.0
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
@@ -37,23 +37,6 @@ async def stores(azurite_connection_string: str) -> AsyncIterator[Stores]:
         state = await TableStateStore.from_service(one, name)  # creates the state table, as the app does
         yield TableBreakerStore(state.table), TableBreakerStore(two.get_table_client(name))
         await state.close()
-
-
-def breaker(store: TableBreakerStore, clock: ManualClock, instance: str) -> CircuitBreaker:
-    return CircuitBreaker(
-        "inventory",
-        store,
-        clock,
-        fail_max=FAIL_MAX,
-        reset_seconds=RESET,
-        probe_seconds=PROBE,
-        instance_id=instance,
-    )
-
-
-async def fail(b: CircuitBreaker, times: int) -> None:
-    for _ in range(times):
-        await b.on_failure(await b.before_call())
 
 
 async def test_records_round_trip_and_every_write_is_etag_guarded(
@@ -80,7 +63,7 @@ async def test_one_instance_opens_and_the_other_sees_it_open_after_its_cache_ref
     stores: Stores,
 ) -> None:
     clock = ManualClock(NOW)
-    a, b = breaker(stores[0], clock, "a"), breaker(stores[1], clock, "b")
+    a, b = breaker(stores[0], clock, "a", "inventory"), breaker(stores[1], clock, "b", "inventory")
     await b.on_success(await b.before_call())  # b's view: closed, fresh
     await fail(a, FAIL_MAX)
     assert a.state is BreakerState.OPEN
@@ -99,7 +82,7 @@ async def test_only_one_of_two_concurrent_probe_claims_wins(
     stores: Stores,
 ) -> None:
     clock = ManualClock(NOW)
-    a, b = breaker(stores[0], clock, "a"), breaker(stores[1], clock, "b")
+    a, b = breaker(stores[0], clock, "a", "inventory"), breaker(stores[1], clock, "b", "inventory")
     await fail(a, FAIL_MAX)
     await b.refresh()
     clock.advance(RESET)
@@ -122,7 +105,7 @@ async def test_a_closed_healthy_service_costs_no_table_request_per_call_once_war
 ) -> None:
     clock = ManualClock(NOW)
     store = stores[0]
-    a = breaker(store, clock, "a")
+    a = breaker(store, clock, "a", "inventory")
     await a.on_success(await a.before_call())  # cold: one read
     assert store.counter.requests.get(BREAKER) == 1
     for _ in range(200):

@@ -23,6 +23,7 @@ from engine.breaker import (
     probe_ended,
 )
 from engine.clock import ManualClock
+from engine.ports import BreakerStore
 
 pytestmark = pytest.mark.anyio
 
@@ -88,9 +89,10 @@ def test_hold_until_is_the_open_interval_or_the_probe_under_way() -> None:
 
 
 # ---- two processes on one store ------------------------------------------------------------------------
-def breaker(store: MemoryBreakerStore, clock: ManualClock, instance: str) -> CircuitBreaker:
+def breaker(store: BreakerStore, clock: ManualClock, instance: str, service: str = "svc") -> CircuitBreaker:
+    """One process's breaker of ``service`` on ``store``."""
     return CircuitBreaker(
-        "svc",
+        service,
         store,
         clock,
         fail_max=FAIL_MAX,
