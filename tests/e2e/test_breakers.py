@@ -68,7 +68,7 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
 
     def open_for_a_while() -> dict[str, Any] | None:
         b = breakers(stack)["payment"]
-        return b if b["state"] == "open" and seconds_until(b["openUntil"]) > 4 else None
+        return b if b["state"] == "open" and seconds_until(b["openUntil"]) > 5 else None
 
     opened = wait_for(
         open_for_a_while,
@@ -77,8 +77,9 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
         what="the payment breaker to be open with a few seconds to go",
     )
     assert opened["openedAt"].endswith("Z") and opened["consecutiveFailures"] >= 1
-    # While it stays open, neither worker calls the service: their cached views refresh within a second.
-    wait_for(lambda: seconds_until(opened["openUntil"]) < RESET_SECONDS - 2, timeout=10, interval=0.1)
+    # While it stays open, neither worker calls the service: their cached views refresh within a second
+    # (three here, for a busy machine), and a worker that still calls opens it itself after a few failures.
+    wait_for(lambda: seconds_until(opened["openUntil"]) < RESET_SECONDS - 3, timeout=10, interval=0.1)
     calls = payment_calls(stack)
     wait_for(lambda: seconds_until(opened["openUntil"]) < 0.5, timeout=10, interval=0.1)
     assert payment_calls(stack) == calls, "a worker called the service while its breaker was open"
