@@ -308,17 +308,19 @@ class CircuitBreaker:
     async def _write(self, decide: Decide) -> bool:
         """Apply ``decide`` to the record and save it conditionally; on a lost race reload and decide
         again. True if this process's change was saved (or, with the store unreachable, applied locally)."""
-        record = self.view
+        record, reloaded = self.view, False
         for _ in range(_MAX_RACES):
             changed = decide(record, self.clock.now())
             if changed is None:
-                self._adopt(record)
+                if reloaded:  # what won the race: cache it (an unread view keeps its age)
+                    self._adopt(record)
                 return False
             try:
                 saved = await self.store.save(changed)
             except BreakerConflict:
                 try:
                     record = await self.store.load(self.service) or BreakerRecord(self.service)
+                    reloaded = True
                 except Exception:
                     log.warning("could not reload the breaker of %s", self.service, exc_info=True)
                     return False
