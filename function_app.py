@@ -23,8 +23,10 @@ import azure.functions as func
 from engine import queues
 from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from engine.ports import BreakerStore
 from engine.tasks import TaskService
 from orders.api import Call, OrdersApi, Reply
+from orders.breakers import BreakersApi
 from orders.console import console as console_page
 from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
@@ -44,7 +46,12 @@ async def _dead_letters() -> DeadLetterParts:
     return (await runtime()).dead_letters
 
 
+async def _breakers() -> BreakerStore:
+    return (await runtime()).breakers
+
+
 api = OrdersApi(_tasks)
+breakers = BreakersApi(FULFILMENT.agents, _breakers)
 dead_letters = DeadLettersApi(_dead_letters, tuple(queues.all_queues(list(FULFILMENT.agents))))
 SB = "ServiceBusConnection"
 
@@ -159,6 +166,12 @@ async def purge_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
     """Operator: drop a dead-lettered message."""
     p = req.route_params
     return _respond(await dead_letters.purge(p["queue"], p["sequenceNumber"], _call(req)))
+
+
+@app.route(route="breakers", methods=["GET"])
+async def list_breakers(req: func.HttpRequest) -> func.HttpResponse:
+    """Operator: every agent's shared circuit breaker."""
+    return _respond(await breakers.list())
 
 
 @app.route(route="openapi.json", methods=["GET"])

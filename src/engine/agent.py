@@ -23,11 +23,11 @@ from tenacity import (
 )
 
 from . import queues, telemetry
-from .breaker import CircuitBreaker
+from .breaker import CircuitBreaker, MemoryBreakerStore, Permit
 from .clock import Clock
 from .errors import CircuitOpenError, DeadlineReached, PermanentError, TransientError
 from .messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id
-from .ports import MessageSender
+from .ports import BreakerStore, MessageSender
 from .workflow import RetryPolicy, WorkflowDefinition
 
 __all__ = ["Action", "Agent", "DeadlineReached", "PermanentError", "TransientError"]
@@ -55,6 +55,9 @@ class Agent:
     average of its successful calls). A retry that would surely run out of time only adds load to a
     service that is already slow, and its answer could not be sent anyway. For the same reason a failed
     call that was given less time than that typical latency does not count against the circuit breaker.
+
+    The circuit breaker is the service's record in ``breakers``, shared by every instance that uses the
+    same store (see :mod:`engine.breaker`); without one it is this process's alone.
     """
 
     def __init__(
@@ -67,6 +70,8 @@ class Agent:
         sleep: Sleep | None = None,
         *,
         step_policies: Mapping[str, RetryPolicy] | None = None,
+        breakers: BreakerStore | None = None,
+        instance_id: str = "",
     ) -> None:
         self.name = name
         self.actions = dict(actions)
@@ -75,9 +80,18 @@ class Agent:
         self.policy = policy
         self.step_policies = dict(step_policies or {})
         self._sleep: Sleep = sleep or asyncio.sleep
-        # One breaker per agent per process: a service that keeps failing is left alone for a while
-        # instead of being hammered by every retry of every order.
-        self.breaker = CircuitBreaker(policy.breaker_fail_max, policy.breaker_reset_seconds)
+        # One breaker per service, shared through the store: a service that keeps failing is left alone
+        # for a while by every instance instead of being hammered by every retry of every order. A trial
+        # call is a single call, so its holder needs it for at most the longest call timeout.
+        self.breaker = CircuitBreaker(
+            name,
+            breakers or MemoryBreakerStore(),
+            clock,
+            fail_max=policy.breaker_fail_max,
+            reset_seconds=policy.breaker_reset_seconds,
+            probe_seconds=max(p.call_timeout_seconds for p in (policy, *self.step_policies.values())),
+            instance_id=instance_id,
+        )
         self.typical_latency = 0.0  # seconds; 0 until a call succeeded
 
     @classmethod
@@ -89,6 +103,9 @@ class Agent:
         sender: MessageSender,
         clock: Clock,
         sleep: Sleep | None = None,
+        *,
+        breakers: BreakerStore | None = None,
+        instance_id: str = "",
     ) -> Agent:
         """The agent ``name`` of a workflow, with each of its steps' own retry policy.
 
@@ -99,7 +116,17 @@ class Agent:
         if not policies:
             raise ValueError(f"workflow {workflow.name} has no step on agent {name}")
         default = next(iter(policies.values()))
-        return cls(name, actions, sender, clock, default, sleep, step_policies=policies)
+        return cls(
+            name,
+            actions,
+            sender,
+            clock,
+            default,
+            sleep,
+            step_policies=policies,
+            breakers=breakers,
+            instance_id=instance_id,
+        )
 
     def policy_for(self, step: str) -> RetryPolicy:
         """The retry policy of one step."""
@@ -136,11 +163,11 @@ class Agent:
             reply = self._reply(request, ReplyOutcome.SUCCEEDED, result=result)
         return await self._send(request, reply, fields)
 
-    def _failed(self, counts: bool) -> None:
+    async def _failed(self, permit: Permit, counts: bool) -> None:
         if counts:
-            self.breaker.on_failure()
+            await self.breaker.on_failure(permit)
         else:
-            self.breaker.on_abandoned()
+            self.breaker.on_abandoned(permit)
 
     def _note_latency(self, seconds: float) -> None:
         if self.typical_latency == 0.0:
@@ -188,7 +215,7 @@ class Agent:
             left = self._seconds_left(deadline)
             if left <= 0:
                 raise DeadlineReached(f"complete-by {deadline.isoformat()} passed")
-            self.breaker.before_call()
+            permit = await self.breaker.before_call()
             started = self.clock.now()
             # Per-call timeout: the policy's, but never beyond complete-by; the action applies it to its
             # own I/O, and this bound stops it at complete-by whatever the action does.
@@ -201,20 +228,20 @@ class Agent:
                 async with hard_stop:
                     result = await action(request, given)
             except PermanentError:
-                self.breaker.on_neutral()  # the service answered; it just said no
+                await self.breaker.on_neutral(permit)  # the service answered; it just said no
                 raise
             except TimeoutError as exc:
-                self._failed(counts)
+                await self._failed(permit, counts)
                 if hard_stop.expired():
                     raise DeadlineReached(f"complete-by {deadline.isoformat()} passed during a call") from exc
                 raise
             except Exception:
-                self._failed(counts)
+                await self._failed(permit, counts)
                 raise
             except BaseException:
-                self.breaker.on_abandoned()  # cancelled (the worker stops): says nothing about the service
+                self.breaker.on_abandoned(permit)  # cancelled (the worker stops): nothing learned
                 raise
-            self.breaker.on_success()
+            await self.breaker.on_success(permit)
             self._note_latency((self.clock.now() - started).total_seconds())
             return result
 

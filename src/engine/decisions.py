@@ -61,6 +61,8 @@ class Outcome(StrEnum):
     KICKED = "kicked"  # the Supervisor re-sent a lost kick
     RETRIED = "retried"  # the Supervisor counted a failure and gave the task back
     ERRORED = "errored"  # the task entered Error (with an alert)
+    HELD = "held"  # the Supervisor left the task alone while its service's breaker is open
+    RELEASED = "released"  # the Supervisor gave the task back without counting a failure
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,14 @@ class ConcurrencyError(EngineError):
         super().__init__(f"order {order_id} changed since it was loaded")
 
 
+class BreakerConflict(EngineError):
+    """A circuit breaker's record changed since it was read (ETag mismatch): read it and decide again."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        super().__init__(f"the breaker of {service} changed since it was read")
+
+
 # ---- messages -----------------------------------------------------------------------------------------
 class PoisonMessage(EngineError):
     """A message that can never be processed. Raising it makes the host abandon the message; the

@@ -27,6 +27,8 @@ class Operation(StrEnum):
     COMPENSATION_FAILED = "compensation failed"
     KICK = "kick"  # the Supervisor re-sends a lost kick
     EXPIRE = "expire"  # the Supervisor recovers a task past its CompleteBy
+    HOLD = "hold"  # the Supervisor leaves an expired task alone while its service's breaker is open
+    RELEASE = "release"  # the Supervisor gives back, uncharged, a held task (or one a trial call needs)
     RESUBMIT = "resubmit"  # an operator sends an Error task back
     CANCEL = "cancel"  # the application undoes a task that is not terminal
     RETRY_STEP = "retry step"  # an operator re-dispatches the current step now
@@ -136,6 +138,13 @@ TABLE: tuple[Rule, ...] = (
             (E, "CompleteBy passed, FailureCount >= max (Supervisor, alert)"),
         ),
     ),
+    # The Supervisor, for a task past its CompleteBy whose step's service has an open circuit breaker: the
+    # step did not fail, its service is down, so no failure is counted. It looks again when the breaker's
+    # open interval ends; then (or when a trial call is due) it gives the task back, still uncharged.
+    Rule(Op.HOLD, R, ((R, "CompleteBy passed, breaker open (Supervisor holds)"),)),
+    Rule(Op.HOLD, C, ((C, "CompleteBy passed, breaker open (Supervisor holds)"),)),
+    Rule(Op.RELEASE, R, ((P, "breaker hold over (Supervisor, no failure)"),)),
+    Rule(Op.RELEASE, C, ((C, "breaker hold over (Supervisor, no failure)"),)),
     # The operator and the application.
     Rule(Op.RESUBMIT, E, ((P, "operator resubmit (FailureCount reset)"),)),
     Rule(Op.CANCEL, P, ((C, "cancel"), (CD, "cancel, nothing started"))),

@@ -14,6 +14,8 @@ class EngineSettings:
     backoff_base_seconds: float = 2.0
     backoff_max_seconds: float = 60.0
     cancel_grace_seconds: float = 1.0
+    # How long after a breaker's openUntil (or trial deadline) the Supervisor looks again at work it held.
+    hold_margin_seconds: float = 1.0
 
     def backoff(self, failure_count: int) -> float:
         """The extended period before a retry: doubles with each failure, bounded."""

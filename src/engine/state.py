@@ -69,6 +69,9 @@ class TaskState(BaseModel):
     current_step: int = Field(default=0, ge=0, alias="CurrentStep")
     attempt: int = Field(default=0, ge=0, alias="Attempt", description="the current step's dispatch number")
     next_attempt_at: datetime | None = Field(default=None, alias="NextAttemptAt")
+    # Set with CompleteBy when the Supervisor holds the task for a service whose breaker is open: while
+    # the two are equal, the CompleteBy that passes is the hold's end, not a step that failed again.
+    held_until: datetime | None = Field(default=None, alias="HeldUntil")
     last_error: str | None = Field(default=None, alias="LastError")
     created_at: datetime = Field(alias="CreatedAt")
     updated_at: datetime = Field(alias="UpdatedAt")

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import telemetry, transitions
+from .breaker import BreakerRecord
 from .decisions import Outcome
 from .errors import ConcurrencyError
 from .outbox import carry_out
@@ -25,6 +26,8 @@ class SweepReport:
     kicked: int = 0
     retried: int = 0
     errored: int = 0
+    held: int = 0  # left alone: the step's service has an open circuit breaker (no failure counted)
+    released: int = 0  # given back without a failure counted: a hold ended, or a breaker wants a trial
     lost_races: int = 0
     seconds: float = 0.0
     order_ids: list[str] = field(default_factory=list)
@@ -37,6 +40,10 @@ class SweepReport:
             self.retried += 1
         elif outcome is Outcome.ERRORED:
             self.errored += 1
+        elif outcome is Outcome.HELD:
+            self.held += 1
+        elif outcome is Outcome.RELEASED:
+            self.released += 1
 
 
 class Supervisor:
@@ -46,12 +53,25 @@ class Supervisor:
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
 
+    async def _breakers(self) -> dict[str, BreakerRecord]:
+        """Every service's circuit breaker, by service; none if they are not shared or cannot be read (then
+        nothing is held: the sweep acts as it would without breakers)."""
+        if self.parts.breakers is None:
+            return {}
+        try:
+            return {record.service: record for record in await self.parts.breakers.load_all()}
+        except Exception:
+            log.warning("could not read the circuit breakers; holding nothing this sweep", exc_info=True)
+            return {}
+
     async def sweep(self) -> SweepReport:
-        """One pass over expired in-flight tasks."""
+        """One pass over expired in-flight tasks. The breakers are read once, when the first task that
+        needs recovery is found (a sweep with nothing expired reads nothing more)."""
         started = time.perf_counter()
         report = SweepReport()
         store = self.parts.store
         ctx = self.parts.context()
+        breakers: dict[str, BreakerRecord] | None = None
         async for entry in store.expired(ctx.now):
             record = await store.load(entry.order_id)
             if record is None or not record.state.process_state.in_flight or record.state.complete_by is None:
@@ -64,7 +84,9 @@ class Supervisor:
                 continue
             report.expired += 1
             before = record.state.process_state
-            decision = transitions.recover_expired(record, ctx)
+            if breakers is None:
+                breakers = await self._breakers()
+            decision = transitions.recover_expired(record, ctx, breakers)
             if not decision.changed:
                 continue  # moved on since the index was read
             try:
@@ -72,6 +94,10 @@ class Supervisor:
             except ConcurrencyError:
                 report.lost_races += 1
                 continue
+            if decision.outcome is Outcome.HELD and record.state.complete_by is not None:
+                # Held again and again while the outage lasts: move the watch entry now, so the next
+                # sweeps skip the task until the hold ends instead of loading it to find that out.
+                await store.rewatch(entry, record.state.complete_by)
             await carry_out(self.parts.sender, decision)
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
@@ -96,6 +122,8 @@ class Supervisor:
             kicked=report.kicked,
             retried=report.retried,
             errored=report.errored,
+            held=report.held,
+            released=report.released,
             lostRaces=report.lost_races,
             seconds=round(report.seconds, 4),
         )

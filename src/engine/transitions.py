@@ -10,11 +10,13 @@ Supervisor recovers it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import machine, queues
+from .breaker import BreakerRecord, BreakerState, hold_until
 from .decisions import REFUSED, UNCHANGED, Decision, OrderEnteredError, Outcome, Outgoing
 from .machine import Operation
 from .messages import (
@@ -356,13 +358,23 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
 
 
 # ---- Supervisor ----------------------------------------------------------------------------------
-def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
+def recover_expired(
+    record: TaskRecord, ctx: Context, breakers: Mapping[str, BreakerRecord] | None = None
+) -> Decision:
     """What the Supervisor does with a task whose CompleteBy has passed.
 
     It knows no business logic: it counts the failure, then either gives the task back for another
     Scheduler to pick up after a growing backoff, or, past the threshold, sets Error and alerts.
     A Pending task past its CompleteBy lost its kick and is simply kicked again. A task not past its
     CompleteBy, or not in flight, is refused.
+
+    ``breakers`` are the circuit breakers by service (agent), as the sweep read them. When the current
+    step's service has an open breaker, the step did not fail, its service is down: the task is held
+    (no re-queue, no failure counted) until the breaker's open interval, or the trial call under way,
+    ends, plus a small margin. When that hold is over, or the breaker wants a trial call, the task is
+    given back at once without counting a failure, so it can carry the trial call. An outage of any
+    length therefore never puts a task in Error; a step that times out while its service is healthy
+    still counts.
     """
     state = record.state
     if state.complete_by is None or state.complete_by > ctx.now:
@@ -376,9 +388,21 @@ def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
         )
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
+    step = record.steps[state.current_step]
+    service = ctx.workflow.steps[state.current_step].agent
+    breaker = (breakers or {}).get(service)
+    until = hold_until(breaker, ctx.now)
+    if until is not None and allows(Operation.HOLD, record):
+        state.complete_by = state.held_until = until + timedelta(seconds=ctx.settings.hold_margin_seconds)
+        _touch(record, ctx)
+        return Decision(Outcome.HELD)
+    was_held = state.held_until is not None and state.held_until == state.complete_by
+    trial_due = breaker is not None and breaker.state is not BreakerState.CLOSED
+    if (was_held or trial_due) and allows(Operation.RELEASE, record):
+        why = "hold over" if was_held else f"breaker of {service} wants a trial call"
+        return _give_back(record, ctx, ctx.now, f"supervisor: {why}; {step.name} again", Outcome.RELEASED)
     # The pattern keeps a failure count per step: three single timeouts on three different steps are not
     # a step that keeps failing. The task's FailureCount stays the total, for operators.
-    step = record.steps[state.current_step]
     step.failures += 1
     state.failure_count += 1
     if step.failures >= ctx.settings.supervisor_max_failures:
@@ -389,17 +413,24 @@ def recover_expired(record: TaskRecord, ctx: Context) -> Decision:
             _engine(ctx, "supervisor"),
         )
     retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures))
+    reason = f"supervisor: retry after failure {step.failures} of {step.name}"
+    return _give_back(record, ctx, retry_at, reason, Outcome.RETRIED)
+
+
+def _give_back(record: TaskRecord, ctx: Context, at: datetime, reason: str, outcome: Outcome) -> Decision:
+    """Unlock the task for any Scheduler from ``at`` on (Pending, or Compensating to resume the undo)."""
+    state = record.state
     state.locked_by = None
-    state.next_attempt_at = retry_at
-    state.complete_by = retry_at + window
+    state.held_until = None
+    state.next_attempt_at = at
+    state.complete_by = at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     if state.process_state is ProcessState.PROCESSING:
         state.process_state = ProcessState.PENDING
         kind = CommandKind.START
     else:
         kind = CommandKind.RESUME
     _touch(record, ctx)
-    reason = f"supervisor: retry after failure {step.failures} of {step.name}"
-    return Decision(Outcome.RETRIED, (command(state.order_id, kind, reason, at=retry_at),))
+    return Decision(outcome, (command(state.order_id, kind, reason, at=at if at > ctx.now else None),))
 
 
 # ---- operator and application requests --------------------------------------------------------

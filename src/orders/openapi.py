@@ -19,6 +19,7 @@ from pydantic.json_schema import models_json_schema
 from engine.state import ProcessState
 
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_PAGE_SIZE
+from .breakers import BreakerList
 from .deadletters import DeadLetterAuditPage, DeadLetterCounts, DeadLetterListing, DeadLetterOutcome
 from .models import (
     ActionRequest,
@@ -320,6 +321,14 @@ OPERATIONS: tuple[Operation, ...] = (
             200: Answer("the page", headers=("Content-Security-Policy", "Cache-Control"), html=True),
             304: Answer("the browser's copy is current"),
         },
+    ),
+    Operation(
+        "get",
+        "/breakers",
+        "list_breakers",
+        "Every agent's shared circuit breaker, in workflow order",
+        "operator",
+        answers={200: Answer("one entry per agent (closed with nulls if never opened)", BreakerList)},
     ),
     Operation(
         "get",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from azure.data.tables.aio import TableServiceClient
 
+from adapters.breaker_store import TableBreakerStore
 from adapters.deadletters import ServiceBusDeadLetters
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore, env_settings_in_use
@@ -23,7 +24,8 @@ from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
 from engine.parts import EngineParts
-from engine.scheduler import Scheduler
+from engine.ports import BreakerStore
+from engine.scheduler import Scheduler, instance_id
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.workflow import WorkflowDefinition
@@ -47,6 +49,7 @@ class Runtime:
     supervisor: Supervisor
     agents: dict[str, Agent]
     dead_letters: DeadLetterParts
+    breakers: BreakerStore
     closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def close(self) -> None:
@@ -113,10 +116,16 @@ async def build(settings: Settings) -> Runtime:
     closers.append(dead_letter_client.close)
     actions = services.actions()
     workflow = fulfilment(settings)
+    # The agents' circuit breakers live in the state table, so every instance sees the same ones.
+    breakers = TableBreakerStore(store.table, counter=store.counter)
+    instance = instance_id()
     agents = {
-        name: Agent.for_workflow(workflow, name, actions[name], sender, clock) for name in workflow.agents
+        name: Agent.for_workflow(
+            workflow, name, actions[name], sender, clock, breakers=breakers, instance_id=instance
+        )
+        for name in workflow.agents
     }
-    parts = EngineParts(workflow, store, sender, clock, engine_settings)
+    parts = EngineParts(workflow, store, sender, clock, engine_settings, breakers)
     tasks = TaskService(parts)
     dead_letters = DeadLetterParts(
         ServiceBusDeadLetters(dead_letter_client),
@@ -126,10 +135,11 @@ async def build(settings: Settings) -> Runtime:
     )
     return Runtime(
         tasks=tasks,
-        scheduler=Scheduler(parts),
+        scheduler=Scheduler(parts, instance),
         supervisor=Supervisor(parts),
         agents=agents,
         dead_letters=dead_letters,
+        breakers=breakers,
         closers=closers,
     )
 

@@ -10,7 +10,7 @@ import pytest
 
 from engine import queues
 from engine.agent import Agent, PermanentError, TransientError
-from engine.breaker import BreakerState, CircuitBreaker
+from engine.breaker import BreakerState, CircuitBreaker, MemoryBreakerStore
 from engine.clock import ManualClock
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome
 from engine.workflow import RetryPolicy
@@ -148,7 +148,9 @@ async def test_exhausted_tries_within_the_deadline_stay_silent() -> None:
     clock = ManualClock()
     action = Scripted(clock, [TransientError("503")] * 4 + [TransientError("503")])
     policy_agent, sender = make(clock, action)
-    policy_agent.breaker = CircuitBreaker(fail_max=100, reset_seconds=1)
+    policy_agent.breaker = CircuitBreaker(
+        "alpha", MemoryBreakerStore(), clock, fail_max=100, reset_seconds=1, probe_seconds=3
+    )
     assert await policy_agent.handle(request(clock, seconds=120)) is None
     assert len(action.timeouts) == POLICY.max_tries and sender.sent == []
 

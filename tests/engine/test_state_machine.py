@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pytest
 
 from engine import queues, telemetry
+from engine.breaker import BreakerRecord, MemoryBreakerStore, opened, probe_claimed, probe_ended
 from engine.clock import ManualClock
 from engine.errors import Conflict, InvalidState
 from engine.messages import (
@@ -48,7 +50,8 @@ class World:
         self.clock = ManualClock()
         self.store = MemoryStore()
         self.sender = RecordingSender()
-        parts = EngineParts(WORKFLOW, self.store, self.sender, self.clock, SETTINGS)
+        self.breakers = MemoryBreakerStore()
+        parts = EngineParts(WORKFLOW, self.store, self.sender, self.clock, SETTINGS, self.breakers)
         self.tasks = TaskService(parts)
         self.scheduler = Scheduler(parts, instance="sched-1")
         self.other_scheduler = Scheduler(parts, instance="sched-2")
@@ -443,3 +446,106 @@ async def test_timeouts_of_a_step_before_its_undo_do_not_count_against_the_undo(
     assert await world.reply(again, ReplyOutcome.FAILED, error="declined")
     record = world.store.state("o-1")
     assert record.state.phase is Phase.COMPENSATE and [s.failures for s in record.steps] == [0, 0, 0]
+
+
+# ---- the Supervisor and open circuit breakers ------------------------------------------------------------
+async def open_breaker(world: World, service: str, seconds: float) -> BreakerRecord:
+    """Open (or re-open after a failed trial call) a service's breaker for ``seconds`` from now."""
+    now = world.clock.now()
+    current = await world.breakers.load(service) or BreakerRecord(service)
+    changed = opened(current, now, 5, 5, seconds)
+    if changed is None:  # open already: a trial call that failed
+        probing = probe_claimed(current, now, "agent-1", 3)
+        assert probing is not None
+        changed = probe_ended(probing, now, "agent-1", False, seconds)
+    assert changed is not None
+    return await world.breakers.save(changed)
+
+
+async def test_an_open_breaker_holds_expired_work_without_counting_failures_for_a_long_outage() -> None:
+    world = World()
+    await world.submit()
+    await world.kick()
+    world.take_request()
+    breaker = await open_breaker(world, "alpha", 30)
+    world.clock.advance(10)  # complete-by passes while the service is down
+    report = await world.supervisor.sweep()
+    assert (report.expired, report.held, report.retried, report.errored) == (1, 1, 0, 0)
+    assert world.commands() == []  # not re-queued
+    record = world.store.state("o-1")
+    assert record.state.process_state is ProcessState.PROCESSING
+    assert record.state.failure_count == 0 and record.steps[0].failures == 0
+    assert breaker.open_until is not None
+    assert record.state.complete_by == breaker.open_until + timedelta(seconds=SETTINGS.hold_margin_seconds)
+    # Ten minutes of outage: at each openUntil a trial call fails and re-opens the breaker; the hold ends
+    # a margin later, finds it open again, and holds again.
+    margin = SETTINGS.hold_margin_seconds
+    for _ in range(20):
+        hold_end = world.store.state("o-1").state.complete_by
+        assert hold_end is not None
+        world.clock.advance((hold_end - world.clock.now()).total_seconds() - margin)
+        await open_breaker(world, "alpha", 30)
+        world.clock.advance(margin)
+        assert (await world.supervisor.sweep()).held == 1
+    record = world.store.state("o-1")
+    assert record.state.process_state is ProcessState.PROCESSING and record.state.failure_count == 0
+    assert world.commands() == [] and world.requests() == []
+
+
+async def close_breaker(world: World, service: str) -> None:
+    """A trial call that succeeded."""
+    current = await world.breakers.load(service)
+    assert current is not None
+    probing = probe_claimed(current, world.clock.now(), "agent-1", 3)
+    assert probing is not None
+    probing = await world.breakers.save(probing)
+    closed = probe_ended(probing, world.clock.now(), "agent-1", True, 5)
+    assert closed is not None
+    await world.breakers.save(closed)
+
+
+async def test_held_work_is_given_back_uncharged_when_the_breaker_wants_a_trial_or_the_hold_ends() -> None:
+    world = World()
+    await world.submit()
+    await world.kick()
+    world.take_request()
+    await open_breaker(world, "alpha", 5)
+    world.clock.advance(10)  # complete-by passes; the breaker's open interval is over: a trial is due
+    report = await world.supervisor.sweep()
+    assert (report.released, report.held, report.retried) == (1, 0, 0)
+    (resume,) = world.commands()
+    state = world.store.state("o-1").state
+    assert state.process_state is ProcessState.PENDING and state.failure_count == 0
+    assert await world.scheduler.handle_command(resume)  # at once: no backoff
+    assert world.take_request().attempt == 2  # it carries the trial call
+    # The trial call fails: held; then another trial call succeeds before the hold ends.
+    await open_breaker(world, "alpha", 20)
+    world.clock.advance(10)
+    assert (await world.supervisor.sweep()).held == 1
+    world.clock.advance(10)
+    await close_breaker(world, "alpha")
+    world.clock.advance(SETTINGS.hold_margin_seconds)
+    report = await world.supervisor.sweep()  # the hold is over: no failure, the step goes again
+    assert (report.released, report.retried) == (1, 0)
+    assert world.store.state("o-1").state.failure_count == 0
+    (resume,) = world.commands()
+    assert await world.scheduler.handle_command(resume)
+    assert world.take_request().attempt == 3
+    # A timeout with the service healthy counts as before.
+    world.clock.advance(10)
+    assert (await world.supervisor.sweep()).retried == 1
+    assert world.store.state("o-1").steps[0].failures == 1
+
+
+async def test_the_sweep_reads_the_breakers_once_and_only_when_something_expired() -> None:
+    world = World()
+    for i in range(3):
+        await world.submit(f"o-{i}")
+    await world.kick()
+    await open_breaker(world, "alpha", 60)
+    before = world.breakers.operations
+    assert (await world.supervisor.sweep()).expired == 0
+    assert world.breakers.operations == before  # nothing expired: nothing read
+    world.clock.advance(10)
+    assert (await world.supervisor.sweep()).held == 3
+    assert world.breakers.operations == before + 1

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import machine, telemetry, transitions
+from engine.breaker import BreakerRecord, BreakerState
 from engine.decisions import Decision, Outcome
 from engine.machine import Operation
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id, request_message_id
@@ -128,12 +129,23 @@ def test_the_readme_diagram_is_the_tables() -> None:
 Move = tuple[Operation | None, Callable[[TaskRecord], Decision]]
 
 
+def open_breakers(now: datetime, seconds_left: float) -> dict[str, BreakerRecord]:
+    """Every service's breaker open until ``seconds_left`` after ``now`` (negative: a trial call is due)."""
+    until = now + timedelta(seconds=seconds_left)
+    return {
+        s.agent: BreakerRecord(s.agent, BreakerState.OPEN, 5, now - timedelta(seconds=60), until)
+        for s in WORKFLOW.steps
+    }
+
+
 def moves(record: TaskRecord) -> list[Move]:
     """Everything that could happen to a task in any state, right or wrong."""
     later = (record.state.complete_by or T0) + timedelta(seconds=1)
     out: list[Move] = [
         (Operation.CLAIM, lambda r: transitions.claim(r, ctx())),
         (None, lambda r: transitions.recover_expired(r, ctx(later))),
+        (Operation.HOLD, lambda r: transitions.recover_expired(r, ctx(later), open_breakers(later, 5))),
+        (Operation.RELEASE, lambda r: transitions.recover_expired(r, ctx(later), open_breakers(later, -1))),
         (Operation.RESUBMIT, lambda r: transitions.resubmit(r, ctx())),
         (Operation.CANCEL, lambda r: transitions.cancel(r, ctx())),
     ]
@@ -176,8 +188,11 @@ def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
         for operation, move in moves(record):
             after = record.model_copy(deep=True)
             before = after.model_dump()
-            if operation is None:  # the Supervisor picks kick or expire itself
-                operation = Operation.KICK if transitions.allows(Operation.KICK, after) else Operation.EXPIRE
+            supervisor = operation in (None, Operation.HOLD, Operation.RELEASE)
+            if supervisor and transitions.allows(Operation.KICK, after):  # it picks kick itself
+                operation = Operation.KICK
+            elif operation is None:
+                operation = Operation.EXPIRE
             rule = transitions.allows(operation, after)
             decision = move(after)
             if not decision.changed:
