@@ -25,6 +25,9 @@ def _whole(value: Any) -> Any:
 WholeNumber = Annotated[int, BeforeValidator(_whole), Strict()]
 
 
+MAX_UNIT_PRICE = 1_000_000_000.0
+
+
 class OrderItem(BaseModel):
     """One line of an order."""
 
@@ -32,7 +35,8 @@ class OrderItem(BaseModel):
 
     sku: str = Field(min_length=1, max_length=64)
     quantity: WholeNumber = Field(ge=1, le=1000)
-    unit_price: float = Field(alias="unitPrice", ge=0, allow_inf_nan=False, strict=True)
+    # Bounded so that an order's total (up to 100 lines of 1,000 units) stays a finite JSON number.
+    unit_price: float = Field(alias="unitPrice", ge=0, le=MAX_UNIT_PRICE, allow_inf_nan=False, strict=True)
 
 
 class OrderRequest(BaseModel):

@@ -10,6 +10,7 @@ suspended coroutine, not a blocked thread.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -61,7 +62,14 @@ class RemoteServices:
         if agent in self._keys:
             headers[SIMULATORS_KEY_HEADER] = self._keys[agent]
         try:
-            response = await self.client.post(url, json=body, headers=headers, timeout=timeout)
+            content = json.dumps(body, allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            # The request itself cannot be sent (e.g. a total too large for JSON): no retry can help and
+            # it says nothing about the service, so it must fail the step, not charge the breaker.
+            raise PermanentError(f"{agent}: the request cannot be encoded: {exc}") from exc
+        headers["Content-Type"] = "application/json"
+        try:
+            response = await self.client.post(url, content=content, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             raise TransientError(f"{agent}: timed out after {timeout:.2f}s") from exc
         except httpx.TransportError as exc:

@@ -78,6 +78,12 @@ async def test_resubmitting_is_idempotent_and_another_body_conflicts(h: Harness)
         ([1, 2], JSON, (400, "ValidationFailed")),
         ({**ORDER, "items": []}, JSON, (400, "ValidationFailed")),
         ({**ORDER, "orderId": "bad id!"}, JSON, (400, "ValidationFailed")),
+        # A price whose order total would not be a finite JSON number.
+        (
+            {**ORDER, "items": [{"sku": "a", "quantity": 1000, "unitPrice": 1e306}]},
+            JSON,
+            (400, "ValidationFailed"),
+        ),
     ],
 )
 async def test_bad_submissions_are_refused_and_write_nothing(

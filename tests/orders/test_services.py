@@ -108,6 +108,18 @@ async def test_a_charge_sends_the_total_and_the_idempotency_key(
     assert body == {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
 
 
+async def test_a_request_that_cannot_be_encoded_is_a_lasting_fault_and_is_not_sent(
+    service: Service, services: RemoteServices
+) -> None:
+    # A total past the largest float: the request is at fault, not the service (its breaker is not charged).
+    huge = {**ORDER, "items": [{"sku": "a", "quantity": 10, "unitPrice": 1.7e308}]}
+    with pytest.raises(PermanentError, match="cannot be encoded"):
+        await services.actions()[PAYMENT]["charge"](
+            request("charge").model_copy(update={"payload": {"input": huge, "results": {}}}), 5.0
+        )
+    assert service.seen == []
+
+
 async def test_an_undo_addresses_the_first_call_by_its_key(
     service: Service, services: RemoteServices
 ) -> None:
