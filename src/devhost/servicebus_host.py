@@ -5,6 +5,12 @@ rises and the queue's MaxDeliveryCount dead-letters a poison message. Locks of m
 renewed until ``maxAutoLockRenewalDuration``. A receiver whose connection fails is closed and opened
 again with exponential backoff; the worker never stops because of the broker.
 
+One receive loop per function takes one message per call, and the receiver prefetches: the broker pushes
+a window of messages per round trip, asked for only when the window fits the function's free
+maxConcurrentCalls slots (see ``_Listener``). So, as in Azure, where the host keeps that many receive
+calls open (with host.json's ``prefetchCount`` 0), a function never holds more than maxConcurrentCalls
+messages, and none waits unrenewed in a buffer.
+
 This uses the asyncio SDK. Its management link is not safe for concurrent requests (two lock renewals
 at once can get the same delivery id and the broker drops the connection), so the SDK's AutoLockRenewer,
 which renews each message in its own task, is not used: one task per receiver renews locks one at a time.
