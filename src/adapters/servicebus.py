@@ -1,14 +1,16 @@
 """The engine's message sender on Service Bus: the asynchronous SDK, one client per process (and event
-loop), one sender per queue."""
+loop), one sender per queue, concurrent sends to a queue coalesced into batches."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.exceptions import MessageSizeExceededError
 from pydantic import BaseModel
 
 
@@ -32,28 +34,52 @@ def client_from_settings(
     return ServiceBusClient(namespace, credential)
 
 
+@dataclass(eq=False)
+class _Waiting:
+    """A message handed to :meth:`ServiceBusSender.send`, and the future its caller waits on."""
+
+    message: ServiceBusMessage
+    sent: asyncio.Future[None]
+
+
+@dataclass(eq=False)
+class _QueueSender:
+    """One queue's SDK sender, the lock that makes its requests take turns, and the sends waiting."""
+
+    sender: Any
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: list[_Waiting] = field(default_factory=list)
+    flushing: bool = False
+
+
 class ServiceBusSender:
     """Sends JSON messages from coroutines of one event loop.
 
     An SDK sender's links are not safe for overlapping requests (scheduling uses its management link), so
-    each queue's sender has an ``asyncio.Lock``: sends to one queue take turns, which costs a round trip
-    each and holds no thread. ``counts`` holds the operations sent per queue (``send``, ``schedule``),
+    each queue's requests take turns behind an ``asyncio.Lock``. Sends that arrive while a request to the
+    same queue is under way are not queued one round trip each: they wait together and go in the next
+    request as one batch (a lone send goes as soon as the link is free, as before). A batch is accepted or
+    refused as a whole, so each caller's ``send`` returns once its own message is on the queue and raises
+    if it is not. ``counts`` holds the operations sent per queue (``send``, ``schedule``), one per message,
     counted once the SDK has returned: the figures a capacity estimate needs.
     """
 
     def __init__(self, client: ServiceBusClient) -> None:
         self._client = client
         self.counts: dict[str, dict[str, int]] = {}
-        self._senders: dict[str, Any] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._queues: dict[str, _QueueSender] = {}
+        self._flushers: set[asyncio.Task[None]] = set()
 
-    def _sender(self, queue: str) -> tuple[Any, asyncio.Lock]:
+    def _queue(self, queue: str) -> _QueueSender:
         # No await between the check and the insert: coroutines cannot interleave here.
-        if queue not in self._senders:
-            self._senders[queue] = self._client.get_queue_sender(queue)
-            self._locks[queue] = asyncio.Lock()
+        if queue not in self._queues:
+            self._queues[queue] = _QueueSender(self._client.get_queue_sender(queue))
             self.counts[queue] = {}
-        return self._senders[queue], self._locks[queue]
+        return self._queues[queue]
+
+    def _count(self, queue: str, operation: str, n: int) -> None:
+        per_queue = self.counts[queue]
+        per_queue[operation] = per_queue.get(operation, 0) + n
 
     async def send(
         self,
@@ -66,7 +92,7 @@ class ServiceBusSender:
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
     ) -> None:
-        """Send (or schedule, when ``scheduled_at`` is given) one message."""
+        """Send (or schedule, when ``scheduled_at`` is given) one message; raises if it was not sent."""
         message = ServiceBusMessage(
             body.model_dump_json(by_alias=True),
             content_type="application/json",
@@ -77,21 +103,108 @@ class ServiceBusSender:
         )
         if time_to_live_seconds is not None:
             message.time_to_live = timedelta(seconds=time_to_live_seconds)
-        sender, lock = self._sender(queue)
-        async with lock:
-            if scheduled_at is not None:
-                await sender.schedule_messages(message, scheduled_at)
-                operation = "schedule"
-            else:
-                await sender.send_messages(message)
-                operation = "send"
-            per_queue = self.counts[queue]
-            per_queue[operation] = per_queue.get(operation, 0) + 1
+        target = self._queue(queue)
+        if scheduled_at is not None:
+            async with target.lock:
+                await target.sender.schedule_messages(message, scheduled_at)
+                self._count(queue, "schedule", 1)
+            return
+        waiting = _Waiting(message, asyncio.get_running_loop().create_future())
+        target.waiting.append(waiting)
+        if not target.flushing:
+            target.flushing = True
+            flusher = asyncio.create_task(self._flush(queue, target))
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
+        await waiting.sent
+
+    async def _flush(self, queue: str, target: _QueueSender) -> None:
+        """Send what is waiting for ``queue``, a request at a time, until nothing is left."""
+        taken: list[_Waiting] = []
+        try:
+            async with target.lock:
+                while target.waiting:
+                    # A caller cancelled before its message went out has given up on it: leave it out.
+                    taken = [w for w in target.waiting if not w.sent.done()]
+                    target.waiting = []
+                    try:
+                        groups = await self._groups(target.sender, taken)
+                    except Exception as exc:  # the link cannot be opened: nothing of this round was sent
+                        for w in taken:
+                            _fail(w, exc)
+                        continue
+                    for batch, group in groups:
+                        await self._send_group(queue, target.sender, batch, group)
+        except BaseException as exc:  # cancelled (the loop is closing): nobody may wait for ever
+            for w in [*taken, *target.waiting]:
+                _fail(w, exc)
+            raise
+        finally:
+            target.flushing = False  # no await since the loop found nothing waiting
+
+    @staticmethod
+    async def _groups(sender: Any, waiting: list[_Waiting]) -> list[tuple[Any, list[_Waiting]]]:
+        """Split ``waiting`` into batches that fit the link, in order; a message too big for any batch
+        gets a group of its own (and no batch), so that its own send reports why."""
+        if len(waiting) <= 1:
+            return [(None, waiting)] if waiting else []
+        groups: list[tuple[Any, list[_Waiting]]] = []
+        batch: Any = await sender.create_message_batch()
+        group: list[_Waiting] = []
+        for w in waiting:
+            if _added(batch, w.message):
+                group.append(w)
+                continue
+            if group:  # the batch is full: the message starts the next one
+                groups.append((batch, group))
+                batch, group = await sender.create_message_batch(), []
+                if _added(batch, w.message):
+                    group.append(w)
+                    continue
+            groups.append((None, [w]))
+        if group:
+            groups.append((batch, group))
+        return groups
+
+    async def _send_group(self, queue: str, sender: Any, batch: Any, group: list[_Waiting]) -> None:
+        """One request: a lone message as itself, several as their batch; then answer their callers."""
+        try:
+            await sender.send_messages(group[0].message if batch is None or len(group) == 1 else batch)
+        except Exception as exc:
+            for w in group:
+                _fail(w, exc)
+            return
+        self._count(queue, "send", len(group))
+        for w in group:
+            if not w.sent.done():
+                w.sent.set_result(None)
 
     async def close(self) -> None:
         """Close every sender and the client."""
-        senders = list(self._senders.values())
-        self._senders.clear()
-        for sender in senders:
-            await sender.close()
+        if self._flushers:
+            await asyncio.gather(*self._flushers, return_exceptions=True)
+        queues = list(self._queues.values())
+        self._queues.clear()
+        for target in queues:
+            await target.sender.close()
         await self._client.close()
+
+
+def _fail(waiting: _Waiting, exc: BaseException) -> None:
+    """Hand ``exc`` to the caller still waiting on a message that was not sent (cancel it if the sending
+    was cancelled)."""
+    if waiting.sent.done():
+        return
+    if isinstance(exc, Exception):
+        waiting.sent.set_exception(exc)
+    else:
+        waiting.sent.cancel()
+
+
+def _added(batch: Any, message: ServiceBusMessage) -> bool:
+    """Add ``message`` to ``batch``; False if it does not fit."""
+    try:
+        batch.add_message(message)
+    except MessageSizeExceededError:
+        return False
+    return True

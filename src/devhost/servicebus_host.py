@@ -5,6 +5,12 @@ rises and the queue's MaxDeliveryCount dead-letters a poison message. Locks of m
 renewed until ``maxAutoLockRenewalDuration``. A receiver whose connection fails is closed and opened
 again with exponential backoff; the worker never stops because of the broker.
 
+One receive loop per function takes one message per call, and the receiver prefetches: the broker pushes
+a window of messages per round trip, asked for only when the window fits the function's free
+maxConcurrentCalls slots (see ``_Listener``). So, as in Azure, where the host keeps that many receive
+calls open (with host.json's ``prefetchCount`` 0), a function never holds more than maxConcurrentCalls
+messages, and none waits unrenewed in a buffer.
+
 This uses the asyncio SDK. Its management link is not safe for concurrent requests (two lock renewals
 at once can get the same delivery id and the broker drops the connection), so the SDK's AutoLockRenewer,
 which renews each message in its own task, is not used: one task per receiver renews locks one at a time.
@@ -37,9 +43,11 @@ log = logging.getLogger("devhost.servicebus")
 # How long one receive call waits for a message; also how quickly a stop is noticed.
 RECEIVE_WAIT_SECONDS = 1.0
 # One message per receive call: after a first message the SDK waits a fixed 0.2 s to fill a batch, which
-# would delay every message; the loop calls again at once, so concurrency is unaffected. It also leaves
-# at most one message of credit outstanding, so at most one is pushed (and stays locked) after a stop.
+# would delay every message. The broker still pushes up to RECEIVE_CREDIT messages per round trip: the
+# receiver prefetches (link credit = prefetch + 1) and each call takes the next one from its buffer at
+# once. See _Listener for how that credit stays within the function's free maxConcurrentCalls slots.
 RECEIVE_BATCH = 1
+RECEIVE_CREDIT = 16
 # The SDK holds its socket lock while it waits for a frame, delaying settlements by up to this long.
 SOCKET_TIMEOUT_SECONDS = 0.05
 BACKOFF_INITIAL_SECONDS = 0.5
@@ -179,7 +187,16 @@ class _Delivery:
 
 @dataclass(eq=False)
 class _Listener:
-    """One function's receiver loop and the messages it has in flight."""
+    """One function's receiver loop and the messages it has in flight.
+
+    The receiver grants the broker ``credit`` messages at a time (its prefetch plus one), and grants the
+    next window only once every message of the last one has arrived and been taken from its buffer.
+    ``credited`` counts what the current window may still bring, so messages in flight plus messages the
+    broker may push never exceed maxConcurrentCalls: a receive call that could grant a new window waits
+    until ``credit`` slots are free. A prefetched message therefore always has a slot and is dispatched
+    as soon as it arrives; its lock never runs out in the buffer, and the SDK releases what is still
+    buffered when the receiver closes.
+    """
 
     spec: FunctionSpec
     entity: str  # a queue name, or "topic/Subscriptions/subscription"
@@ -187,11 +204,32 @@ class _Listener:
     subscription: str | None
     connection_string: str
     max_concurrency: int
+    credited: int = 0
     deliveries: set[_Delivery] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     capacity: asyncio.Condition = field(default_factory=asyncio.Condition)
     connecting: bool = False
     task: asyncio.Task[None] | None = None
+
+    @property
+    def credit(self) -> int:
+        """Messages one receive window may bring: at most a quarter of the slots, so that the next window
+        is asked for while three quarters of them are still busy (1, no prefetch, below 8 slots)."""
+        return max(1, min(RECEIVE_CREDIT, self.max_concurrency // 4))
+
+    def has_room(self) -> bool:
+        """Whether a receive call cannot take the function past maxConcurrentCalls."""
+        if self.credited > 0:  # the window's messages already have their slots
+            return True
+        return len(self.deliveries) + self.credit <= self.max_concurrency
+
+    def received(self, count: int) -> None:
+        """Account for a receive call that returned ``count`` messages."""
+        if self.credit == 1:
+            return  # no prefetch: the SDK grants one message per call and releases any that come late
+        if self.credited == 0:  # the call found the window spent and granted a new one
+            self.credited = self.credit
+        self.credited = max(0, self.credited - count)
 
 
 class ServiceBusHost:
@@ -282,7 +320,7 @@ class ServiceBusHost:
         client = self._client(listener.connection_string)
         options: dict[str, Any] = {
             "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
-            "prefetch_count": 0,
+            "prefetch_count": listener.credit - 1,
             "socket_timeout": SOCKET_TIMEOUT_SECONDS,
         }
         if listener.topic is not None and listener.subscription is not None:
@@ -290,11 +328,9 @@ class ServiceBusHost:
         return client.get_queue_receiver(listener.entity, **options)
 
     async def _wait_for_capacity(self, listener: _Listener) -> bool:
-        """Wait until fewer than maxConcurrentCalls messages are in flight; False when stopping."""
+        """Wait until a receive call has room within maxConcurrentCalls (see _Listener); False if stopping."""
         async with listener.capacity:
-            await listener.capacity.wait_for(
-                lambda: self._stopping.is_set() or len(listener.deliveries) < listener.max_concurrency
-            )
+            await listener.capacity.wait_for(lambda: self._stopping.is_set() or listener.has_room())
         return not self._stopping.is_set()
 
     async def _listen(self, listener: _Listener) -> None:
@@ -311,6 +347,7 @@ class ServiceBusHost:
                     renewer = asyncio.create_task(self._renew_locks(listener, receiver))
                     stack.push_async_callback(self._cancel, renewer)
                     stack.push_async_callback(self._drain, listener)  # runs before the receiver closes
+                    listener.credited = 0  # a new link starts with no credit
                     while await self._wait_for_capacity(listener):
                         messages = await receiver.receive_messages(
                             max_message_count=RECEIVE_BATCH, max_wait_time=RECEIVE_WAIT_SECONDS
@@ -323,6 +360,7 @@ class ServiceBusHost:
                             )
                             failures = 0
                             backoff = BACKOFF_INITIAL_SECONDS
+                        listener.received(len(messages))
                         for message in messages:
                             self._dispatch(listener, receiver, message)
             except asyncio.CancelledError:

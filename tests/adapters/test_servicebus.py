@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient
+from pydantic import BaseModel
 
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from engine.messages import CommandKind, SchedulerCommand
 from tests.servicebus_emulator.conftest import RunningEmulator, start_emulator, write_config
 from tests.support import stop_process
+
+
+class Blob(BaseModel):
+    """A body of any size."""
+
+    data: str
+
 
 COMMAND = SchedulerCommand(order_id="o-1", kind=CommandKind.START, reason="test")
 
@@ -73,3 +83,64 @@ async def test_a_scheduled_message_arrives_at_its_time(
 def test_a_client_needs_a_connection_string_or_a_namespace() -> None:
     with pytest.raises(RuntimeError, match="ServiceBusConnection__fullyQualifiedNamespace"):
         client_from_settings({})
+
+
+def _drain(emulator: RunningEmulator, queue: str, expected: int) -> list[str]:
+    """Receive and complete ``expected`` messages (or as many as come within the waits); their ids."""
+    ids: list[str] = []
+    with (
+        ServiceBusClient.from_connection_string(emulator.connection_string) as client,
+        client.get_queue_receiver(queue, max_wait_time=10) as receiver,
+    ):
+        while len(ids) < expected:
+            batch = receiver.receive_messages(max_message_count=expected - len(ids), max_wait_time=5)
+            if not batch:
+                break
+            for message in batch:
+                ids.append(str(message.message_id))
+                receiver.complete_message(message)
+    return ids
+
+
+@pytest.mark.anyio
+async def test_concurrent_sends_to_a_queue_go_out_in_fewer_requests(
+    emulator: RunningEmulator, sender: ServiceBusSender
+) -> None:
+    # Count the requests the SDK sender makes (a spy around the real sender, which still sends).
+    await sender.send("q", COMMAND, message_id="warm-up", correlation_id="o-1")
+    sdk_sender = sender._queue("q").sender
+    real_send = sdk_sender.send_messages
+    requests: list[int] = []
+
+    async def counting(messages: Any, **kwargs: Any) -> None:
+        requests.append(1)
+        await real_send(messages, **kwargs)
+
+    sdk_sender.send_messages = counting
+    ids = [f"c-{n}" for n in range(30)]
+    await asyncio.gather(*(sender.send("q", COMMAND, message_id=i, correlation_id="o-1") for i in ids))
+
+    assert 1 <= len(requests) < len(ids)
+    assert sender.counts["q"]["send"] == len(ids) + 1
+    assert sorted(_drain(emulator, "q", len(ids) + 1)) == sorted([*ids, "warm-up"])
+
+
+@pytest.mark.anyio
+async def test_a_message_too_big_fails_its_own_send_and_the_others_go_out(
+    emulator: RunningEmulator, sender: ServiceBusSender
+) -> None:
+    await sender.send("q", COMMAND, message_id="warm-up", correlation_id="o-1")
+    big = Blob(data="x" * 300_000)  # over the 256 KiB a message (or a batch) may carry
+    small = [f"s-{n}" for n in range(5)]
+    results = await asyncio.gather(
+        *(sender.send("q", COMMAND, message_id=i, correlation_id="o-1") for i in small[:2]),
+        sender.send("q", big, message_id="big", correlation_id="o-1"),
+        *(sender.send("q", COMMAND, message_id=i, correlation_id="o-1") for i in small[2:]),
+        return_exceptions=True,
+    )
+
+    assert [type(r).__name__ for r in results] == ["NoneType"] * 2 + ["MessageSizeExceededError"] + [
+        "NoneType"
+    ] * 3
+    assert sorted(_drain(emulator, "q", len(small) + 1)) == sorted([*small, "warm-up"])
+    assert sender.counts["q"]["send"] == len(small) + 1

@@ -27,6 +27,7 @@ TOY_QUEUES: dict[str, dict[str, Any]] = {
     SETTINGS_QUEUE: {},
     "parallel": {},
     "slow": {"LockDuration": "PT2S"},
+    "hold": {},
 }
 # Variables a worker must not inherit from the test process: the tests set them deliberately.
 _OWNED_VARIABLES = (
@@ -71,6 +72,7 @@ RECORD_FILES = {
     "parallel": "TOY_PARALLEL_FILE",
     "slow": "TOY_SLOW_FILE",
     "slow_http": "TOY_SLOW_HTTP_FILE",
+    "hold": "TOY_HOLD_FILE",
     "timer": "TOY_TIMER_FILE",
 }
 

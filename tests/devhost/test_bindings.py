@@ -36,6 +36,7 @@ def test_load_functions_describes_every_toy_function() -> None:
         "from_setting",
         "parallel",
         "slow_message",
+        "hold",
         "tick",
     ]
     echo = specs["echo"]

@@ -6,6 +6,7 @@ so the tests can observe a separate worker process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -158,6 +159,17 @@ def slow_message(msg: func.ServiceBusMessage) -> None:
     _record("TOY_SLOW_FILE", event="started", delivery_count=msg.delivery_count)
     time.sleep(float(os.environ.get("TOY_SLOW_SECONDS", "4")))
     _record("TOY_SLOW_FILE", event="finished", delivery_count=msg.delivery_count)
+
+
+@app.service_bus_queue_trigger(arg_name="msg", queue_name="hold", connection="ServiceBusConnection")
+async def hold(msg: func.ServiceBusMessage) -> None:
+    """Records that it started, then holds its message until the file TOY_RELEASE_FILE exists (a body
+    starting with ``quick`` returns at once)."""
+    body = msg.get_body().decode("utf-8")
+    _record("TOY_HOLD_FILE", body=body)
+    release = os.environ.get("TOY_RELEASE_FILE", "")
+    while release and not body.startswith("quick") and not os.path.exists(release):
+        await asyncio.sleep(0.05)  # polling a file the test creates
 
 
 @app.timer_trigger(schedule="%TOY_SCHEDULE%", arg_name="timer", run_on_startup=False)
