@@ -194,7 +194,9 @@ def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, bro
     assert [r.find_element(By.TAG_NAME, "th").text for r in breakers] == [
         b["service"] for b in stack.api.get("/api/breakers").json()["breakers"]
     ]
-    assert all(r.find_elements(By.TAG_NAME, "td")[0].text in {"closed", "open", "half-open"} for r in breakers)
+    assert all(
+        r.find_elements(By.TAG_NAME, "td")[0].text in {"closed", "open", "half-open"} for r in breakers
+    )
     if target := os.environ.get("CONSOLE_SCREENSHOT"):
         open_order(browser, hung)
         browser.execute_script("window.scrollTo(0, 0)")
