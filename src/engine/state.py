@@ -76,6 +76,12 @@ class TaskState(BaseModel):
     created_at: datetime = Field(alias="CreatedAt")
     updated_at: datetime = Field(alias="UpdatedAt")
 
+    @property
+    def hold_end(self) -> datetime | None:
+        """When the Supervisor's hold ends, if the task is held now (else None)."""
+        held = self.held_until is not None and self.held_until == self.complete_by
+        return self.held_until if held and self.process_state.in_flight else None
+
 
 class StepState(BaseModel):
     """One step's state record; ``result`` keeps what is needed to compensate the step."""

@@ -396,7 +396,7 @@ def recover_expired(
         state.complete_by = state.held_until = until + timedelta(seconds=ctx.settings.hold_margin_seconds)
         _touch(record, ctx)
         return Decision(Outcome.HELD)
-    was_held = state.held_until is not None and state.held_until == state.complete_by
+    was_held = state.hold_end is not None
     trial_due = breaker is not None and breaker.state is not BreakerState.CLOSED
     if (was_held or trial_due) and allows(Operation.RELEASE, record):
         why = "hold over" if was_held else f"breaker of {service} wants a trial call"

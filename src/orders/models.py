@@ -89,6 +89,8 @@ class OrderSummary(_View):
     failure_count: int = Field(alias="failureCount")
     locked_by: str | None = Field(alias="lockedBy")
     complete_by: datetime | None = Field(alias="completeBy")
+    # Set while the Supervisor holds the order because its current step's service has an open breaker.
+    held_until: datetime | None = Field(alias="heldUntil")
     created_at: datetime = Field(alias="createdAt")
     updated_at: datetime = Field(alias="updatedAt")
     last_error: str | None = Field(alias="lastError")
@@ -214,6 +216,7 @@ def summary(state: TaskState) -> OrderSummary:
         failure_count=state.failure_count,
         locked_by=state.locked_by,
         complete_by=state.complete_by,
+        held_until=state.hold_end,
         created_at=state.created_at,
         updated_at=state.updated_at,
         last_error=state.last_error,

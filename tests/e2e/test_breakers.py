@@ -62,9 +62,15 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
     started = datetime.now(UTC)
     ids = [stack.submit() for _ in range(ORDERS)]
 
+    seen_held: set[str] = set()  # orders the API showed with heldUntil
+
     def no_order_in_error() -> None:
         for order_id in ids:
-            assert stack.order(order_id)["processState"] != "Error", stack.order(order_id)
+            order = stack.order(order_id)
+            assert order["processState"] != "Error", order
+            if order["heldUntil"] is not None:
+                assert order["heldUntil"] == order["completeBy"], order
+                seen_held.add(order_id)
 
     def open_for_a_while() -> dict[str, Any] | None:
         b = breakers(stack)["payment"]
@@ -93,6 +99,7 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
     wait_for(outage_over, timeout=OUTAGE_SECONDS + 60, interval=0.5, what="the outage to last")
     held = sum(int(line.split("held=")[1].split()[0]) for line in _sweep_lines(stack))
     assert held > 0, "the Supervisor never held an order"
+    assert seen_held, "no order showed heldUntil while it was held"
     stack.clear_faults()
     for order_id in ids:
         order = stack.wait_terminal(order_id, timeout=120)

@@ -477,6 +477,7 @@ async def test_an_open_breaker_holds_expired_work_without_counting_failures_for_
     assert record.state.failure_count == 0 and record.steps[0].failures == 0
     assert breaker.open_until is not None
     assert record.state.complete_by == breaker.open_until + timedelta(seconds=SETTINGS.hold_margin_seconds)
+    assert record.state.hold_end == record.state.complete_by  # what operators see as heldUntil
     # Ten minutes of outage: at each openUntil a trial call fails and re-opens the breaker; the hold ends
     # a margin later, finds it open again, and holds again.
     margin = SETTINGS.hold_margin_seconds
@@ -516,6 +517,7 @@ async def test_held_work_is_given_back_uncharged_when_the_breaker_wants_a_trial_
     (resume,) = world.commands()
     state = world.store.state("o-1").state
     assert state.process_state is ProcessState.PENDING and state.failure_count == 0
+    assert state.hold_end is None
     assert await world.scheduler.handle_command(resume)  # at once: no backoff
     assert world.take_request().attempt == 2  # it carries the trial call
     # The trial call fails: held; then another trial call succeeds before the hold ends.
@@ -528,6 +530,7 @@ async def test_held_work_is_given_back_uncharged_when_the_breaker_wants_a_trial_
     report = await world.supervisor.sweep()  # the hold is over: no failure, the step goes again
     assert (report.released, report.retried) == (1, 0)
     assert world.store.state("o-1").state.failure_count == 0
+    assert world.store.state("o-1").state.hold_end is None  # given back: no longer held
     (resume,) = world.commands()
     assert await world.scheduler.handle_command(resume)
     assert world.take_request().attempt == 3
