@@ -25,6 +25,10 @@ from tests.support import wait_for
 LOCK_SECONDS = 3  # the async renewer checks once a second, and needs a lock of some seconds to keep
 QUEUE = {"q": {"LockDuration": f"PT{LOCK_SECONDS}S", "DeadLetteringOnMessageExpiration": True}}
 COUNT = 10
+# For the renewal-from-many-renewers tests: every lock must be renewed once within each lock duration,
+# ten locks by several renewers over one connection; 3 s left too little room on a loaded machine.
+RENEW_LOCK_SECONDS = 6
+RENEW_QUEUE = {"q": {"LockDuration": f"PT{RENEW_LOCK_SECONDS}S"}}
 
 
 def lock_expired(message: ServiceBusReceivedMessage) -> bool:
@@ -69,7 +73,7 @@ def test_idle_receiver_with_an_expired_renewal_settles_the_rest(emulator_factory
 
 def test_renewal_from_many_threads_keeps_the_receiver_open(emulator_factory: EmulatorFactory) -> None:
     """Eight renewer threads renew ten locks on one receiver at once, past several lock durations."""
-    running = emulator_factory(queues=QUEUE)
+    running = emulator_factory(queues=RENEW_QUEUE)
     with client_for(running) as client:
         with client.get_queue_sender("q") as sender:
             sender.send_messages([ServiceBusMessage(f"{i}") for i in range(COUNT)])
@@ -77,9 +81,10 @@ def test_renewal_from_many_threads_keeps_the_receiver_open(emulator_factory: Emu
         with client.get_queue_receiver("q", prefetch_count=COUNT) as receiver:
             received = receive_exactly(receiver, COUNT)
             for message in received:
-                renewer.register(receiver, message, max_lock_renewal_duration=LOCK_SECONDS * 10)
-            time.sleep(LOCK_SECONDS * 2)  # idle while the renewer keeps every lock
+                renewer.register(receiver, message, max_lock_renewal_duration=RENEW_LOCK_SECONDS * 10)
+            time.sleep(RENEW_LOCK_SECONDS * 2)  # idle while the renewer keeps every lock
             for message in received:
+                assert message.auto_renew_error is None, message.auto_renew_error
                 receiver.complete_message(message)
             left = receiver.peek_messages(max_message_count=COUNT, sequence_number=1)
         renewer.close()
@@ -88,7 +93,7 @@ def test_renewal_from_many_threads_keeps_the_receiver_open(emulator_factory: Emu
 
 
 def test_renewal_from_many_tasks_keeps_the_receiver_open_async(emulator_factory: EmulatorFactory) -> None:
-    running = emulator_factory(queues=QUEUE)
+    running = emulator_factory(queues=RENEW_QUEUE)
 
     async def scenario() -> list[Any]:
         async with AsyncServiceBusClient.from_connection_string(running.connection_string) as client:
@@ -98,9 +103,10 @@ def test_renewal_from_many_tasks_keeps_the_receiver_open_async(emulator_factory:
             async with client.get_queue_receiver("q", prefetch_count=COUNT) as receiver:
                 received = await receive_exactly_async(receiver, COUNT)
                 for message in received:
-                    renewer.register(receiver, message, max_lock_renewal_duration=LOCK_SECONDS * 10)
-                await asyncio.sleep(LOCK_SECONDS * 2)
+                    renewer.register(receiver, message, max_lock_renewal_duration=RENEW_LOCK_SECONDS * 10)
+                await asyncio.sleep(RENEW_LOCK_SECONDS * 2)
                 for message in received:
+                    assert message.auto_renew_error is None, message.auto_renew_error
                     await receiver.complete_message(message)
                 left = await receiver.peek_messages(max_message_count=COUNT, sequence_number=1)
             await renewer.close()
