@@ -50,6 +50,8 @@ from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page, StateCounts
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 
+# The task-state rows of one shard (@pk), for queries over tasks rather than one task's key range.
+_STATE_ROWS = "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' and Kind eq 'state'"
 _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
 _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
@@ -445,8 +447,7 @@ class TableStateStore:
         items: list[TaskState] = []
         while shard < self.shards and len(items) < page_size:
             pages = self.table.query_entities(
-                "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' "
-                "and Kind eq 'state' and ProcessState eq @state",
+                f"{_STATE_ROWS} and ProcessState eq @state",
                 parameters={"pk": f"s{shard:02d}", "state": state.value},
                 results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
@@ -469,7 +470,7 @@ class TableStateStore:
         seen = 0
         for shard in range(self.shards):
             entities = self.table.query_entities(
-                "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' and Kind eq 'state'",
+                _STATE_ROWS,
                 parameters={"pk": f"s{shard:02d}"},
                 select=["ProcessState"],
                 results_per_page=1000,

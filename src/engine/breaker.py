@@ -89,10 +89,9 @@ def admission(record: BreakerRecord, now: datetime, instance: str) -> Admission:
     """Whether an instance may call the service now, must not, or may claim the trial call."""
     if record.state is BreakerState.CLOSED:
         return Admission.CALL
-    if record.state is BreakerState.OPEN and record.open_until is not None and now < record.open_until:
-        return Admission.REJECT
-    probing = record.state is BreakerState.HALF_OPEN and record.probe_by is not None and now < record.probe_by
-    if probing and record.probe_holder != instance:
+    # Work waits while the open interval or someone's trial call lasts; the trial's holder may go on.
+    own_probe = record.state is BreakerState.HALF_OPEN and record.probe_holder == instance
+    if hold_until(record, now) is not None and not own_probe:
         return Admission.REJECT
     return Admission.PROBE
 
