@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from . import telemetry
@@ -9,8 +10,7 @@ from .decisions import Alert, Decision, Outgoing
 from .ports import MessageSender
 
 
-async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterable[Alert] = ()) -> None:
-    """Send each message in order, then emit the alert events. Call only after the state is saved."""
+async def _send_in_order(sender: MessageSender, messages: list[Outgoing]) -> None:
     for message in messages:
         await sender.send(
             message.queue,
@@ -21,6 +21,29 @@ async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: I
             time_to_live_seconds=message.time_to_live_seconds,
             scheduled_at=message.scheduled_at,
         )
+
+
+async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: Iterable[Alert] = ()) -> None:
+    """Send the messages, then emit the alert events. Call only after the state is saved.
+
+    Messages to one queue go in the order given; different queues are sent to at the same time, so a
+    step's request does not wait for the status message decided with it. Raises the first failure once
+    every send has ended (a message that was sent stays sent: the next transition or the Supervisor
+    makes up for one that was not, as after a crash between two sends).
+    """
+    by_queue: dict[str, list[Outgoing]] = {}
+    for message in messages:
+        by_queue.setdefault(message.queue, []).append(message)
+    if len(by_queue) == 1:
+        [only] = by_queue.values()
+        await _send_in_order(sender, only)
+    elif by_queue:
+        outcomes = await asyncio.gather(
+            *(_send_in_order(sender, queued) for queued in by_queue.values()), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
     for alert in alerts:
         telemetry.emit_event(alert.name, **alert.fields())
 
