@@ -56,7 +56,12 @@ async def test_messages_to_one_queue_keep_their_order() -> None:
         sender, [_message("order-status", 1), _message("agent-payment", 1), _message("order-status", 2)]
     )
     status = [e for e in sender.events if "order-status" in e]
-    assert status == ["start order-status-1", "end order-status-1", "start order-status-2", "end order-status-2"]
+    assert status == [
+        "start order-status-1",
+        "end order-status-1",
+        "start order-status-2",
+        "end order-status-2",
+    ]
 
 
 async def test_a_failed_send_is_raised_after_the_others_have_ended() -> None:
