@@ -27,7 +27,7 @@ from aiohttp import web
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 from azure.core.pipeline.transport import AioHttpTransport
-from azure.data.tables import EdmType, EntityProperty, TableTransactionError, UpdateMode
+from azure.data.tables import EdmType, EntityProperty, RequestTooLargeError, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from adapters import table_batch
@@ -131,6 +131,7 @@ WIDE: dict[str, Any] = {
     "True": True,
     "False": False,
     "When": datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC),
+    "Naive": datetime(2026, 5, 1, 12, 0),
     "Bytes": b"\x00\xff\r\nbinary",
     "Id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
 }
@@ -401,6 +402,7 @@ class AnswerServer:
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, bytes, str]] = []
+        self.connection = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         await request.read()
@@ -420,8 +422,8 @@ async def answering() -> AsyncIterator[tuple[AnswerServer, TableClient]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    connection = azurite.table_connection_string(port)
-    async with TableClient.from_connection_string(connection, "answers") as client:
+    server.connection = azurite.table_connection_string(port)
+    async with TableClient.from_connection_string(server.connection, "answers") as client:
         yield server, client
     await runner.cleanup()
 
@@ -510,6 +512,7 @@ VARIANTS: dict[str, tuple[bytes, str] | tuple[bytes, str, list[Any]]] = {
         "multipart/mixed; boundary=batchresponse_1",
     ),
     "refusal": (_documented(refuse=1), BATCH_TYPE),
+    "refusal alone": (_documented(1, refuse=0), BATCH_TYPE),
 }
 
 
@@ -539,6 +542,77 @@ async def _outcome(call: Awaitable[Any]) -> Any:
         return _error(exc)
     except Exception as exc:  # what azure-core's parser raises for a malformed answer
         return (type(exc), str(exc))
+
+
+def _odata_error(code: str, message: str) -> bytes:
+    return b'{"odata.error":{"code":"%s","message":{"lang":"en-US","value":"%s"}}}' % (
+        code.encode(),
+        message.encode(),
+    )
+
+
+ODATA_JSON = "application/json;odata=minimalmetadata;streaming=true;charset=utf-8"
+BATCH_REFUSALS: dict[str, tuple[int, bytes, str, type[Exception]]] = {
+    "413 for the batch": (
+        413,
+        _odata_error("RequestBodyTooLarge", "The request body is too large and exceeds the maximum."),
+        ODATA_JSON,
+        RequestTooLargeError,
+    ),
+    "413 in a part": (
+        202,
+        _documented(1, refuse=0).replace(b"412 Precondition Failed", b"413 Request Entity Too Large"),
+        BATCH_TYPE,
+        RequestTooLargeError,
+    ),
+    "400 for the batch": (
+        400,
+        _odata_error("InvalidInput", "0:One of the request inputs is not valid."),
+        ODATA_JSON,
+        HttpResponseError,
+    ),
+    "403 for the batch": (
+        403,
+        _odata_error("AuthenticationFailed", "Server failed to authenticate the request."),
+        ODATA_JSON,
+        HttpResponseError,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "status, body, content_type, kind", BATCH_REFUSALS.values(), ids=BATCH_REFUSALS.keys()
+)
+async def test_a_refused_batch_raises_the_sdks_error(
+    answering: tuple[AnswerServer, TableClient],
+    status: int,
+    body: bytes,
+    content_type: str,
+    kind: type[Exception],
+) -> None:
+    server, client = answering
+    server.answers = [(status, body, content_type)] * 2
+    with pytest.raises(HttpResponseError) as sdk:
+        await client.submit_transaction(THREE)
+    with pytest.raises(HttpResponseError) as ours:
+        await submit_transaction(client, THREE)
+    assert _error(ours.value) == _error(sdk.value)
+    assert isinstance(ours.value, kind)
+
+
+async def test_a_refusal_that_blames_the_table_name_says_why_as_the_sdk_does(
+    answering: tuple[AnswerServer, TableClient],
+) -> None:
+    server, _ = answering
+    refusal = _odata_error("InvalidResourceName", "The specified resource name contains invalid characters.")
+    server.answers = [(400, refusal, ODATA_JSON)] * 2
+    async with TableClient.from_connection_string(server.connection, "bad_name") as client:
+        with pytest.raises(ValueError) as sdk:
+            await client.submit_transaction(THREE)
+        with pytest.raises(ValueError) as ours:
+            await submit_transaction(client, THREE)
+    assert (type(ours.value), str(ours.value)) == (type(sdk.value), str(sdk.value))
+    assert "table names" in str(ours.value)
 
 
 def test_parse_reads_status_headers_and_body_of_each_part() -> None:
