@@ -45,6 +45,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, Re
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from adapters.table_batch import submit_transaction
 from engine.deadletters import DeadLetterAction
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page, StateCounts
@@ -243,7 +244,7 @@ class TableStateStore:
             await self._put_watch(record.state)
         try:
             self.counter.add(table=STATE, entities=len(operations))
-            results = await self.table.submit_transaction(operations)
+            results = await submit_transaction(self.table, operations)
         except TableTransactionError as exc:
             if exc.status_code != 409:
                 raise
@@ -312,7 +313,7 @@ class TableStateStore:
             )  # back in flight (resubmitted): watch before the state says so
         try:
             self.counter.add(table=STATE, entities=len(operations))
-            results = await self.table.submit_transaction(operations)
+            results = await submit_transaction(self.table, operations)
         except TableTransactionError as exc:
             if exc.status_code in (404, 409, 412):
                 raise ConcurrencyError(order_id) from exc

@@ -1,0 +1,165 @@
+"""Cost of one state save: the SDK's ``TableClient.submit_transaction`` next to ``adapters.table_batch``.
+
+Starts a throwaway Azurite, then saves a typical task the way ``TableStateStore.save`` does (one
+ETag-conditional transaction replacing the state entity, ~15 properties, and two step entities, ~8 each)
+a few hundred times with each implementation, alternating, one transaction at a time. Prints, per
+transaction, the mean and median wall time and the mean CPU time of this process (Azurite's own CPU is
+not in it).
+
+    .venv/bin/python bench/table_transaction.py [--count 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.data.tables import UpdateMode
+from azure.data.tables.aio import TableClient, TableServiceClient
+
+from adapters.table_batch import submit_transaction
+from adapters.table_store import env_settings_in_use
+from devhost import azurite
+from servicebus_emulator.launcher import free_port, stop
+
+Submit = Callable[[TableClient, list[Any]], Awaitable[list[Mapping[str, Any]]]]
+CONDITIONAL = {"mode": UpdateMode.REPLACE, "match_condition": MatchConditions.IfNotModified}
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def state_entity(order_id: str, n: int) -> dict[str, Any]:
+    """A task-state entity as the store writes it (15 properties besides the keys)."""
+    return {
+        "PartitionKey": "s03",
+        "RowKey": f"order|{order_id}|state",
+        "Kind": "state",
+        "Watched": True,
+        "OrderID": order_id,
+        "Workflow": "fulfilment",
+        "ProcessState": "Processing",
+        "LockedBy": "scheduler-7f3a",
+        "CurrentStep": n % 4,
+        "Attempt": 1,
+        "FailureCount": 0,
+        "CompleteBy": NOW + timedelta(seconds=30 + n),
+        "CreatedAt": NOW,
+        "UpdatedAt": NOW + timedelta(seconds=n),
+        "NotBefore": NOW,
+        "CancelRequested": False,
+        "LastError": "",
+    }
+
+
+def step_entity(order_id: str, index: int, n: int) -> dict[str, Any]:
+    """A step entity as the store writes it (8 properties besides the keys)."""
+    return {
+        "PartitionKey": "s03",
+        "RowKey": f"order|{order_id}|step|{index:02d}",
+        "Kind": "step",
+        "OrderID": order_id,
+        "Index": index,
+        "Name": ["reserve-stock", "charge-payment"][index],
+        "Status": "Running" if n % 2 else "Completed",
+        "Attempts": 1 + n % 3,
+        "CompleteBy": NOW + timedelta(seconds=30 + n),
+        "Result": f'{{"reference":"R-{n:06d}","amount":42.5}}',
+    }
+
+
+async def sdk(table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
+    """The SDK's own transaction."""
+    return await table.submit_transaction(operations)
+
+
+async def ours(table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
+    """The adapter's transaction."""
+    return await submit_transaction(table, operations)
+
+
+class Saver:
+    """One task of its own, saved again and again with one implementation."""
+
+    def __init__(self, table: TableClient, submit: Submit, order_id: str) -> None:
+        self.table, self.submit, self.order_id = table, submit, order_id
+        self.etags: list[str] = []
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def entities(self, n: int) -> list[dict[str, Any]]:
+        return [
+            state_entity(self.order_id, n),
+            step_entity(self.order_id, 0, n),
+            step_entity(self.order_id, 1, n),
+        ]
+
+    async def create(self) -> None:
+        results = await self.table.submit_transaction([("create", e) for e in self.entities(0)])
+        self.etags = [r["etag"] for r in results]
+
+    async def save(self, n: int, record: bool) -> None:
+        operations = [
+            ("update", entity, {**CONDITIONAL, "etag": etag})
+            for entity, etag in zip(self.entities(n), self.etags, strict=True)
+        ]
+        wall, cpu = time.perf_counter(), time.process_time()
+        results = await self.submit(self.table, operations)
+        if record:
+            self.wall.append(time.perf_counter() - wall)
+            self.cpu.append(time.process_time() - cpu)
+        self.etags = [r["etag"] for r in results]
+
+
+async def measure(connection: str, count: int, warmup: int) -> list[Saver]:
+    async with TableServiceClient.from_connection_string(
+        connection, use_env_settings=env_settings_in_use()
+    ) as service:
+        await service.create_table("benchtransactions")
+        table = service.get_table_client("benchtransactions")
+        savers = [Saver(table, sdk, "sdk-1"), Saver(table, ours, "ours-1")]
+        for saver in savers:
+            await saver.create()
+        for n in range(warmup + count):
+            first, second = savers if n % 2 else savers[::-1]  # alternate which goes first
+            await first.save(n, n >= warmup)
+            await second.save(n, n >= warmup)
+        return savers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=300, help="transactions measured per implementation")
+    parser.add_argument("--warmup", type=int, default=30, help="transactions per implementation not measured")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        process = azurite.launch(Path(tmp) / "azurite", port, in_memory=True)
+        try:
+            savers = asyncio.run(measure(azurite.table_connection_string(port), args.count, args.warmup))
+        finally:
+            stop(process)
+    print(f"state save (3 entities, ETag-conditional), {args.count} transactions each, alternating:")
+    for name, saver in zip(("SDK submit_transaction", "adapters.table_batch"), savers, strict=True):
+        print(
+            f"  {name:<24} wall mean {statistics.fmean(saver.wall) * 1000:6.2f} ms, "
+            f"p50 {statistics.median(saver.wall) * 1000:6.2f} ms; "
+            f"CPU mean {statistics.fmean(saver.cpu) * 1000:6.2f} ms"
+        )
+    theirs, mine = savers
+    print(
+        f"  ours / SDK: wall {statistics.fmean(mine.wall) / statistics.fmean(theirs.wall):.2f}, "
+        f"CPU {statistics.fmean(mine.cpu) / statistics.fmean(theirs.cpu):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
