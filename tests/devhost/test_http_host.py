@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -288,3 +289,32 @@ def test_without_a_master_key_admin_routes_are_closed(serve: Callable[..., Clien
 
     assert client.get("/api/keyed", headers={"x-functions-key": "f-key"}).status_code == 200
     assert client.get("/api/control", headers={"x-functions-key": "f-key"}).status_code == 401
+
+
+def test_accepted_connections_send_without_delay(executor: ThreadPoolExecutor) -> None:
+    # Without TCP_NODELAY a response written as headers, then body, waits for the client's delayed ACK
+    # (about 40 ms) on every request after a connection's first. asyncio sets it on accepted sockets
+    # only when the listening socket names TCP as its protocol, which bind() must do.
+    host = HttpHost([], "api", Invoker(executor, Path(".")))
+    listening = host.bind("127.0.0.1", 0)
+    port = listening.getsockname()[1]
+
+    async def accepted_nodelay() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listening)
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            value = await asyncio.wait_for(accepted, timeout=5)
+            writer.close()
+            return value
+        finally:
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
