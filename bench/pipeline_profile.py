@@ -1,8 +1,8 @@
 """Where the local pipeline spends its CPU under load. Run with ``make profile`` (Linux, py-spy).
 
 It starts orders-devhost (2 workers by default) on free ports, drives the same load as ``make bench``'s
-end-to-end run (batches of orders submitted by 8 threads, each batch polled to Processed, over and over),
-and once the load is running records every Python process of the stack for ``--seconds`` with py-spy:
+end-to-end run (batches of orders submitted by 8 threads, each waited on through ``GET
+/api/order-counts``, over and over), and once the load is running records every Python process of the stack for ``--seconds`` with py-spy:
 each function worker, the Service Bus emulator and the remote-service simulators. py-spy samples from
 outside the process without pausing it (``--nonblocking``: pausing a worker with a hundred threads
 100 times a second halves its throughput) and, by default, only the thread holding the GIL
@@ -283,7 +283,7 @@ def main() -> None:
             devhost.stop()
     print(
         f"load: {throughput:.1f} orders/s seen Processed by the load's poller during the window "
-        f"({args.workers} workers; it checks orders in turn, so short windows count in bursts)"
+        f"({args.workers} workers; counted from the order counts every 0.25 s)"
     )
     print_report(profiles, used, window, args.rate)
     print(f"\nraw collapsed stacks (flamegraph.pl, speedscope): {out}")
