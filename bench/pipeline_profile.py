@@ -1,9 +1,9 @@
 """Where the local pipeline spends its CPU under load. Run with ``make profile`` (Linux, py-spy).
 
 It starts orders-devhost (2 workers by default) on free ports, drives the same load as ``make bench``'s
-end-to-end run (batches of orders submitted by 8 threads, each waited on through ``GET /api/order-
-counts``, over and over), and once the load is running records every Python process of the stack for
-``--seconds`` with py-spy: each function worker, the Service Bus emulator and the remote-service
+end-to-end run (batches of orders submitted by 8 threads, each waited on through ``GET
+/api/order-counts``, over and over), and once the load is running records every Python process of the
+stack for ``--seconds`` with py-spy: each function worker, the Service Bus emulator and the remote-service
 simulators. py-spy samples from outside the process without pausing it (``--nonblocking``: pausing a
 worker with a hundred threads 100 times a second halves its throughput) and, by default, only the thread
 holding the GIL (``--gil``): py-spy takes threads parked in a lock or a socket read for running, so
