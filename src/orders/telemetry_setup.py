@@ -13,6 +13,9 @@ def configure_telemetry() -> bool:
 
     Returns True if it did. Without the setting (local runs, tests) nothing is configured.
     """
+    # httpx logs every request at INFO: one trace per remote-service call through the host, repeating
+    # what the Agent's own record says of it.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if not os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING"):
         return False
     from azure.monitor.opentelemetry import configure_azure_monitor  # heavy import: only when used
