@@ -40,6 +40,7 @@ import httpx
 from pydantic import BaseModel
 
 from devhost import launch
+from orders_throughput import COUNTS_POLL_SECONDS, processed_count
 
 OWN_PACKAGES = {
     "engine",
@@ -154,9 +155,8 @@ def drive(api_url: str, batch: int, stop: threading.Event, done: list[int]) -> N
             while done[0] < target and not stop.is_set():
                 # One request for all orders, as make bench waits: polling each order would load the
                 # worker that serves HTTP and Azurite with the benchmark's own reads.
-                items = api.get("/api/order-counts").json()["items"]
-                done[0] = max(done[0], sum(i["count"] for i in items if i["processState"] == "Processed"))
-                time.sleep(0.25)  # polling the stack over HTTP, as make bench does
+                done[0] = max(done[0], processed_count(api))
+                time.sleep(COUNTS_POLL_SECONDS)  # polling the stack over HTTP, as make bench does
 
 
 def py_spy() -> str:
