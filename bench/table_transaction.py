@@ -1,7 +1,7 @@
 """Cost of one state save: the SDK's ``TableClient.submit_transaction`` next to ``adapters.table_batch``.
 
 Starts a throwaway Azurite, then saves a typical task the way ``TableStateStore.save`` does (one
-ETag-conditional transaction replacing the state entity, ~15 properties, and two step entities, ~8 each)
+ETag-conditional transaction replacing the state entity and two step entities, mapped by the store)
 a few hundred times with each implementation, alternating, one transaction at a time. Prints, per
 transaction, the mean and median wall time and the mean CPU time of this process (Azurite's own CPU is
 not in it).
@@ -26,8 +26,9 @@ from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from adapters.table_batch import submit_transaction
-from adapters.table_store import env_settings_in_use
+from adapters.table_store import TableStateStore, env_settings_in_use
 from devhost import azurite
+from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from servicebus_emulator.launcher import free_port, stop
 
 Submit = Callable[[TableClient, list[Any]], Awaitable[list[Mapping[str, Any]]]]
@@ -35,43 +36,34 @@ CONDITIONAL = {"mode": UpdateMode.REPLACE, "match_condition": MatchConditions.If
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
-def state_entity(order_id: str, n: int) -> dict[str, Any]:
-    """A task-state entity as the store writes it (15 properties besides the keys)."""
-    return {
-        "PartitionKey": "s03",
-        "RowKey": f"order|{order_id}|state",
-        "Kind": "state",
-        "Watched": True,
-        "OrderID": order_id,
-        "Workflow": "fulfilment",
-        "ProcessState": "Processing",
-        "LockedBy": "scheduler-7f3a",
-        "CurrentStep": n % 4,
-        "Attempt": 1,
-        "FailureCount": 0,
-        "CompleteBy": NOW + timedelta(seconds=30 + n),
-        "CreatedAt": NOW,
-        "UpdatedAt": NOW + timedelta(seconds=n),
-        "NotBefore": NOW,
-        "CancelRequested": False,
-        "LastError": "",
-    }
-
-
-def step_entity(order_id: str, index: int, n: int) -> dict[str, Any]:
-    """A step entity as the store writes it (8 properties besides the keys)."""
-    return {
-        "PartitionKey": "s03",
-        "RowKey": f"order|{order_id}|step|{index:02d}",
-        "Kind": "step",
-        "OrderID": order_id,
-        "Index": index,
-        "Name": ["reserve-stock", "charge-payment"][index],
-        "Status": "Running" if n % 2 else "Completed",
-        "Attempts": 1 + n % 3,
-        "CompleteBy": NOW + timedelta(seconds=30 + n),
-        "Result": f'{{"reference":"R-{n:06d}","amount":42.5}}',
-    }
+def record(order_id: str, n: int) -> TaskRecord:
+    """A task in the middle of its workflow, a little different each time ``n`` changes."""
+    return TaskRecord(
+        state=TaskState(
+            order_id=order_id,
+            workflow="fulfilment",
+            process_state=ProcessState.PROCESSING,
+            locked_by="scheduler-7f3a",
+            current_step=n % 2,
+            attempt=1,
+            complete_by=NOW + timedelta(seconds=30 + n),
+            created_at=NOW,
+            updated_at=NOW + timedelta(seconds=n),
+        ),
+        steps=[
+            StepState(
+                index=index,
+                name=name,
+                status=StepStatus.RUNNING if n % 2 else StepStatus.COMPLETED,
+                attempts=1 + n % 3,
+                complete_by=NOW + timedelta(seconds=30 + n),
+                result={"reference": f"R-{n:06d}", "amount": 42.5},
+            )
+            for index, name in enumerate(["reserve-stock", "charge-payment"])
+        ],
+        input={},
+        input_hash="",
+    )
 
 
 async def sdk(table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
@@ -94,11 +86,10 @@ class Saver:
         self.cpu: list[float] = []
 
     def entities(self, n: int) -> list[dict[str, Any]]:
-        return [
-            state_entity(self.order_id, n),
-            step_entity(self.order_id, 0, n),
-            step_entity(self.order_id, 1, n),
-        ]
+        """The state entity and the two step entities, mapped as the store maps them."""
+        task = record(self.order_id, n)
+        store = TableStateStore(self.table, self.table)  # only its entity mapping is used
+        return [store._state_entity(task), *(store._step_entity(self.order_id, s) for s in task.steps)]
 
     async def create(self) -> None:
         results = await self.table.submit_transaction([("create", e) for e in self.entities(0)])
