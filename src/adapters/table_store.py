@@ -18,7 +18,8 @@ The watch entry is written before the task first becomes in flight (submission, 
 otherwise maintained by the Supervisor: an entry whose time has come but whose task is still running
 is moved to the task's current CompleteBy, and one whose task has finished is removed. Because every
 transition sets CompleteBy later than the previous one, the entry stays a lower bound, and a step
-transition costs two table operations: the load (one query) and the save (one transaction).
+transition costs at most two table operations: the load (one query) and the save (one transaction); the
+Scheduler skips the load when its message carries the task as saved (see ``engine.saved_task``).
 
 The store uses the asynchronous clients (``azure.data.tables.aio``, on azure-core's aiohttp transport), so
 a slow table service holds no thread. Like every aio client, they belong to the event loop they are

@@ -262,6 +262,7 @@ class Agent:
             outcome=outcome,
             result=result or {},
             error=error,
+            saved_task=request.saved_task,  # the Scheduler's, returned as it came
         )
 
     async def _send(

@@ -8,6 +8,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The largest copy of a saved task a message carries (see engine.saved_task); a larger task is read back.
+# Service Bus Standard takes 256 KB per message, and the copy goes beside the message's own payload.
+SAVED_TASK_MAX_CHARS = 32_000
+_SAVED_TASK = (
+    "the task as the sender saved it, opaque (see engine.saved_task): the Scheduler applies the message "
+    "to it instead of reading the task; a copy gone stale fails the save's ETag check"
+)
+
+
+def _absent(value: object) -> bool:
+    """Messages without a saved copy leave the field out rather than send null."""
+    return value is None
+
 
 class _Message(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
@@ -26,6 +39,13 @@ class SchedulerCommand(_Message):
     order_id: str = Field(alias="orderId", min_length=1, max_length=64)
     kind: CommandKind
     reason: str = Field(default="", max_length=200)
+    saved_task: str | None = Field(
+        default=None,
+        alias="savedTask",
+        max_length=SAVED_TASK_MAX_CHARS,
+        description=_SAVED_TASK,
+        exclude_if=_absent,
+    )
 
 
 class AgentRequest(_Message):
@@ -42,6 +62,13 @@ class AgentRequest(_Message):
     )
     complete_by: datetime = Field(alias="completeBy")
     payload: dict[str, Any] = Field(default_factory=dict)
+    saved_task: str | None = Field(
+        default=None,
+        alias="savedTask",
+        max_length=SAVED_TASK_MAX_CHARS,
+        description=f"{_SAVED_TASK}; an Agent returns it unchanged in its reply",
+        exclude_if=_absent,
+    )
 
 
 def request_message_id(order_id: str, step_index: int, compensating: bool, attempt: int) -> str:
@@ -74,6 +101,13 @@ class AgentReply(_Message):
     outcome: ReplyOutcome
     result: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    saved_task: str | None = Field(
+        default=None,
+        alias="savedTask",
+        max_length=SAVED_TASK_MAX_CHARS,
+        description="the request's savedTask, unchanged",
+        exclude_if=_absent,
+    )
 
 
 class StatusEvent(StrEnum):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from . import telemetry
+from . import saved_task, telemetry
 from .decisions import Alert, Decision, Outgoing
 from .ports import MessageSender
+from .state import TaskRecord
 
 
 async def _send_in_order(sender: MessageSender, messages: list[Outgoing]) -> None:
@@ -48,6 +49,10 @@ async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: I
         telemetry.emit_event(alert.name, **alert.fields())
 
 
-async def carry_out(sender: MessageSender, decision: Decision) -> None:
-    """Send a saved decision's messages and raise its alerts."""
-    await deliver(sender, decision.messages, decision.alerts)
+async def carry_out(sender: MessageSender, decision: Decision, saved: TaskRecord) -> None:
+    """Send a saved decision's messages and raise its alerts.
+
+    ``saved`` is the task as the change left it in the store: the messages to the Scheduler and the
+    Agents carry it (see :mod:`engine.saved_task`), so the next step need not read it back.
+    """
+    await deliver(sender, saved_task.attach(decision.messages, saved), decision.alerts)

@@ -8,7 +8,7 @@ import socket
 import uuid
 from datetime import timedelta
 
-from . import telemetry, transitions
+from . import saved_task, telemetry, transitions
 from .decisions import Decision
 from .errors import ConcurrencyError
 from .messages import AgentReply, SchedulerCommand
@@ -34,44 +34,58 @@ class Scheduler:
         self.parts = parts
         self.instance = instance or instance_id()
 
-    async def _commit(self, record: TaskRecord, decision: Decision) -> bool:
-        """Update state, then send. Returns False if another instance moved the task first."""
+    async def _commit(self, record: TaskRecord, decision: Decision, *, copy: bool = False) -> bool:
+        """Update state, then send. Returns False if another instance moved the task first (or, for a
+        saved copy, if the task changed since the copy was taken)."""
         try:
             await self.parts.store.save(record)
         except ConcurrencyError:
-            telemetry.info(
-                log, "lost a race; another instance moved the task", **telemetry.context(record.order_id)
-            )
+            if not copy:
+                telemetry.info(
+                    log, "lost a race; another instance moved the task", **telemetry.context(record.order_id)
+                )
             return False
-        await carry_out(self.parts.sender, decision)
+        await carry_out(self.parts.sender, decision, record)
         return True
 
     async def handle_command(self, command: SchedulerCommand) -> bool:
-        """Claim the task if it is free and due, and dispatch its current work. True if it did."""
+        """Claim the task if it is free and due, and dispatch its current work. True if it did.
+
+        The task is the copy the command carries when that copy claims it; otherwise (no copy, or the task
+        changed since, or the copy says it cannot be claimed) the task as read from the store decides.
+        """
+        copy = saved_task.decode(command.saved_task, command.order_id)
+        if copy is not None and await self._claim(copy, copy=True):
+            return True
         record = await self.parts.store.load(command.order_id)
         if record is None:
             telemetry.warning(
                 log, "command for an unknown task dropped", **telemetry.context(command.order_id)
             )
             return False
+        return await self._claim(record)
+
+    async def _claim(self, record: TaskRecord, *, copy: bool = False) -> bool:
         ctx = self.parts.context(self.instance)
         state = record.state
         if state.next_attempt_at is not None and state.next_attempt_at - _EARLY_TOLERANCE > ctx.now:
-            telemetry.info(
-                log, "command before the task's retry time ignored", **telemetry.context(record.order_id)
-            )
+            if not copy:
+                telemetry.info(
+                    log, "command before the task's retry time ignored", **telemetry.context(record.order_id)
+                )
             return False
         decision = transitions.claim(record, ctx)
         if not decision.changed:
-            telemetry.info(
-                log,
-                "task not claimable; command ignored",
-                **telemetry.context(
-                    record.order_id, state=state.process_state.value, lockedBy=state.locked_by
-                ),
-            )
+            if not copy:
+                telemetry.info(
+                    log,
+                    "task not claimable; command ignored",
+                    **telemetry.context(
+                        record.order_id, state=state.process_state.value, lockedBy=state.locked_by
+                    ),
+                )
             return False
-        claimed = await self._commit(record, decision)
+        claimed = await self._commit(record, decision, copy=copy)
         if claimed:
             step = record.steps[record.state.current_step]
             telemetry.info(
@@ -84,11 +98,21 @@ class Scheduler:
         return claimed
 
     async def handle_reply(self, reply: AgentReply) -> bool:
-        """Apply an Agent's reply if it is for the task's current step and attempt (fencing)."""
+        """Apply an Agent's reply if it is for the task's current step and attempt (fencing).
+
+        As with commands, the copy of the task the reply carries is tried first, and the task as read
+        from the store decides whenever the copy does not take the reply.
+        """
+        copy = saved_task.decode(reply.saved_task, reply.order_id)
+        if copy is not None and await self._apply(copy, reply, copy=True):
+            return True
         record = await self.parts.store.load(reply.order_id)
         if record is None:
             telemetry.warning(log, "reply for an unknown task dropped", **telemetry.context(reply.order_id))
             return False
+        return await self._apply(record, reply)
+
+    async def _apply(self, record: TaskRecord, reply: AgentReply, *, copy: bool = False) -> bool:
         state = record.state
         current = record.steps[state.current_step] if state.current_step < len(record.steps) else None
         fields = telemetry.context(
@@ -100,9 +124,10 @@ class Scheduler:
         )
         decision = transitions.apply_reply(record, self.parts.context(self.instance), reply)
         if not decision.changed:
-            telemetry.info(log, "stale or duplicate reply dropped", **fields)
+            if not copy:
+                telemetry.info(log, "stale or duplicate reply dropped", **fields)
             return False
-        applied = await self._commit(record, decision)
+        applied = await self._commit(record, decision, copy=copy)
         if applied:
             telemetry.info(log, "reply applied", **fields, processState=record.state.process_state.value)
         return applied

@@ -98,7 +98,7 @@ class Supervisor:
                 # Held again and again while the outage lasts: move the watch entry now, so the next
                 # sweeps skip the task until the hold ends instead of loading it to find that out.
                 await store.rewatch(entry, record.state.complete_by)
-            await carry_out(self.parts.sender, decision)
+            await carry_out(self.parts.sender, decision, record)
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
             telemetry.info(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import machine, telemetry, transitions
+from . import machine, saved_task, telemetry, transitions
 from .decisions import Decision, Outcome
 from .errors import ConcurrencyError, Conflict, InvalidState, NotFound, PreconditionFailed, UnknownStep
 from .machine import Operation
@@ -68,7 +68,8 @@ class TaskService:
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
-        await deliver(self.parts.sender, [transitions.command(order_id, CommandKind.START, "submitted")])
+        kick = transitions.command(order_id, CommandKind.START, "submitted")
+        await deliver(self.parts.sender, saved_task.attach([kick], stored))
         telemetry.info(log, "submitted", **telemetry.context(order_id))
         return True, stored
 
@@ -202,7 +203,7 @@ class TaskService:
                 if action.version is not None:
                     raise PreconditionFailed(order_id) from None
                 continue  # the Scheduler moved it meanwhile: look again
-            await carry_out(self.parts.sender, decision)
+            await carry_out(self.parts.sender, decision, saved)
             telemetry.info(log, what, **telemetry.context(order_id), actor=action.actor)
             return saved
         raise InvalidState(

@@ -11,7 +11,7 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from adapters.table_store import TableStateStore, shard_of
-from engine import transitions
+from engine import saved_task, transitions
 from engine.errors import ConcurrencyError
 from engine.parts import EngineParts
 from engine.ports import CreateOutcome
@@ -138,6 +138,28 @@ async def test_a_stale_etag_loses_and_changes_nothing(store: TableStateStore) ->
         and again.state.failure_count == 0
         and again.steps[1].status is StepStatus.NOT_STARTED
     )
+
+
+async def test_a_saved_copy_saves_like_the_task_read_back_until_the_task_changes(
+    store: TableStateStore,
+) -> None:
+    _, created = await store.create(new_record("o-1", {"body": "é" * 100}))
+    claimed = saved_task.decode(saved_task.encode(created), "o-1")  # as the submission's kick carries it
+    assert claimed is not None
+    transitions.claim(claimed, ctx())
+    await store.save(claimed)
+    copy = saved_task.decode(saved_task.encode(claimed), "o-1")  # as the step's request carries it
+    assert copy is not None and copy.version == (await store.load("o-1")).version  # type: ignore[union-attr]
+    stale = saved_task.decode(saved_task.encode(claimed), "o-1")
+    assert stale is not None
+    copy.step(0).status = StepStatus.COMPLETED
+    await store.save(copy)
+    stale.step(0).status = StepStatus.FAILED  # a duplicate applied to the same, now stale, copy
+    with pytest.raises(ConcurrencyError):
+        await store.save(stale)
+    stored = await store.load("o-1")
+    assert stored is not None and stored.steps[0].status is StepStatus.COMPLETED
+    assert stored.input == {"body": "é" * 100} and stored.state.locked_by == "sched-1"
 
 
 async def test_a_stale_step_etag_loses_even_if_the_state_is_fresh(store: TableStateStore) -> None:

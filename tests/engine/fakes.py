@@ -27,6 +27,7 @@ class MemoryStore:
         self.audits: dict[str, list[AuditEntry]] = {}
         self._etags = itertools.count(1)
         self.operations = 0
+        self.loads = 0
 
     def _put(self, record: TaskRecord) -> TaskRecord:
         etag = f"e{next(self._etags)}"
@@ -46,6 +47,7 @@ class MemoryStore:
 
     async def load(self, order_id: str) -> TaskRecord | None:
         self.operations += 1
+        self.loads += 1
         found = self.records.get(order_id)
         return found[1].model_copy(deep=True) if found else None
 

@@ -90,6 +90,7 @@ class World:
                 attempt=request.attempt,
                 compensating=request.compensating,
                 outcome=outcome,
+                saved_task=request.saved_task,  # returned as the Agent returns it
                 **kw,  # type: ignore[arg-type]
             )
         )
