@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from . import saved_task, telemetry
+from . import queues, saved_task, telemetry
 from .decisions import Alert, Decision, Outgoing
 from .ports import MessageSender
 from .state import TaskRecord
@@ -28,13 +28,17 @@ async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: I
     """Send the messages, then emit the alert events. Call only after the state is saved.
 
     Messages to one queue go in the order given; different queues are sent to at the same time, so a
-    step's request does not wait for the status message decided with it. Raises the first failure once
-    every send has ended (a message that was sent stays sent: the next transition or the Supervisor
-    makes up for one that was not, as after a crash between two sends).
+    step's request does not wait for the status message decided with it, and the status queue's sends
+    start last, so they do not get in ahead of the work's next message on the way out either. Raises
+    the first failure once every send has ended (a message that was sent stays sent: the next
+    transition or the Supervisor makes up for one that was not, as after a crash between two sends).
     """
     by_queue: dict[str, list[Outgoing]] = {}
     for message in messages:
         by_queue.setdefault(message.queue, []).append(message)
+    if queues.STATUS_QUEUE in by_queue:
+        # The work's next message starts first; a status message only reports the move to the application.
+        by_queue[queues.STATUS_QUEUE] = by_queue.pop(queues.STATUS_QUEUE)
     if len(by_queue) == 1:
         [only] = by_queue.values()
         await _send_in_order(sender, only)

@@ -50,6 +50,19 @@ async def test_a_request_does_not_wait_for_the_status_message_decided_with_it() 
     assert sender.events.index("start agent-payment-1") < sender.events.index("end order-status-1")
 
 
+async def test_the_status_message_starts_after_the_work_decided_with_it() -> None:
+    started: list[str] = []
+
+    class Recording:
+        async def send(self, queue: str, body: BaseModel, **options: Any) -> None:
+            started.append(options["message_id"])
+            await asyncio.sleep(0)
+
+    # Decisions list the status first (it reports the move); the request carries the work on.
+    await deliver(Recording(), [_message("order-status", 1), _message("agent-payment", 1)])
+    assert started == ["agent-payment-1", "order-status-1"]
+
+
 async def test_messages_to_one_queue_keep_their_order() -> None:
     sender = GatedSender(held="order-status")
     await deliver(
