@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         log_config=None,
         lifespan="off",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        # C parser and, where installed (not on Windows), the uvloop event loop: a call is answered in
+        # about two thirds of the time h11 on asyncio takes, closer to the zero-latency service it plays.
+        http="httptools",
+        loop="auto",
     )
     server = _Server(config, app.state.simulators)
 
