@@ -3,8 +3,8 @@
 Prints four things:
 
 1. End-to-end orders per second through orders-devhost (no faults, no added latency), next to the raw
-   conditional-write rate of the same Azurite measured in the same run: the ceiling, since every
-   step transition is a conditional write.
+   conditional-write rate of the same Azurite measured in the same run; over the table requests per
+   order that part 2 counts, that is the ceiling (see ``ceiling_report``).
 2. Table operations per order and per step transition, counted in the state-store adapter, with the
    Scheduler and Agents driven in-process against Azurite (messages handed over directly).
 3. The Supervisor's sweep time over the same in-flight work with 1,000 and with 20,000 completed orders
@@ -63,9 +63,6 @@ ORDER = {
 
 
 # ---- 1. end to end ---------------------------------------------------------------------------------
-# Table requests per order on its happy path (submission 2, then a load and a save per transition x 4),
-# the figure part 2 measures; each costs about what one conditional write does in Azurite.
-TABLE_OPERATIONS_PER_ORDER = 10
 TARGET_CEILING_SHARE = 0.5  # end-to-end orders/s with 2 workers, as a share of the Azurite ceiling
 
 
@@ -276,6 +273,25 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     )
 
 
+def ceiling_report(rate: float, writes_per_second: float, tables: TableCounts) -> str:
+    """The ceiling and the end-to-end share of it.
+
+    The ceiling is the orders/s at which Azurite alone would be saturated: its conditional writes per
+    second over the table requests one order costs it, as counted in part 2 (the order's own, and the
+    Supervisor's clean-up once it is done: every one of them reaches Azurite during a sustained run,
+    and each costs about what a conditional write does).
+    """
+    per_order = sum(tables.requests.values())
+    orders_ceiling = writes_per_second / per_order
+    verdict = "meets" if rate >= TARGET_CEILING_SHARE * orders_ceiling else "misses"
+    return (
+        f"ceiling: {writes_per_second:.0f} writes/s / {per_order:.1f} table requests per order (the order's "
+        f"{tables.per_order:.1f}, the Supervisor's clean-up {tables.cleanup_requests:.1f}) = "
+        f"~{orders_ceiling:.0f} orders/s\n"
+        f"end to end / ceiling: {rate / orders_ceiling:.0%} (target >= {TARGET_CEILING_SHARE:.0%}: {verdict})"
+    )
+
+
 # ---- 3. sweep time vs completed history -----------------------------------------------------------------
 def fill_completed(table: TableClient, count: int, shards: int) -> None:
     """Write ``count`` completed orders (state, input and three steps each), 20 orders per transaction."""
@@ -454,23 +470,14 @@ def main() -> None:
         print(
             f"end to end: {rate:.1f} orders/s with {args.workers} workers ({args.orders} orders, no faults)"
         )
-        orders_ceiling = ceiling / TABLE_OPERATIONS_PER_ORDER
-        print(
-            f"Azurite conditional writes in the same run: {ceiling:.0f}/s (8 threads); at "
-            f"{TABLE_OPERATIONS_PER_ORDER} table operations per order the ceiling is ~{orders_ceiling:.0f} "
-            "orders/s"
-        )
-        verdict = "meets" if rate >= TARGET_CEILING_SHARE * orders_ceiling else "misses"
-        print(
-            f"end to end / ceiling: {rate / orders_ceiling:.0%} "
-            f"(target >= {TARGET_CEILING_SHARE:.0%}: {verdict})"
-        )
+        print(f"Azurite conditional writes in the same run: {ceiling:.0f}/s (8 threads)")
 
         port = free_port()
         process = azurite.launch(Path(tmp) / "azurite", port, in_memory=True)
         try:
             connection = azurite.table_connection_string(port)
             tables = asyncio.run(operations_per_order(connection, 50))
+            print(ceiling_report(rate, ceiling, tables))
             print(
                 f"table operations: {tables.per_order:.1f} per order, {tables.per_transition:.2f} per step "
                 "transition (target <= 2)"
