@@ -4,6 +4,9 @@ loop), one sender per queue, concurrent sends to a queue coalesced into batches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,6 +15,8 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessageSizeExceededError
 from pydantic import BaseModel
+
+log = logging.getLogger("adapters.servicebus")
 
 
 def client_from_settings(
@@ -178,6 +183,32 @@ class ServiceBusSender:
         for w in group:
             if not w.sent.done():
                 w.sent.set_result(None)
+
+    async def open(self, queues: Iterable[str]) -> None:
+        """Open the senders of ``queues`` all at once, ahead of their first messages.
+
+        The SDK opens a sender on its first send, and an open is a chain of handshakes (connection,
+        session, authorisation, link) each followed by a fixed pause of the SDK's: about half a second.
+        A fresh process that sends its first order on to four queues, one after the other, would pay
+        that four times along the order's path. A send that comes while its queue's sender is opening
+        waits for that open; a failed open is left to the first send, which opens (and retries) as
+        before, so this never raises.
+        """
+
+        async def open_one(queue: str) -> None:
+            target = self._queue(queue)
+            async with target.lock:
+                try:
+                    await target.sender.__aenter__()  # the SDK's open, as `async with sender` does
+                except Exception as exc:
+                    # A fresh SDK sender for the first send, which opens it (with the SDK's retries)
+                    # and reports what fails, exactly as if nothing had been tried ahead.
+                    log.info("could not open the sender for %s ahead of use: %s", queue, exc)
+                    with contextlib.suppress(Exception):
+                        await target.sender.close()
+                    target.sender = self._client.get_queue_sender(queue)
+
+        await asyncio.gather(*(open_one(queue) for queue in dict.fromkeys(queues)))
 
     async def close(self) -> None:
         """Close every sender and the client."""

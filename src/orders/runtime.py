@@ -8,6 +8,7 @@ that is once per process, since asynchronous functions all run on the worker's o
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import weakref
@@ -125,6 +126,9 @@ async def build(settings: Settings) -> Runtime:
         )
         for name in workflow.agents
     }
+    # Every queue this process may send to, opened in the background while the first message is handled.
+    opening = asyncio.create_task(sender.open(queues.all_queues(list(workflow.agents))))
+    closers.insert(0, functools.partial(_cancel, opening))
     parts = EngineParts(workflow, store, sender, clock, engine_settings, breakers)
     tasks = TaskService(parts)
     dead_letters = DeadLetterParts(
@@ -142,6 +146,12 @@ async def build(settings: Settings) -> Runtime:
         breakers=breakers,
         closers=closers,
     )
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Stop ``task`` if it still runs and wait for it to end (its outcome is not wanted)."""
+    task.cancel()
+    await asyncio.wait([task])
 
 
 async def _close_when_cancelled(runtime: Runtime) -> None:

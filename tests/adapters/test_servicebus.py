@@ -144,3 +144,49 @@ async def test_a_message_too_big_fails_its_own_send_and_the_others_go_out(
     ] * 3
     assert sorted(_drain(emulator, "q", len(small) + 1)) == sorted([*small, "warm-up"])
     assert sender.counts["q"]["send"] == len(small) + 1
+
+
+class _OpeningSender:
+    """An SDK sender stand-in whose open waits until every queue's open has started."""
+
+    def __init__(self, queue: str, started: list[str], all_started: asyncio.Event, expected: int) -> None:
+        self.queue, self.started, self.all_started, self.expected = queue, started, all_started, expected
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def __aenter__(self) -> _OpeningSender:
+        self.started.append(self.queue)
+        if len(self.started) == self.expected:
+            self.all_started.set()
+        await asyncio.wait_for(self.all_started.wait(), timeout=5)
+        if self.queue == "broken":
+            raise ConnectionError("refused")
+        return self
+
+
+@pytest.mark.anyio
+async def test_open_opens_every_queue_at_once_and_leaves_failures_to_the_first_send() -> None:
+    started: list[str] = []
+    all_started = asyncio.Event()
+
+    class Client:
+        def get_queue_sender(self, queue: str) -> _OpeningSender:
+            return _OpeningSender(queue, started, all_started, expected=3)
+
+    sender = ServiceBusSender(Client())  # type: ignore[arg-type]
+    broken = sender._queue("broken").sender
+    # One after the other, the first open would wait for ever for the others (wait_for raises).
+    await sender.open(["a", "b", "broken", "a"])
+    assert sorted(started) == ["a", "b", "broken"]
+    assert broken.closed and sender._queue("broken").sender is not broken  # a fresh one for the send
+
+
+@pytest.mark.anyio
+async def test_senders_opened_ahead_send_as_before(
+    emulator: RunningEmulator, sender: ServiceBusSender
+) -> None:
+    await sender.open(["q"])
+    await sender.send("q", COMMAND, message_id="after-open", correlation_id="o-1")
+    assert _drain(emulator, "q", 1) == ["after-open"]
+    assert sender.counts["q"] == {"send": 1}
