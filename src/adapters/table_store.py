@@ -233,7 +233,8 @@ class TableStateStore:
         """Watch the task, then write its input, state and steps in one transaction (all or nothing).
 
         The watch entry goes first: a crash in between leaves an entry the Supervisor removes, while the
-        other order could leave a Pending task nobody watches.
+        other order could leave a Pending task nobody watches. A submission refused because the order
+        exists (409) changes neither that order's watch entry nor, for a finished order, adds one.
         """
         state_entity = self._state_entity(record)
         operations: list[Any] = [
@@ -241,8 +242,9 @@ class TableStateStore:
             ("create", state_entity),
             *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
         ]
-        if state_entity["Watched"]:
-            await self._put_watch(record.state)
+        # Insert only: an entry already there is the task's own (or one left by a crash before its
+        # transaction), and never later than that task's CompleteBy; moving it would break that bound.
+        added = await self._add_watch(record.state) if state_entity["Watched"] else None
         try:
             self.counter.add(table=STATE, entities=len(operations))
             results = await submit_transaction(self.table, operations)
@@ -250,6 +252,10 @@ class TableStateStore:
             if exc.status_code != 409:
                 raise
             existing = await self.load(record.order_id)
+            if added is not None and existing is not None and not existing.indexed:
+                # The order exists and is not watched (it has finished): a refused or repeated
+                # submission leaves nothing behind.
+                await self._remove_watch(record.order_id, added)
             if existing is None:  # deleted in between: extremely unlikely; report as a conflict
                 return CreateOutcome.EXISTS_DIFFERENT, record
             same = existing.input_hash == record.input_hash
@@ -392,6 +398,23 @@ class TableStateStore:
             DeadLetterAction.model_validate({a: e[a] for a in _DEAD_LETTER_FIELDS if e.get(a) is not None})
             for e in sorted(entities, key=lambda e: str(e["RowKey"]))
         ]
+
+    async def _add_watch(self, state: TaskState) -> str | None:
+        """Insert the task's watch entry; its ETag, or None if an entry is already there."""
+        self.counter.add(table=WATCH, entities=1)
+        try:
+            created = await self.watch.create_entity(self._watch_entity(state))
+        except ResourceExistsError:
+            return None
+        return str(created.get("etag") or "")
+
+    async def _remove_watch(self, order_id: str, etag: str) -> None:
+        """Delete the watch entry this store inserted, unless it changed since."""
+        self.counter.add(table=WATCH, entities=1)
+        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+            await self.watch.delete_entity(
+                self._pk(order_id), order_id, etag=etag, match_condition=MatchConditions.IfNotModified
+            )
 
     async def _put_watch(self, state: TaskState) -> None:
         self.counter.add(table=WATCH, entities=1)

@@ -98,6 +98,38 @@ async def test_create_is_idempotent_for_the_same_body_and_conflicts_for_another(
     assert (await store.load("o-1")).input == {"a": 1}  # type: ignore[union-attr]
 
 
+async def _watch_entries(store: TableStateStore) -> dict[str, tuple[object, str]]:
+    return {
+        str(e["RowKey"]): (e["CompleteBy"], str(e.metadata["etag"]))
+        async for e in store.watch.list_entities()
+    }
+
+
+async def test_a_repeated_or_refused_submission_leaves_an_in_flight_orders_watch_entry_alone(
+    store: TableStateStore,
+) -> None:
+    await store.create(new_record("o-1", {"a": 1}))
+    before = await _watch_entries(store)
+    later = NOW + timedelta(seconds=5)  # a new record's CompleteBy would be later than the task's
+    assert (await store.create(new_record("o-1", {"a": 1}, now=later)))[0] is CreateOutcome.EXISTS_SAME
+    assert (await store.create(new_record("o-1", {"a": 2}, now=later)))[0] is CreateOutcome.EXISTS_DIFFERENT
+    assert await _watch_entries(store) == before  # still the task's own bound, not moved later
+
+
+async def test_a_refused_submission_of_a_finished_order_adds_no_watch_entry(store: TableStateStore) -> None:
+    _, record = await store.create(new_record("o-1", {"a": 1}))
+    transitions.claim(record, ctx())
+    record.state.process_state = ProcessState.PROCESSED
+    record.state.complete_by = None
+    await store.save(record)
+    [entry] = [e async for e in store.expired(NOW + timedelta(hours=1))]
+    await store.unwatch(entry)  # as the Supervisor drops a finished order's entry
+    assert await _watch_entries(store) == {}
+    assert (await store.create(new_record("o-1", {"a": 2})))[0] is CreateOutcome.EXISTS_DIFFERENT
+    assert (await store.create(new_record("o-1", {"a": 1})))[0] is CreateOutcome.EXISTS_SAME
+    assert await _watch_entries(store) == {}
+
+
 async def test_two_claimers_race_and_exactly_one_wins(store: TableStateStore) -> None:
     await store.create(new_record("o-race"))
     both_loaded = asyncio.Barrier(2)
