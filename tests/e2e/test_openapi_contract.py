@@ -18,7 +18,6 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from adapters.breaker_store import BREAKER_PARTITION
-from adapters.table_store import watch_table_name
 from devhost import azurite
 from engine import queues
 from orders.openapi import OPERATIONS
@@ -39,12 +38,14 @@ class Store:
         self.accepted: set[str] = set()
 
     def snapshot(self) -> dict[tuple[str, str], str]:
-        """(table, RowKey) -> ETag of every entity (task, steps, audit, watch) of an order not accepted
-        during the run: generated ids rarely hit an accepted order, so this covers what a refused
-        request could have written. The agents' circuit breakers are left out: the accepted orders' calls
-        move them in the background too."""
+        """(table, RowKey) -> ETag of every entity (task, steps, audit) of an order not accepted during
+        the run: generated ids rarely hit an accepted order, so this covers what a refused request could
+        have written. The agents' circuit breakers are left out: the accepted orders' calls move them in
+        the background too. So is the watch table, which the Supervisor maintains in the background
+        for every order (tests/adapters/test_table_store.py checks that a refused submission leaves it
+        as it was)."""
         rows: dict[tuple[str, str], str] = {}
-        for name in (TABLE, watch_table_name(TABLE)):
+        for name in [TABLE]:
             for entity in self.service.get_table_client(name).list_entities(
                 select=["PartitionKey", "RowKey"]
             ):
