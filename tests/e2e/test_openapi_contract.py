@@ -45,15 +45,12 @@ class Store:
         for every order (tests/adapters/test_table_store.py checks that a refused submission leaves it
         as it was)."""
         rows: dict[tuple[str, str], str] = {}
-        for name in [TABLE]:
-            for entity in self.service.get_table_client(name).list_entities(
-                select=["PartitionKey", "RowKey"]
-            ):
-                key = str(entity["RowKey"])
-                if entity["PartitionKey"] == BREAKER_PARTITION:
-                    continue
-                if not any(key == i or f"|{i}|" in key for i in self.accepted):
-                    rows[(name, key)] = entity.metadata["etag"]
+        for entity in self.service.get_table_client(TABLE).list_entities(select=["PartitionKey", "RowKey"]):
+            key = str(entity["RowKey"])
+            if entity["PartitionKey"] == BREAKER_PARTITION:
+                continue
+            if not any(key == i or f"|{i}|" in key for i in self.accepted):
+                rows[(TABLE, key)] = entity.metadata["etag"]
         return rows
 
 
