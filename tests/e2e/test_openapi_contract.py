@@ -37,20 +37,20 @@ class Store:
         self.service = TableServiceClient.from_connection_string(azurite.table_connection_string(port))
         self.accepted: set[str] = set()
 
-    def snapshot(self) -> dict[tuple[str, str], str]:
-        """(table, RowKey) -> ETag of every entity (task, steps, audit) of an order not accepted during
+    def snapshot(self) -> dict[str, str]:
+        """RowKey -> ETag of every entity (task, steps, audit) of an order not accepted during
         the run: generated ids rarely hit an accepted order, so this covers what a refused request could
         have written. The agents' circuit breakers are left out: the accepted orders' calls move them in
         the background too. So is the watch table, which the Supervisor maintains in the background
         for every order (tests/adapters/test_table_store.py checks that a refused submission leaves it
         as it was)."""
-        rows: dict[tuple[str, str], str] = {}
+        rows: dict[str, str] = {}
         for entity in self.service.get_table_client(TABLE).list_entities(select=["PartitionKey", "RowKey"]):
             key = str(entity["RowKey"])
             if entity["PartitionKey"] == BREAKER_PARTITION:
                 continue
             if not any(key == i or f"|{i}|" in key for i in self.accepted):
-                rows[(TABLE, key)] = entity.metadata["etag"]
+                rows[key] = entity.metadata["etag"]
         return rows
 
 
