@@ -27,12 +27,13 @@ from engine.ports import BreakerStore
 from engine.tasks import TaskService
 from orders.api import Call, OrdersApi, Reply
 from orders.breakers import BreakersApi
+from orders.catalog import CATALOG, SERVICES
 from orders.console import console as console_page
 from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
 from orders.runtime import runtime
+from orders.services.declaration import ServiceDefinition
 from orders.telemetry_setup import configure_telemetry
-from orders.workflow import FULFILMENT, INVENTORY, PAYMENT, SHIPPING
 
 configure_telemetry()
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -51,8 +52,8 @@ async def _breakers() -> BreakerStore:
 
 
 api = OrdersApi(_tasks)
-breakers = BreakersApi(FULFILMENT.agents, _breakers)
-dead_letters = DeadLettersApi(_dead_letters, tuple(queues.all_queues(list(FULFILMENT.agents))))
+breakers = BreakersApi(CATALOG.agents, _breakers)
+dead_letters = DeadLettersApi(_dead_letters, tuple(queues.all_queues(CATALOG.agents)))
 SB = "ServiceBusConnection"
 
 
@@ -212,29 +213,21 @@ async def scheduler_replies(msg: func.ServiceBusMessage) -> None:
     await (await runtime()).scheduler.handle_reply(reply)
 
 
-# ---- Agents -----------------------------------------------------------------------------------------
-async def _run_agent(agent: str, msg: func.ServiceBusMessage) -> None:
-    queue = queues.agent_queue(agent)
-    request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
-    await (await runtime()).agents[agent].handle(request)
+# ---- Agents: one function per declared service (orders.catalog.SERVICES), on its own request queue ----
+def _register_agent(service: ServiceDefinition) -> None:
+    queue = queues.agent_queue(service.name)
+
+    async def agent(msg: func.ServiceBusMessage) -> None:
+        request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
+        await (await runtime()).agents[service.name].handle(request)
+
+    agent.__doc__ = f"{service.description}."
+    trigger = app.service_bus_queue_trigger(arg_name="msg", queue_name=queue, connection=SB)
+    app.function_name(name=service.function_name)(trigger(agent))
 
 
-@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(INVENTORY), connection=SB)
-async def agent_inventory(msg: func.ServiceBusMessage) -> None:
-    """Reserve and release stock."""
-    await _run_agent(INVENTORY, msg)
-
-
-@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(PAYMENT), connection=SB)
-async def agent_payment(msg: func.ServiceBusMessage) -> None:
-    """Charge and refund."""
-    await _run_agent(PAYMENT, msg)
-
-
-@app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.agent_queue(SHIPPING), connection=SB)
-async def agent_shipping(msg: func.ServiceBusMessage) -> None:
-    """Create and cancel shipments."""
-    await _run_agent(SHIPPING, msg)
+for _service in SERVICES:
+    _register_agent(_service)
 
 
 # ---- Supervisor -------------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.transitions import EngineSettings
-from orders.workflow import FULFILMENT
+from engine.workflow import WorkflowCatalog
+from orders.catalog import FULFILMENT
 from servicebus_emulator.launcher import free_port
 
 ORDER = {
@@ -220,7 +221,7 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     engine_log.addHandler(records)
     engine_log.setLevel(logging.INFO)
     settings = EngineSettings(step_complete_by_seconds=60)
-    parts = EngineParts(FULFILMENT, store, sender, clock, settings)
+    parts = EngineParts(WorkflowCatalog.of(FULFILMENT), store, sender, clock, settings)
     tasks = TaskService(parts)
     scheduler = Scheduler(parts)
 
@@ -263,7 +264,9 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     before = counter.count
     await Supervisor(parts).sweep()
     empty_sweep = counter.count - before
-    later = EngineParts(FULFILMENT, store, sender, ShiftedClock(timedelta(hours=1)), settings)
+    later = EngineParts(
+        WorkflowCatalog.of(FULFILMENT), store, sender, ShiftedClock(timedelta(hours=1)), settings
+    )
     before_requests, before_entities = dict(counter.requests), dict(counter.entities)
     await Supervisor(later).sweep()
     cleanup = 0
@@ -381,7 +384,7 @@ async def _sweep_times(
     )
     sender = LoopbackSender()
     settings = EngineSettings(step_complete_by_seconds=3600)
-    parts = EngineParts(FULFILMENT, store, sender, SystemClock(), settings)
+    parts = EngineParts(WorkflowCatalog.of(FULFILMENT), store, sender, SystemClock(), settings)
     tasks = TaskService(parts)
     supervisor = Supervisor(parts)
     for _ in range(in_flight):  # Pending, complete-by an hour away: watched, not expired

@@ -29,3 +29,10 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float 
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
     """Stop a process a test started, by its PID: SIGTERM, then SIGKILL if it does not exit."""
     return stop(process, timeout=timeout)
+
+
+def service_urls(url: str) -> dict[str, str]:
+    """Every declared service's URL setting, all pointing at ``url``."""
+    from orders.settings import SERVICE_URL_SETTINGS
+
+    return dict.fromkeys(SERVICE_URL_SETTINGS.values(), url)

@@ -28,7 +28,7 @@ from .clock import Clock
 from .errors import CircuitOpenError, DeadlineReached, PermanentError, TransientError
 from .messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id
 from .ports import BreakerStore, MessageSender
-from .workflow import RetryPolicy, WorkflowDefinition
+from .workflow import RetryPolicy, WorkflowCatalog, WorkflowDefinition
 
 __all__ = ["Action", "Agent", "DeadlineReached", "PermanentError", "TransientError"]
 
@@ -42,6 +42,11 @@ Action = Callable[[AgentRequest, float], Awaitable[dict[str, Any]]]
 Sleep = Callable[[float], Awaitable[None]]
 # Weight of the newest successful call in the agent's running estimate of the service's latency.
 _LATENCY_WEIGHT = 0.2
+
+
+def policy_key(workflow: str, version: int, step: str) -> str:
+    """How an agent files a step's retry policy: by workflow, version and step."""
+    return f"{workflow}@{version}:{step}"
 
 
 class Agent:
@@ -107,14 +112,38 @@ class Agent:
         breakers: BreakerStore | None = None,
         instance_id: str = "",
     ) -> Agent:
-        """The agent ``name`` of a workflow, with each of its steps' own retry policy.
+        """The agent ``name`` of one workflow (see :meth:`for_catalog`)."""
+        catalog = WorkflowCatalog(workflows=(workflow,))
+        return cls.for_catalog(
+            catalog, name, actions, sender, clock, sleep, breakers=breakers, instance_id=instance_id
+        )
 
-        The workflow guarantees that the steps sharing an agent agree on its breaker; a request for a
-        step the workflow does not know (sent by an older version) uses the agent's first step's policy.
+    @classmethod
+    def for_catalog(
+        cls,
+        catalog: WorkflowCatalog,
+        name: str,
+        actions: Mapping[str, Action],
+        sender: MessageSender,
+        clock: Clock,
+        sleep: Sleep | None = None,
+        *,
+        breakers: BreakerStore | None = None,
+        instance_id: str = "",
+    ) -> Agent:
+        """The agent ``name``, with the retry policy of each step on it in every deployed workflow version.
+
+        The catalog guarantees that the steps sharing an agent agree on its breaker. A request is run with
+        its own step's policy (by workflow, version and step); one that names no workflow uses the policy
+        of a step of that name, and an unknown step the agent's first step's policy.
         """
-        policies = {s.name: s.retry for s in workflow.steps if s.agent == name}
+        policies = catalog.policies(name)
         if not policies:
-            raise ValueError(f"workflow {workflow.name} has no step on agent {name}")
+            raise ValueError(f"no deployed workflow has a step on agent {name}")
+        by_key: dict[str, RetryPolicy] = {}
+        for (workflow, version, step), policy in policies.items():
+            by_key[policy_key(workflow, version, step)] = policy
+            by_key.setdefault(step, policy)
         default = next(iter(policies.values()))
         return cls(
             name,
@@ -123,13 +152,17 @@ class Agent:
             clock,
             default,
             sleep,
-            step_policies=policies,
+            step_policies=by_key,
             breakers=breakers,
             instance_id=instance_id,
         )
 
-    def policy_for(self, step: str) -> RetryPolicy:
-        """The retry policy of one step."""
+    def policy_for(self, step: str, workflow: str | None = None, version: int | None = None) -> RetryPolicy:
+        """The retry policy of one step (of one workflow version, when known)."""
+        if workflow is not None and version is not None:
+            found = self.step_policies.get(policy_key(workflow, version, step))
+            if found is not None:
+                return found
         return self.step_policies.get(step, self.policy)
 
     def _seconds_left(self, deadline: datetime) -> float:
@@ -177,7 +210,7 @@ class Agent:
 
     async def _call_with_retries(self, action: Action, request: AgentRequest) -> dict[str, Any]:
         deadline = request.complete_by
-        policy = self.policy_for(request.step)
+        policy = self.policy_for(request.step, request.workflow, request.workflow_version)
 
         def before_sleep_within_deadline(state: RetryCallState) -> None:
             # Never sleep past complete-by, nor retry with too little time left for the call to succeed.

@@ -49,6 +49,15 @@ class UnknownStep(EngineError):
         super().__init__(f"order {order_id} has no step {step!r}; its steps are {', '.join(self.steps)}")
 
 
+class UnknownWorkflow(EngineError):
+    """A submission named a workflow this deployment does not have."""
+
+    def __init__(self, workflow: str, workflows: Iterable[str]) -> None:
+        self.workflow = workflow
+        self.workflows = tuple(workflows)
+        super().__init__(f"no workflow {workflow!r}; the workflows are {', '.join(self.workflows)}")
+
+
 class PreconditionFailed(EngineError):
     """The caller acted on a version of the task that is no longer current: nothing was changed."""
 

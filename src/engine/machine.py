@@ -34,6 +34,7 @@ class Operation(StrEnum):
     RETRY_STEP = "retry step"  # an operator re-dispatches the current step now
     EXTEND_STEP = "extend step"  # an operator pushes a running step's CompleteBy
     SKIP_STEP = "skip step"  # an operator marks the current step done by hand; the task continues
+    WORKFLOW_GONE = "workflow gone"  # the task's workflow version is no longer deployed
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,10 @@ TABLE: tuple[Rule, ...] = (
         phase=FORWARD,
         step=RUNNING,
     ),
+    # A task on a workflow version no longer deployed is never run on another definition.
+    Rule(Op.WORKFLOW_GONE, P, ((E, "workflow version not deployed (alert)"),)),
+    Rule(Op.WORKFLOW_GONE, R, ((E, "workflow version not deployed (alert)"),)),
+    Rule(Op.WORKFLOW_GONE, C, ((E, "workflow version not deployed (alert)"),)),
 )
 del P, R, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING, NOT_STARTED
 

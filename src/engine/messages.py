@@ -52,6 +52,10 @@ class AgentRequest(_Message):
     """On an agent's queue: run one action of one step, before ``complete_by``."""
 
     order_id: str = Field(alias="orderId")
+    # The workflow version the task runs (None from a sender that predates versions): picks the step's
+    # retry policy.
+    workflow: str | None = None
+    workflow_version: int | None = Field(default=None, alias="workflowVersion", ge=1)
     step: str
     step_index: int = Field(alias="stepIndex", ge=0)
     attempt: int = Field(ge=1)

@@ -7,22 +7,28 @@ from dataclasses import dataclass
 from .clock import Clock
 from .ports import BreakerStore, MessageSender, StateStore
 from .settings import EngineSettings
+from .state import TaskRecord
 from .transitions import Context
-from .workflow import WorkflowDefinition
+from .workflow import WorkflowCatalog
 
 
 @dataclass(frozen=True)
 class EngineParts:
-    """One workflow wired to a state store, a message sender, a clock and the timing knobs; and, when the
-    agents' circuit breakers are shared, their store (the Supervisor holds work for an open breaker)."""
+    """The deployed workflows wired to a state store, a message sender, a clock and the timing knobs;
+    and, when the agents' circuit breakers are shared, their store (the Supervisor holds work for an
+    open breaker)."""
 
-    workflow: WorkflowDefinition
+    catalog: WorkflowCatalog
     store: StateStore
     sender: MessageSender
     clock: Clock
     settings: EngineSettings
     breakers: BreakerStore | None = None
 
-    def context(self, instance_id: str = "") -> Context:
-        """What a transition needs, as of now on this engine's clock."""
-        return Context(self.workflow, self.settings, self.clock.now(), instance_id)
+    def context(self, instance_id: str = "", record: TaskRecord | None = None) -> Context:
+        """What a transition needs, as of now on this engine's clock: with a record, the definition of
+        the workflow version it runs (None when that version is not deployed)."""
+        workflow = None
+        if record is not None:
+            workflow = self.catalog.find(record.state.workflow, record.state.workflow_version)
+        return Context(workflow, self.settings, self.clock.now(), instance_id)

@@ -15,6 +15,7 @@ from .messages import AgentReply, SchedulerCommand
 from .outbox import carry_out
 from .parts import EngineParts
 from .state import TaskRecord
+from .transitions import Context
 
 log = logging.getLogger("engine.scheduler")
 
@@ -66,8 +67,10 @@ class Scheduler:
         return await self._claim(record)
 
     async def _claim(self, record: TaskRecord, *, copy: bool = False) -> bool:
-        ctx = self.parts.context(self.instance)
+        ctx = self.parts.context(self.instance, record)
         state = record.state
+        if ctx.workflow is None:
+            return await self._workflow_gone(record, ctx, copy=copy)
         if state.next_attempt_at is not None and state.next_attempt_at - _EARLY_TOLERANCE > ctx.now:
             if not copy:
                 telemetry.info(
@@ -122,7 +125,10 @@ class Scheduler:
             stepIndex=reply.step_index,
             outcome=reply.outcome.value,
         )
-        decision = transitions.apply_reply(record, self.parts.context(self.instance), reply)
+        ctx = self.parts.context(self.instance, record)
+        if ctx.workflow is None:
+            return await self._workflow_gone(record, ctx, copy=copy)
+        decision = transitions.apply_reply(record, ctx, reply)
         if not decision.changed:
             if not copy:
                 telemetry.info(log, "stale or duplicate reply dropped", **fields)
@@ -131,3 +137,8 @@ class Scheduler:
         if applied:
             telemetry.info(log, "reply applied", **fields, processState=record.state.process_state.value)
         return applied
+
+    async def _workflow_gone(self, record: TaskRecord, ctx: Context, *, copy: bool) -> bool:
+        """Error, with an alert, for a task whose workflow version this deployment does not have."""
+        decision = transitions.workflow_not_deployed(record, ctx)
+        return decision.changed and await self._commit(record, decision, copy=copy)

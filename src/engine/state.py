@@ -65,6 +65,9 @@ class TaskState(BaseModel):
     process_state: ProcessState = Field(default=ProcessState.PENDING, alias="ProcessState")
     failure_count: int = Field(default=0, ge=0, alias="FailureCount")
     workflow: str = Field(alias="Workflow")
+    # The version of the workflow the task started on; it finishes (or is undone) on that definition.
+    # Records written before versions existed ran version 1.
+    workflow_version: int = Field(default=1, ge=1, alias="WorkflowVersion")
     phase: Phase = Field(default=Phase.FORWARD, alias="Phase")
     current_step: int = Field(default=0, ge=0, alias="CurrentStep")
     attempt: int = Field(default=0, ge=0, alias="Attempt", description="the current step's dispatch number")

@@ -86,7 +86,11 @@ class Supervisor:
             before = record.state.process_state
             if breakers is None:
                 breakers = await self._breakers()
-            decision = transitions.recover_expired(record, ctx, breakers)
+            task_ctx = self.parts.context(record=record)
+            if task_ctx.workflow is None:
+                decision = transitions.workflow_not_deployed(record, task_ctx)
+            else:
+                decision = transitions.recover_expired(record, task_ctx, breakers)
             if not decision.changed:
                 continue  # moved on since the index was read
             try:

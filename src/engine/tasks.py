@@ -10,7 +10,15 @@ from typing import Any
 
 from . import machine, saved_task, telemetry, transitions
 from .decisions import Decision, Outcome
-from .errors import ConcurrencyError, Conflict, InvalidState, NotFound, PreconditionFailed, UnknownStep
+from .errors import (
+    ConcurrencyError,
+    Conflict,
+    InvalidState,
+    NotFound,
+    PreconditionFailed,
+    UnknownStep,
+    UnknownWorkflow,
+)
 from .machine import Operation
 from .messages import CommandKind
 from .outbox import carry_out, deliver
@@ -44,18 +52,28 @@ class TaskService:
         self.parts = parts
 
     async def submit(
-        self, order_id: str, task_input: dict[str, Any], input_hash: str
+        self, order_id: str, task_input: dict[str, Any], input_hash: str, workflow_name: str | None = None
     ) -> tuple[bool, TaskRecord]:
         """Record the task and its steps (not started) in one transaction, then kick the Scheduler.
+
+        The task runs the latest deployed version of ``workflow_name`` (by default the catalog's first
+        workflow) and keeps that version until it ends.
 
         Returns (created, record). The same id with the same input again changes nothing; with other
         input it raises :class:`~engine.errors.Conflict`.
         """
+        catalog = self.parts.catalog
+        workflow = catalog.current(workflow_name or catalog.default)
+        if workflow is None:
+            raise UnknownWorkflow(workflow_name or catalog.default, catalog.names)
         ctx = self.parts.context()
-        workflow = self.parts.workflow
         record = TaskRecord(
             state=TaskState(
-                order_id=order_id, workflow=workflow.name, created_at=ctx.now, updated_at=ctx.now
+                order_id=order_id,
+                workflow=workflow.name,
+                workflow_version=workflow.version,
+                created_at=ctx.now,
+                updated_at=ctx.now,
             ),
             steps=[StepState(index=i, name=s.name) for i, s in enumerate(workflow.steps)],
             input=task_input,
@@ -143,9 +161,9 @@ class TaskService:
         )
 
     async def _step_index(self, order_id: str, step: str) -> int:
-        names = [s.name for s in self.parts.workflow.steps]
+        # The steps of the version the order runs, as recorded with it.
+        names = [s.name for s in (await self.get(order_id)).steps]
         if step not in names:
-            await self.get(order_id)  # an unknown order is reported as such first
             raise UnknownStep(order_id, step, names)
         return names.index(step)
 
@@ -172,7 +190,16 @@ class TaskService:
             record = await self.get(order_id)
             if action.version is not None and record.version != action.version:
                 raise PreconditionFailed(order_id)
-            ctx = self.parts.context()
+            ctx = self.parts.context(record=record)
+            if ctx.workflow is None:
+                state = record.state
+                raise InvalidState(
+                    order_id,
+                    state.process_state.value,
+                    allowed,
+                    reason=f"order {order_id} runs workflow {state.workflow} version "
+                    f"{state.workflow_version}, which is not deployed; deploy it again to act on the order",
+                )
             before = record.state.process_state
             current = record.state.current_step if index is None else index
             step_before = record.steps[current].status if current < len(record.steps) else None

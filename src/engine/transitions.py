@@ -45,10 +45,17 @@ _MAY_HAVE_EFFECT = (StepStatus.COMPLETED, StepStatus.RUNNING, StepStatus.FAILED,
 class Context:
     """What a transition needs besides the record."""
 
-    workflow: WorkflowDefinition
+    workflow: WorkflowDefinition | None  # the task's workflow version; None when it is not deployed
     settings: EngineSettings
     now: datetime
     instance_id: str = ""
+
+    @property
+    def steps(self) -> tuple[StepDefinition, ...]:
+        """The steps of the task's workflow version (a move is only made on a deployed one)."""
+        if self.workflow is None:
+            raise RuntimeError("the task's workflow version is not deployed")
+        return self.workflow.steps
 
     def budget(self, step: StepDefinition) -> timedelta:
         """A step's complete-by budget."""
@@ -121,7 +128,7 @@ def command(order_id: str, kind: CommandKind, reason: str, at: datetime | None =
 
 
 def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = "") -> Outgoing:
-    definition = ctx.workflow.steps[index]
+    definition = ctx.steps[index]
     step = record.steps[index]
     action = definition.compensation if compensating else definition.action
     assert action is not None
@@ -129,6 +136,8 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, r
     assert step.complete_by is not None
     body = AgentRequest(
         order_id=record.order_id,
+        workflow=record.state.workflow,
+        workflow_version=record.state.workflow_version,
         step=definition.name,
         step_index=index,
         attempt=attempt,
@@ -166,7 +175,7 @@ def _dispatch(record: TaskRecord, ctx: Context, index: int, compensating: bool) 
         step.status = StepStatus.RUNNING
         step.attempts += 1
         state.phase, state.process_state = Phase.FORWARD, ProcessState.PROCESSING
-    step.complete_by = ctx.now + ctx.budget(ctx.workflow.steps[index])
+    step.complete_by = ctx.now + ctx.budget(ctx.steps[index])
     state.current_step = index
     state.attempt = step.compensation_attempts if compensating else step.attempts
     state.complete_by = step.complete_by
@@ -281,7 +290,7 @@ def _dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> Deci
         (
             i
             for i in range(min(start, len(record.steps) - 1), -1, -1)
-            if record.steps[i].status in _MAY_HAVE_EFFECT and ctx.workflow.steps[i].compensation
+            if record.steps[i].status in _MAY_HAVE_EFFECT and ctx.steps[i].compensation
         ),
         None,
     )
@@ -357,6 +366,22 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
     return Decision(Outcome.ERRORED, (message,), (alert,))
 
 
+def workflow_not_deployed(record: TaskRecord, ctx: Context) -> Decision:
+    """A task whose workflow version this deployment no longer has: Error with the reason, and an alert.
+
+    Run on another definition, its steps, policies and compensations could be silently wrong; an
+    operator decides (redeploy that version, or compensate by hand).
+    """
+    if allows(Operation.WORKFLOW_GONE, record) is None:
+        return REFUSED
+    state = record.state
+    reason = (
+        f"workflow {state.workflow} version {state.workflow_version} is not deployed; "
+        "deploy it again to finish or undo this order"
+    )
+    return _enter_error(record, ctx, reason, _engine(ctx, "scheduler"))
+
+
 # ---- Supervisor ----------------------------------------------------------------------------------
 def recover_expired(
     record: TaskRecord, ctx: Context, breakers: Mapping[str, BreakerRecord] | None = None
@@ -389,7 +414,7 @@ def recover_expired(
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
     step = record.steps[state.current_step]
-    service = ctx.workflow.steps[state.current_step].agent
+    service = ctx.steps[state.current_step].agent
     breaker = (breakers or {}).get(service)
     until = hold_until(breaker, ctx.now)
     if until is not None and allows(Operation.HOLD, record):

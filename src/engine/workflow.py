@@ -1,4 +1,9 @@
-"""Workflow definitions as data: ordered steps, each naming its agent, budget, retries and compensation."""
+"""Workflow definitions as data: ordered steps, each naming its agent, budget, retries and compensation.
+
+A :class:`WorkflowCatalog` holds every definition a deployment serves: each workflow by name, in every
+version that orders in flight may still be on. New orders take a workflow's latest version; an order
+keeps the version it started on until it ends.
+"""
 
 from __future__ import annotations
 
@@ -43,11 +48,13 @@ class StepDefinition(BaseModel):
 
 
 class WorkflowDefinition(BaseModel):
-    """An ordered list of steps, run forward and compensated in reverse."""
+    """An ordered list of steps, run forward and compensated in reverse; one version of a workflow."""
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")
+    version: int = Field(default=1, ge=1, description="orders keep the version they started on")
+    description: str = ""
     steps: tuple[StepDefinition, ...] = Field(min_length=1, max_length=50)
 
     @model_validator(mode="after")
@@ -59,16 +66,78 @@ class WorkflowDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _one_breaker_per_agent(self) -> WorkflowDefinition:
-        # An agent has one circuit breaker (it guards the remote service, not a step), so the steps that
-        # share an agent must agree on its settings; their retries may differ.
-        breakers: dict[str, tuple[int, float]] = {}
-        for step in self.steps:
-            breaker = (step.retry.breaker_fail_max, step.retry.breaker_reset_seconds)
-            if breakers.setdefault(step.agent, breaker) != breaker:
-                raise ValueError(f"the steps on agent {step.agent} must agree on its breaker settings")
+        _check_breakers([self])
         return self
 
     @property
     def agents(self) -> list[str]:
         """Every agent the workflow uses, in step order, without repeats."""
         return list(dict.fromkeys(s.agent for s in self.steps))
+
+
+def _check_breakers(workflows: list[WorkflowDefinition]) -> None:
+    # An agent has one circuit breaker (it guards the remote service, not a step), so every step on an
+    # agent, in every workflow and version deployed together, must agree on its settings; retries may
+    # differ.
+    breakers: dict[str, tuple[int, float]] = {}
+    for workflow in workflows:
+        for step in workflow.steps:
+            breaker = (step.retry.breaker_fail_max, step.retry.breaker_reset_seconds)
+            if breakers.setdefault(step.agent, breaker) != breaker:
+                raise ValueError(f"the steps on agent {step.agent} must agree on its breaker settings")
+
+
+class WorkflowCatalog(BaseModel):
+    """Every workflow a deployment serves, each in every version still deployed.
+
+    The first workflow named is the default of a submission that names none. A version is kept here for
+    as long as orders may be in flight on it; an order whose version is no longer here goes to Error.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    workflows: tuple[WorkflowDefinition, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _valid(self) -> WorkflowCatalog:
+        keys = [(w.name, w.version) for w in self.workflows]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each workflow version must be declared once")
+        _check_breakers(list(self.workflows))
+        return self
+
+    @classmethod
+    def of(cls, *workflows: WorkflowDefinition) -> WorkflowCatalog:
+        """A catalog of these definitions."""
+        return cls(workflows=workflows)
+
+    @property
+    def default(self) -> str:
+        """The workflow a submission that names none runs."""
+        return self.workflows[0].name
+
+    @property
+    def names(self) -> list[str]:
+        """Every workflow's name, in declaration order, without repeats."""
+        return list(dict.fromkeys(w.name for w in self.workflows))
+
+    def current(self, name: str) -> WorkflowDefinition | None:
+        """The latest version of the workflow ``name`` (what new orders take), or None."""
+        versions = [w for w in self.workflows if w.name == name]
+        return max(versions, key=lambda w: w.version) if versions else None
+
+    def find(self, name: str, version: int) -> WorkflowDefinition | None:
+        """One version of one workflow, or None when it is not deployed."""
+        return next((w for w in self.workflows if w.name == name and w.version == version), None)
+
+    @property
+    def agents(self) -> list[str]:
+        """Every agent of every deployed version, in declaration order, without repeats: an agent that the
+        latest versions no longer use still serves the orders in flight on an older one."""
+        return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps))
+
+    def policies(self, agent: str) -> dict[tuple[str, int, str], RetryPolicy]:
+        """The retry policy of every step on ``agent``, by (workflow, version, step)."""
+        return {
+            (w.name, w.version, s.name): s.retry for w in self.workflows for s in w.steps if s.agent == agent
+        }

@@ -26,6 +26,7 @@ from engine.errors import (
     NotFound,
     PreconditionFailed,
     UnknownStep,
+    UnknownWorkflow,
 )
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
@@ -108,6 +109,7 @@ _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     InvalidState: (409, "InvalidState"),
     InvalidContinuation: (400, "ValidationFailed"),
     UnknownStep: (404, "NotFound"),
+    UnknownWorkflow: (400, "ValidationFailed"),
     PreconditionFailed: (412, "PreconditionFailed"),
 }
 
@@ -176,7 +178,10 @@ class OrdersApi:
         order_id = order.order_id or str(uuid.uuid4())
         document = order.document(order_id)
         try:
-            created, record = await (await self._tasks()).submit(order_id, document, body_hash(document))
+            tasks = await self._tasks()
+            workflow = order.workflow or tasks.parts.catalog.default
+            identity = body_hash(document, None if workflow == tasks.parts.catalog.default else workflow)
+            created, record = await tasks.submit(order_id, document, identity, workflow)
         except EngineError as exc:
             return engine_error(exc)
         location = f"{base_url.rstrip('/')}/api/orders/{order_id}"

@@ -48,15 +48,19 @@ class OrderRequest(BaseModel):
     customer_id: str = Field(alias="customerId", min_length=1, max_length=128)
     items: list[OrderItem] = Field(min_length=1, max_length=100)
     currency: Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$")]
+    # Which declared workflow runs the order; none: the first one declared (order fulfilment).
+    workflow: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,62}$")] | None = None
 
     def document(self, order_id: str) -> dict[str, Any]:
-        """The order as stored and handed to the agents."""
-        return {"orderId": order_id, **self.model_dump(by_alias=True, exclude={"order_id"})}
+        """The order as stored and handed to the agents (the workflow is recorded with the task)."""
+        return {"orderId": order_id, **self.model_dump(by_alias=True, exclude={"order_id", "workflow"})}
 
 
-def body_hash(document: dict[str, Any]) -> str:
-    """Identifies a body: the same order resubmitted with the same body hashes the same."""
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+def body_hash(document: dict[str, Any], workflow: str | None = None) -> str:
+    """Identifies a body: the same order resubmitted with the same body hashes the same. A workflow other
+    than the default is part of it, so the same order id with another workflow is a conflict."""
+    identity = document if workflow is None else {**document, "workflow": workflow}
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -85,6 +89,8 @@ class OrderSummary(_View):
     """An order's task state."""
 
     order_id: str = Field(alias="orderId")
+    workflow: str
+    workflow_version: int = Field(alias="workflowVersion")
     process_state: ProcessState = Field(alias="processState")
     failure_count: int = Field(alias="failureCount")
     locked_by: str | None = Field(alias="lockedBy")
@@ -212,6 +218,8 @@ def summary(state: TaskState) -> OrderSummary:
     """The order's task state as the API shows it."""
     return OrderSummary(
         order_id=state.order_id,
+        workflow=state.workflow,
+        workflow_version=state.workflow_version,
         process_state=state.process_state,
         failure_count=state.failure_count,
         locked_by=state.locked_by,

@@ -29,12 +29,12 @@ from engine.ports import BreakerStore
 from engine.scheduler import Scheduler, instance_id
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
-from engine.workflow import WorkflowDefinition
+from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
+from .catalog import CATALOG, SERVICES
 from .deadletters import DeadLetterParts
-from .services import RemoteServices
+from .services.client import RemoteServices
 from .settings import Settings, load_settings
-from .workflow import FULFILMENT
 
 log = logging.getLogger("orders.runtime")
 
@@ -88,16 +88,20 @@ async def _store(settings: Settings, closers: list[Closer]) -> TableStateStore:
     )
 
 
-def fulfilment(settings: Settings) -> WorkflowDefinition:
-    """The order workflow, with BREAKER_RESET_SECONDS (when set) as every step's breaker open interval."""
+def catalog(settings: Settings) -> WorkflowCatalog:
+    """The declared workflows, with BREAKER_RESET_SECONDS (when set) as every step's breaker open interval."""
     reset = settings.breaker_reset_seconds
     if reset is None:
-        return FULFILMENT
-    steps = [
-        step.model_copy(update={"retry": step.retry.model_copy(update={"breaker_reset_seconds": reset})})
-        for step in FULFILMENT.steps
-    ]
-    return FULFILMENT.model_copy(update={"steps": tuple(steps)})
+        return CATALOG
+
+    def reset_breakers(workflow: WorkflowDefinition) -> WorkflowDefinition:
+        steps = [
+            step.model_copy(update={"retry": step.retry.model_copy(update={"breaker_reset_seconds": reset})})
+            for step in workflow.steps
+        ]
+        return workflow.model_copy(update={"steps": tuple(steps)})
+
+    return WorkflowCatalog(workflows=tuple(reset_breakers(w) for w in CATALOG.workflows))
 
 
 async def build(settings: Settings) -> Runtime:
@@ -107,7 +111,7 @@ async def build(settings: Settings) -> Runtime:
     closers: list[Closer] = []
     store = await _store(settings, closers)
     closers.insert(0, store.close)  # the table clients, then their service (and its credential)
-    services = RemoteServices(settings.service_urls, keys=settings.service_keys)
+    services = RemoteServices(SERVICES, settings.service_urls, keys=settings.service_keys)
     closers.append(services.client.aclose)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
     # The dead-letter tools' own client: their receivers open per call and must not share the
@@ -116,26 +120,26 @@ async def build(settings: Settings) -> Runtime:
     closers.append(sender.close)  # last: its AMQP links may take a while to close
     closers.append(dead_letter_client.close)
     actions = services.actions()
-    workflow = fulfilment(settings)
+    workflows = catalog(settings)
     # The agents' circuit breakers live in the state table, so every instance sees the same ones.
     breakers = TableBreakerStore(store.table, counter=store.counter)
     instance = instance_id()
     agents = {
-        name: Agent.for_workflow(
-            workflow, name, actions[name], sender, clock, breakers=breakers, instance_id=instance
+        name: Agent.for_catalog(
+            workflows, name, actions[name], sender, clock, breakers=breakers, instance_id=instance
         )
-        for name in workflow.agents
+        for name in workflows.agents
     }
     # Every queue this process may send to, opened in the background while the first message is handled.
-    opening = asyncio.create_task(sender.open(queues.all_queues(list(workflow.agents))))
+    opening = asyncio.create_task(sender.open(queues.all_queues(workflows.agents)))
     closers.insert(0, functools.partial(_cancel, opening))
-    parts = EngineParts(workflow, store, sender, clock, engine_settings, breakers)
+    parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers)
     tasks = TaskService(parts)
     dead_letters = DeadLetterParts(
         ServiceBusDeadLetters(dead_letter_client),
         store,
         tasks,
-        tuple(queues.all_queues(list(workflow.agents))),
+        tuple(queues.all_queues(workflows.agents)),
     )
     return Runtime(
         tasks=tasks,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.settings import EngineSettings
 
-from .workflow import INVENTORY, PAYMENT, SHIPPING
+from .catalog import SERVICES
 
 # Where the Function App serves the simulators (simulators.hosted.ROUTE_PREFIX): a service URL whose
 # path ends here gets SIMULATORS_KEY, and no other does, so the key never reaches a real service.
@@ -30,9 +30,6 @@ class Settings(BaseModel):
     cancel_grace_seconds: float = Field(default=1.0, ge=0, alias="CANCEL_GRACE_SECONDS")
     # How long an Agent's circuit breaker stays open, for every step; empty: each step's own policy.
     breaker_reset_seconds: float | None = Field(default=None, gt=0, alias="BREAKER_RESET_SECONDS")
-    inventory_service_url: str = Field(alias="INVENTORY_SERVICE_URL", min_length=1)
-    payment_service_url: str = Field(alias="PAYMENT_SERVICE_URL", min_length=1)
-    shipping_service_url: str = Field(alias="SHIPPING_SERVICE_URL", min_length=1)
     # Table Storage: a connection string locally, or an endpoint with a managed identity in Azure.
     state_store_connection: str | None = Field(default=None, alias="STATE_STORE_CONNECTION")
     state_store_endpoint: str | None = Field(default=None, alias="STATE_STORE_ENDPOINT")
@@ -59,14 +56,8 @@ class Settings(BaseModel):
             cancel_grace_seconds=self.cancel_grace_seconds,
         )
 
-    @property
-    def service_urls(self) -> dict[str, str]:
-        """Base URL per agent."""
-        return {
-            INVENTORY: self.inventory_service_url,
-            PAYMENT: self.payment_service_url,
-            SHIPPING: self.shipping_service_url,
-        }
+    # Base URL per service, from each declared service's <NAME>_SERVICE_URL (see load_settings).
+    service_urls: dict[str, str] = Field(default_factory=dict, exclude=True)
 
     @property
     def service_keys(self) -> dict[str, str]:
@@ -80,17 +71,26 @@ class Settings(BaseModel):
         }
 
 
+# One URL setting per declared service, e.g. INVENTORY_SERVICE_URL.
+SERVICE_URL_SETTINGS = {service.name: service.url_setting for service in SERVICES}
 # Names as a constant, for the checks that compare them with the Bicep and the sample settings.
-SETTING_NAMES = tuple(field.alias for field in Settings.model_fields.values() if field.alias)
+SETTING_NAMES = (
+    *(field.alias for field in Settings.model_fields.values() if field.alias),
+    *SERVICE_URL_SETTINGS.values(),
+)
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read the settings; raise RuntimeError naming what is missing or wrong."""
     source = dict(os.environ if environ is None else environ)
+    missing = [name for name in SERVICE_URL_SETTINGS.values() if not source.get(name)]
+    if missing:
+        raise RuntimeError(f"invalid app settings: set {', '.join(missing)} (the base URL of each service)")
     try:
         settings = Settings.model_validate(source)
     except ValidationError as exc:
         raise RuntimeError(f"invalid app settings:\n{exc}") from exc
+    settings.service_urls = {service: source[name] for service, name in SERVICE_URL_SETTINGS.items()}
     if not settings.state_store_connection and not settings.state_store_endpoint:
         raise RuntimeError(
             "set STATE_STORE_CONNECTION (connection string) or STATE_STORE_ENDPOINT (with an identity)"

@@ -19,7 +19,7 @@ from engine.settings import EngineSettings
 from engine.state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
 from engine.transitions import Context
-from engine.workflow import StepDefinition, WorkflowDefinition
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -225,7 +225,9 @@ async def test_the_sweep_reads_only_watched_work_and_keeps_the_watch_current(sto
 
     later = NOW + timedelta(seconds=20)
     assert await expired_ids(store, later) == ["done", "expired"]
-    supervisor = Supervisor(EngineParts(WORKFLOW, store, RecordingSender(), FixedClock(later), SETTINGS))
+    supervisor = Supervisor(
+        EngineParts(WorkflowCatalog.of(WORKFLOW), store, RecordingSender(), FixedClock(later), SETTINGS)
+    )
     report = await supervisor.sweep()
     assert (report.expired, report.unwatched, report.retried) == (1, 1, 1)
     assert (await store.load("expired")).state.process_state is ProcessState.PENDING  # type: ignore[union-attr]

@@ -25,7 +25,7 @@ from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepStatus
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
-from engine.workflow import StepDefinition, WorkflowDefinition
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -51,7 +51,9 @@ class World:
         self.store = MemoryStore()
         self.sender = RecordingSender()
         self.breakers = MemoryBreakerStore()
-        parts = EngineParts(WORKFLOW, self.store, self.sender, self.clock, SETTINGS, self.breakers)
+        parts = EngineParts(
+            WorkflowCatalog.of(WORKFLOW), self.store, self.sender, self.clock, SETTINGS, self.breakers
+        )
         self.tasks = TaskService(parts)
         self.scheduler = Scheduler(parts, instance="sched-1")
         self.other_scheduler = Scheduler(parts, instance="sched-2")

@@ -22,8 +22,8 @@ from pycep import BicepParser
 
 from adapters.table_store import watch_table_name
 from engine import queues, telemetry
+from orders.catalog import FULFILMENT
 from orders.settings import SETTING_NAMES
-from orders.workflow import FULFILMENT
 from simulators.table_ledger import ledger_table_name
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,9 @@ from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.state import ProcessState, TaskState
 from engine.tasks import TaskService
+from engine.workflow import WorkflowCatalog
 from orders.api import MAX_BODY_BYTES, Call, OrdersApi, Reply, engine_error
-from orders.workflow import FULFILMENT
+from orders.catalog import FULFILMENT
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +30,9 @@ class Harness:
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.store = store or MemoryStore()
         self.sender = RecordingSender()
-        parts = EngineParts(FULFILMENT, self.store, self.sender, ManualClock(), EngineSettings())
+        parts = EngineParts(
+            WorkflowCatalog.of(FULFILMENT), self.store, self.sender, ManualClock(), EngineSettings()
+        )
         self.tasks = TaskService(parts)
         self.api = OrdersApi(self._tasks)
 

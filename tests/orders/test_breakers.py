@@ -8,7 +8,7 @@ import pytest
 
 from engine.breaker import BreakerRecord, MemoryBreakerStore, opened, probe_claimed
 from orders.breakers import BreakerList, BreakersApi
-from orders.workflow import FULFILMENT
+from orders.catalog import FULFILMENT
 
 pytestmark = pytest.mark.anyio
 

@@ -20,9 +20,10 @@ from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.state import AuditEntry
 from engine.tasks import TaskService
+from engine.workflow import WorkflowCatalog
 from orders.api import Call
+from orders.catalog import FULFILMENT
 from orders.deadletters import DeadLetterParts, DeadLettersApi
-from orders.workflow import FULFILMENT
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -96,7 +97,9 @@ class MemoryAudit:
 class Harness:
     def __init__(self) -> None:
         store = MemoryStore()
-        engine = EngineParts(FULFILMENT, store, RecordingSender(), ManualClock(), EngineSettings())
+        engine = EngineParts(
+            WorkflowCatalog.of(FULFILMENT), store, RecordingSender(), ManualClock(), EngineSettings()
+        )
         self.tasks = TaskService(engine)
         self.port = MemoryDeadLetters()
         self.audit = MemoryAudit()

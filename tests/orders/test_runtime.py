@@ -8,9 +8,10 @@ import logging
 
 import pytest
 
-from orders.runtime import Runtime, fulfilment, runtime
+from orders.catalog import CATALOG
+from orders.runtime import Runtime, catalog, runtime
 from orders.settings import load_settings
-from orders.workflow import FULFILMENT
+from tests.support import service_urls
 
 SERVICE_BUS = "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
 
@@ -18,8 +19,8 @@ SERVICE_BUS = "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v
 def test_one_runtime_per_loop_closed_when_the_loop_ends(
     azurite_connection_string: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    for name in ("INVENTORY", "PAYMENT", "SHIPPING"):
-        monkeypatch.setenv(f"{name}_SERVICE_URL", "http://127.0.0.1:1")
+    for name, url in service_urls("http://127.0.0.1:1").items():
+        monkeypatch.setenv(name, url)
     monkeypatch.setenv("STATE_STORE_CONNECTION", azurite_connection_string)
     monkeypatch.setenv("ServiceBusConnection", SERVICE_BUS)  # connects on first send only
 
@@ -40,15 +41,12 @@ def test_one_runtime_per_loop_closed_when_the_loop_ends(
 
 
 def test_breaker_reset_seconds_overrides_every_steps_policy_only_when_set() -> None:
-    base = {
-        "INVENTORY_SERVICE_URL": "http://127.0.0.1:1",
-        "PAYMENT_SERVICE_URL": "http://127.0.0.1:1",
-        "SHIPPING_SERVICE_URL": "http://127.0.0.1:1",
-        "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
-    }
-    assert fulfilment(load_settings({**base, "BREAKER_RESET_SECONDS": ""})) is FULFILMENT
-    shortened = fulfilment(load_settings({**base, "BREAKER_RESET_SECONDS": "1.5"}))
-    assert [s.retry.breaker_reset_seconds for s in shortened.steps] == [1.5] * len(FULFILMENT.steps)
-    assert [s.retry.max_tries for s in shortened.steps] == [s.retry.max_tries for s in FULFILMENT.steps]
+    base = {**service_urls("http://127.0.0.1:1"), "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true"}
+    assert catalog(load_settings({**base, "BREAKER_RESET_SECONDS": ""})) is CATALOG
+    shortened = catalog(load_settings({**base, "BREAKER_RESET_SECONDS": "1.5"}))
+    steps = [s for w in CATALOG.workflows for s in w.steps]
+    changed = [s for w in shortened.workflows for s in w.steps]
+    assert [s.retry.breaker_reset_seconds for s in changed] == [1.5] * len(steps)
+    assert [s.retry.max_tries for s in changed] == [s.retry.max_tries for s in steps]
     with pytest.raises(RuntimeError, match="BREAKER_RESET_SECONDS"):
         load_settings({**base, "BREAKER_RESET_SECONDS": "0"})

@@ -14,12 +14,14 @@ import pytest
 
 from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
-from orders.services import RemoteServices
-from orders.workflow import INVENTORY, PAYMENT, SHIPPING
+from orders.catalog import SERVICES
+from orders.services import inventory, payment, shipping
+from orders.services.client import RemoteServices
 from servicebus_emulator.launcher import free_port
 
 pytestmark = pytest.mark.anyio
 
+INVENTORY, PAYMENT, SHIPPING = inventory.SERVICE.name, payment.SERVICE.name, shipping.SERVICE.name
 ORDER = {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 2.5}], "currency": "EUR"}
 
 
@@ -71,7 +73,9 @@ def service() -> Iterator[Service]:
 
 @pytest.fixture
 async def services(service: Service) -> AsyncIterator[RemoteServices]:
-    remote = RemoteServices({INVENTORY: service.url, PAYMENT: service.url, SHIPPING: service.url + "/"})
+    remote = RemoteServices(
+        SERVICES, {INVENTORY: service.url, PAYMENT: service.url, SHIPPING: service.url + "/"}
+    )
     yield remote
     await remote.client.aclose()
 
@@ -89,12 +93,13 @@ def request(action: str, step: str = "charge-payment") -> AgentRequest:
     )
 
 
-async def test_every_action_the_workflow_names_exists(services: RemoteServices) -> None:
-    from orders.workflow import FULFILMENT
+async def test_every_action_the_workflows_name_exists(services: RemoteServices) -> None:
+    from orders.catalog import CATALOG
 
     actions = services.actions()
-    for step in FULFILMENT.steps:
-        assert step.action in actions[step.agent] and step.compensation in actions[step.agent]
+    for workflow in CATALOG.workflows:
+        for step in workflow.steps:
+            assert step.action in actions[step.agent] and step.compensation in actions[step.agent]
 
 
 async def test_a_charge_sends_the_total_and_the_idempotency_key(
@@ -166,6 +171,6 @@ async def test_a_slow_answer_is_a_transient_timeout(service: Service, services: 
 
 
 async def test_a_service_that_is_down_is_transient() -> None:
-    down = RemoteServices({PAYMENT: f"http://127.0.0.1:{free_port()}"})
+    down = RemoteServices(SERVICES, {PAYMENT: f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(TransientError, match="ConnectError"):
         await down.actions()[PAYMENT]["charge"](request("charge"), 2.0)

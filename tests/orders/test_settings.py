@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from orders.catalog import FULFILMENT
 from orders.settings import SETTING_NAMES, load_settings
-from orders.workflow import FULFILMENT
 
 REQUIRED = {
     "INVENTORY_SERVICE_URL": "http://inventory",

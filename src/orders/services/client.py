@@ -1,0 +1,130 @@
+"""The HTTP client of every declared remote service, as the agents' actions.
+
+Each action sends the step's idempotency key on every try, and classifies what comes back: a timeout,
+a connection failure, 408, 429 or 5xx is transient (retry); any other 4xx is a lasting fault. A service
+given a key (the simulators hosted in a Function App) also gets it as ``x-simulators-key``.
+
+Calls go through one ``httpx.AsyncClient`` per event loop: a call waiting on a slow or hung service is a
+suspended coroutine, not a blocked thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import ValidationError
+
+from engine.agent import Action
+from engine.errors import PermanentError, TransientError
+from engine.messages import AgentRequest
+
+from .declaration import Resource, ServiceDefinition
+
+_TRANSIENT_STATUS = {408, 429}
+SIMULATORS_KEY_HEADER = "x-simulators-key"
+CONNECTIONS = 300
+
+
+def apply_path(service: ServiceDefinition, resource: Resource) -> str:
+    """Where an effect of ``resource`` is applied, under the service's base URL."""
+    return f"/{service.name}/{resource.collection}"
+
+
+def undo_path(service: ServiceDefinition, resource: Resource, key: str) -> str:
+    """Where the effect applied with ``key`` is undone."""
+    return f"{apply_path(service, resource)}/{quote(key, safe='')}/{resource.undo}"
+
+
+class RemoteServices:
+    """Builds the actions of each service's agent from the declarations and the services' base URLs."""
+
+    def __init__(
+        self,
+        services: Iterable[ServiceDefinition],
+        urls: dict[str, str],
+        client: httpx.AsyncClient | None = None,
+        keys: dict[str, str] | None = None,
+    ) -> None:
+        self.services = {s.name: s for s in services}
+        self.urls = {name: url.rstrip("/") for name, url in urls.items()}
+        self._keys = {name: key for name, key in (keys or {}).items() if key}
+        # One pooled client per process (and event loop); the per-call timeout is set on each request.
+        # The pool is as large as the calls one process may have in flight (maxConcurrentCalls per agent
+        # function), so no call waits for a connection while its complete-by runs.
+        self.client = client or httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+        )
+
+    async def _call(
+        self, service: str, path: str, request: AgentRequest, timeout: float, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        url = f"{self.urls[service]}{path}"
+        headers = {"Idempotency-Key": request.idempotency_key}
+        if service in self._keys:
+            headers[SIMULATORS_KEY_HEADER] = self._keys[service]
+        try:
+            content = json.dumps(body, allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            # The request itself cannot be sent (e.g. a total too large for JSON): no retry can help and
+            # it says nothing about the service, so it must fail the step, not charge the breaker.
+            raise PermanentError(f"{service}: the request cannot be encoded: {exc}") from exc
+        headers["Content-Type"] = "application/json"
+        try:
+            response = await self.client.post(url, content=content, headers=headers, timeout=timeout)
+        except httpx.TimeoutException as exc:
+            raise TransientError(f"{service}: timed out after {timeout:.2f}s") from exc
+        except httpx.TransportError as exc:
+            raise TransientError(f"{service}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUS:
+            raise TransientError(f"{service}: HTTP {response.status_code}")
+        if response.status_code >= 400:
+            raise PermanentError(f"{service}: {_reason(response)}")
+        try:
+            return dict(response.json())
+        except ValueError as exc:
+            raise TransientError(f"{service}: answer was not JSON") from exc
+
+    def _apply(self, service: ServiceDefinition, resource: Resource) -> Action:
+        path = apply_path(service, resource)
+
+        async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
+            order = dict(request.payload.get("input") or {})
+            try:
+                body = resource.body.from_order(request.order_id, order).wire()
+            except (ValidationError, KeyError, TypeError) as exc:
+                # The order cannot make this call's body (e.g. a total too large for JSON): no retry can
+                # help, and the service is not at fault, so its breaker is not charged.
+                raise PermanentError(f"{service.name}: the request cannot be encoded: {exc}") from exc
+            return await self._call(service.name, path, request, timeout, body)
+
+        return run
+
+    def _undo(self, service: ServiceDefinition, resource: Resource) -> Action:
+        async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
+            path = undo_path(service, resource, request.idempotency_key)
+            return await self._call(service.name, path, request, timeout, {"orderId": request.order_id})
+
+        return run
+
+    def actions(self) -> dict[str, dict[str, Action]]:
+        """Per service, its actions by name (the names the workflows' steps use)."""
+        return {
+            name: {
+                action: (self._undo if undoes else self._apply)(service, resource)
+                for resource in service.resources
+                for action, undoes in ((resource.apply, False), (resource.undo, True))
+            }
+            for name, service in self.services.items()
+        }
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error", {})
+        return str(error.get("message") or error.get("code") or f"HTTP {response.status_code}")
+    except ValueError:
+        return f"HTTP {response.status_code}"
