@@ -1,7 +1,7 @@
 """Published Azure limits and list prices, in one place, and the ceilings and costs derived from counts.
 
 ``orders_throughput.py`` counts the operations one order really causes on the local stack and hands them
-to :func:`report`, which prints the figures the README's Capacity section quotes.
+to :func:`report`, which prints the figures ``docs/performance.md`` quotes under Capacity.
 
 Sources (read 2026-11-23; prices are US dollars, pay-as-you-go list prices for East US, and differ by
 region, currency and agreement: check the Azure pricing calculator):

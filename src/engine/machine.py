@@ -3,8 +3,8 @@
 Every operation on a task (the Scheduler's claim and reply handling, the Supervisor's recovery, the
 application's cancel, an operator's resubmit and step-level retry, extend and skip) asks this table
 whether it is allowed before it changes anything.
-The README's state diagram is generated from the same table (``python -m engine.machine``), and a test
-checks that the two agree.
+The state diagram in ``docs/architecture.md`` is generated from the same table (``python -m engine.machine``),
+and a test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def edges() -> list[tuple[ProcessState, ProcessState, str]]:
 
 
 def diagram() -> str:
-    """The state diagram (Mermaid) of :data:`TABLE`, as the README shows it."""
+    """The state diagram (Mermaid) of :data:`TABLE`, as ``docs/architecture.md`` shows it."""
     lines = ["stateDiagram-v2", f"    [*] --> {INITIAL.value}: submit"]
     lines += [f"    {a.value} --> {b.value}: {label}" for a, b, label in edges()]
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 class ProcessState(StrEnum):
-    """Task-level state (see the state machine in the README)."""
+    """Task-level state (see the state machine in ``docs/architecture.md``)."""
 
     PENDING = "Pending"
     PROCESSING = "Processing"

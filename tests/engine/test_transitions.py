@@ -20,7 +20,7 @@ from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord,
 from engine.transitions import Context
 from engine.workflow import RetryPolicy, StepDefinition, WorkflowDefinition
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 WORKFLOW = WorkflowDefinition(
     name="two-steps",
     steps=(
@@ -118,10 +118,10 @@ def test_guards_lock_phase_and_step() -> None:
     assert machine.rule(Operation.STEP_SUCCEEDED, record.state, StepStatus.RUNNING) is None
 
 
-def test_the_readme_diagram_is_the_tables() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_architecture_diagram_is_the_table() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
     found = re.search(r"```mermaid\n(stateDiagram-v2\n.*?)\n```", text, re.DOTALL)
-    assert found, "the README has no state diagram"
+    assert found, "docs/architecture.md has no state diagram"
     assert found.group(1) == machine.diagram(), "regenerate it with: python -m engine.machine"
 
 
