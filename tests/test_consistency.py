@@ -7,8 +7,8 @@ from pathlib import Path
 
 from devhost.bindings import load_functions
 from engine import queues
+from orders.catalog import FULFILMENT
 from orders.settings import SETTING_NAMES
-from orders.workflow import FULFILMENT
 from servicebus_emulator.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,6 +7,8 @@ keeps the version it started on until it ends.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -68,6 +70,10 @@ class WorkflowDefinition(BaseModel):
     def _one_breaker_per_agent(self) -> WorkflowDefinition:
         _check_breakers([self])
         return self
+
+    def revise(self, **changes: Any) -> WorkflowDefinition:
+        """A copy with ``changes`` (e.g. ``version`` and ``steps``), validated like a new definition."""
+        return type(self).model_validate({**dict(self), **changes})
 
     @property
     def agents(self) -> list[str]:

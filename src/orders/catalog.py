@@ -16,9 +16,13 @@ from __future__ import annotations
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 
 from .services import inventory, payment, shipping
-from .services.declaration import ServiceDefinition
+from .services.declaration import ServiceDefinition, check_catalog
 
-SERVICES: tuple[ServiceDefinition, ...] = (inventory.SERVICE, payment.SERVICE, shipping.SERVICE)
+SERVICES: tuple[ServiceDefinition, ...] = (
+    inventory.SERVICE,
+    payment.SERVICE,
+    shipping.SERVICE,
+)
 
 FULFILMENT = WorkflowDefinition(
     name="order-fulfilment",
@@ -57,42 +61,13 @@ RETURNS = WorkflowDefinition(
     ),
 )
 
-CATALOG = WorkflowCatalog(workflows=(FULFILMENT, RETURNS))
+CATALOG = WorkflowCatalog(
+    workflows=(
+        FULFILMENT,
+        RETURNS,
+    )
+)
 
 
-def check(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) -> None:
-    """Raise ValueError, saying what to add where, if a step names a service or action not declared."""
-    by_name = {s.name: s for s in services}
-    if len(by_name) != len(services):
-        raise ValueError("each service must be declared once in SERVICES (src/orders/catalog.py)")
-    for workflow in catalog.workflows:
-        for step in workflow.steps:
-            where = f"step {step.name} of workflow {workflow.name} version {workflow.version}"
-            service = by_name.get(step.agent)
-            if service is None:
-                raise ValueError(
-                    f"{where} runs on service {step.agent!r}, which is not declared: add its module under "
-                    "src/orders/services/ and list its SERVICE in SERVICES in src/orders/catalog.py"
-                )
-            try:
-                resource, undoes = service.resource(step.action)
-            except KeyError:
-                raise ValueError(
-                    f"{where} applies {step.action!r}, which service {service.name} does not declare: add a "
-                    f"Resource with apply={step.action!r} to src/orders/services/{service.name}.py"
-                ) from None
-            if undoes:
-                raise ValueError(
-                    f"{where} applies {step.action!r}, which is an undo action of {service.name}"
-                )
-            if step.compensation not in (None, resource.undo):
-                raise ValueError(
-                    f"{where} is undone by {step.compensation!r}, but {service.name} undoes "
-                    f"{step.action!r} with {resource.undo!r}"
-                )
-    unused = set(by_name) - set(catalog.agents)
-    if unused:
-        raise ValueError(f"services {', '.join(sorted(unused))} are declared but no workflow uses them")
-
-
-check(SERVICES, CATALOG)
+# Refuse, at import and so in every test, a step whose service or action is not declared.
+check_catalog(SERVICES, CATALOG)

@@ -8,6 +8,7 @@ the page with a running order and an order in Error to that path.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -114,7 +115,9 @@ def open_order(browser: WebDriver, order_id: str) -> None:
     field.clear()
     field.send_keys(order_id)
     browser.find_element(By.CSS_SELECTOR, "#open-order button[type=submit]").click()
-    wait_for(lambda: browser.find_element(By.ID, "order-heading").text == f"Order {order_id}", timeout=10)
+    # The heading names the order and the workflow version it runs.
+    heading = re.compile(rf"^Order {re.escape(order_id)} \([a-z0-9-]+ v\d+\)$")
+    wait_for(lambda: heading.match(browser.find_element(By.ID, "order-heading").text), timeout=10)
 
 
 def confirm(browser: WebDriver, seconds: int | None = None, note: str | None = None) -> None:

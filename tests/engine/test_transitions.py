@@ -148,6 +148,10 @@ def moves(record: TaskRecord) -> list[Move]:
         (Operation.RELEASE, lambda r: transitions.recover_expired(r, ctx(later), open_breakers(later, -1))),
         (Operation.RESUBMIT, lambda r: transitions.resubmit(r, ctx())),
         (Operation.CANCEL, lambda r: transitions.cancel(r, ctx())),
+        (
+            Operation.WORKFLOW_GONE,
+            lambda r: transitions.workflow_not_deployed(r, Context(None, SETTINGS, T0, "sched-1")),
+        ),
     ]
     index = record.state.current_step  # other steps are refused whatever the state (tested below)
     out += [

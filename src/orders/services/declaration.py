@@ -15,6 +15,8 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from engine.workflow import WorkflowCatalog
+
 NonEmpty = Annotated[str, Field(min_length=1)]
 NAME = r"^[a-z][a-z0-9-]{0,40}$"
 
@@ -134,3 +136,38 @@ class ServiceDefinition(BaseModel):
             if action in (resource.apply, resource.undo):
                 return resource, action == resource.undo
         raise KeyError(f"service {self.name} has no action {action!r}")
+
+
+def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) -> None:
+    """Raise ValueError, saying what to add where, if a step names a service or action not declared."""
+    by_name = {s.name: s for s in services}
+    if len(by_name) != len(services):
+        raise ValueError("each service must be declared once in SERVICES (src/orders/catalog.py)")
+    for workflow in catalog.workflows:
+        for step in workflow.steps:
+            where = f"step {step.name} of workflow {workflow.name} version {workflow.version}"
+            service = by_name.get(step.agent)
+            if service is None:
+                raise ValueError(
+                    f"{where} runs on service {step.agent!r}, which is not declared: add its module under "
+                    "src/orders/services/ and list its SERVICE in SERVICES in src/orders/catalog.py"
+                )
+            try:
+                resource, undoes = service.resource(step.action)
+            except KeyError:
+                raise ValueError(
+                    f"{where} applies {step.action!r}, which service {service.name} does not declare: add a "
+                    f"Resource with apply={step.action!r} to src/orders/services/{service.name}.py"
+                ) from None
+            if undoes:
+                raise ValueError(
+                    f"{where} applies {step.action!r}, which is an undo action of {service.name}"
+                )
+            if step.compensation not in (None, resource.undo):
+                raise ValueError(
+                    f"{where} is undone by {step.compensation!r}, but {service.name} undoes "
+                    f"{step.action!r} with {resource.undo!r}"
+                )
+    unused = set(by_name) - set(catalog.agents)
+    if unused:
+        raise ValueError(f"services {', '.join(sorted(unused))} are declared but no workflow uses them")

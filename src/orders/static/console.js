@@ -153,7 +153,7 @@
   function renderOrder() {
     const { order, audit, loadedAt } = selected;
     $("order-detail").hidden = false;
-    $("order-heading").textContent = `Order ${order.orderId}`;
+    $("order-heading").textContent = `Order ${order.orderId} (${order.workflow} v${order.workflowVersion})`;
     $("order-loaded").textContent = loadedAt.toLocaleTimeString();
     const facts = [
       ["State", stateCell(order.processState)],
@@ -251,22 +251,27 @@
     const more = pages.some((p) => p.status === 200 && p.data.continuationToken);
     const orders = (await Promise.all(summaries.map((s) => call("GET", `orders/${enc(s.orderId)}`))))
       .filter((r) => r.status === 200).map((r) => r.data);
-    const names = orders.length ? orders[0].steps.map((s) => s.name) : [];
+    // Orders of different workflows (and versions) have different steps: one column per step position,
+    // each cell naming its step.
+    const width = Math.max(0, ...orders.map((o) => o.steps.length));
     $("inflight").tHead.replaceChildren(el("tr", {},
-      el("th", { scope: "col", text: "Order" }), el("th", { scope: "col", text: "State" }),
+      el("th", { scope: "col", text: "Order" }), el("th", { scope: "col", text: "Workflow" }),
+      el("th", { scope: "col", text: "State" }),
       el("th", { scope: "col", text: "Failures" }), el("th", { scope: "col", text: "Time left" }),
-      ...names.map((n) => el("th", { scope: "col", text: n }))));
+      ...Array.from({ length: width }, (_, i) => el("th", { scope: "col", text: `Step ${i + 1}` }))));
     const rows = orders.map((o) => el("tr", { "data-order": o.orderId },
       el("th", { scope: "row" }, openButton(o.orderId)),
+      el("td", { text: `${o.workflow} v${o.workflowVersion}` }),
       el("td", {}, stateCell(o.processState)),
       el("td", { class: "num", text: o.failureCount }),
       el("td", {}, countdown(o.completeBy), o.heldUntil ? el("span", { class: "step", text: "held: breaker open" }) : null),
       ...o.steps.map((s) => el("td", { "data-step": s.name },
+        el("span", { class: "step", text: s.name }),
         el("span", { class: "step" }, stateCell(s.state)),
         el("span", { class: "step", text: `attempts ${s.attempts}` }),
         s.state === "Running" || s.state === "Compensating" ? el("span", { class: "step" }, countdown(s.completeBy)) : null)),
     ));
-    fill($("inflight").tBodies[0], rows, "No order is in flight.", 4 + names.length);
+    fill($("inflight").tBodies[0], rows, "No order is in flight.", 5 + width);
     $("inflight-note").textContent = more || summaries.length >= MAX_IN_FLIGHT
       ? `Showing the first ${orders.length}; open any order by id above.` : "";
   }

@@ -1,0 +1,103 @@
+"""A copy of the repository to change as a team would (declare a service, ship a workflow version) and
+run the local stack on, with this checkout's installed packages and Azurite."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from devhost import launch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RepoCopy:
+    """A copy of the repository's files (tracked and new, not ignored) under ``root``."""
+
+    root: Path
+
+    @classmethod
+    def make(cls, dest: Path) -> RepoCopy:
+        """Copy the repository to ``dest``; node_modules (Azurite) is linked, not copied."""
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
+        for name in filter(None, listed.split("\0")):
+            source = ROOT / name
+            if source.is_file():
+                target = dest / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+        (dest / "node_modules").symlink_to(ROOT / "node_modules", target_is_directory=True)
+        return cls(dest)
+
+    def env(self) -> dict[str, str]:
+        """An environment in which Python imports the copy's packages before the installed checkout's."""
+        return {"PYTHONPATH": str(self.root / "src")}
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``python <args>`` in the copy, with its packages; raises with the output if it fails."""
+        done = subprocess.run(
+            [sys.executable, *args],
+            cwd=self.root,
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (
+            f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+        return done
+
+    def write(self, path: str, text: str) -> None:
+        """Write a file of the copy."""
+        target = self.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+    def read(self, path: str) -> str:
+        """Read a file of the copy."""
+        return (self.root / path).read_text(encoding="utf-8")
+
+    def apply(self, diff: str) -> None:
+        """Apply a unified diff to the copy, as ``git apply`` would; raises if it does not apply."""
+        patch = self.root / ".walkthrough.diff"
+        patch.write_text(diff, encoding="utf-8")
+        try:
+            subprocess.run(
+                ["git", "apply", str(patch)],
+                cwd=self.root,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        except subprocess.CalledProcessError as exc:
+            raise AssertionError(f"the diff does not apply:\n{exc.stderr}\n{diff}") from exc
+        finally:
+            patch.unlink()
+
+    def start(self, data_dir: Path, env: dict[str, str], workers: int = 1) -> launch.RunningDevhost:
+        """The local stack on the copy's code (its function_app.py, its declaration, its queue config)."""
+        return launch.start(data_dir, workers=workers, env={**env, **self.env()})
+
+
+def blocks(markdown: str, marker: str) -> list[str]:
+    """The fenced code blocks of ``markdown`` announced by an HTML comment ``<!-- marker -->`` on the line
+    before them, in order."""
+    pattern = rf"<!-- {re.escape(marker)} -->\n```[a-z]*\n(.*?)```"
+    return re.findall(pattern, markdown, re.DOTALL)
+
+
+def files(markdown: str) -> list[tuple[str, str]]:
+    """(path, text) of every fenced code block announced by ``<!-- file: <path> -->`` on the line before."""
+    return re.findall(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", markdown, re.DOTALL)

@@ -1,0 +1,184 @@
+"""Versions across deploys: orders in flight on version 1 while the workers are restarted with version 2
+declared finish on version 1; new orders take version 2; an order whose version a later deploy drops goes
+to Error with the reason and an alert, never on to another definition.
+
+The deploys are real: a copy of the repository whose declaration (src/orders/catalog.py) is rewritten,
+and workers killed mid-flight that the devhost restarts on the new code. Version 1 has a step on a
+service (invoicing) that version 2 no longer uses: its agent must still serve version 1's orders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devhost import launch
+from tests.e2e.conftest import FAST_SETTINGS, TERMINAL, new_order
+from tests.e2e.repo_copy import ROOT, RepoCopy, files
+from tests.support import wait_for
+
+CATALOG = "src/orders/catalog.py"
+MARK = "\n# ---- the deployment under test ----\n"
+INVOICE = (
+    'StepDefinition(name="issue-invoice", agent=invoicing.SERVICE.name, action="issue", compensation="void")'
+)
+V1 = f"_V1 = FULFILMENT.revise(steps=(*FULFILMENT.steps[:2], {INVOICE}, FULFILMENT.steps[2]))\n"
+# Version 2 reorders the steps and drops the invoice.
+V2 = "_V2 = FULFILMENT.revise(version=2, steps=tuple(FULFILMENT.steps[i] for i in (1, 0, 2)))\n"
+V3 = "_V3 = _V2.revise(version=3)\n"
+
+
+def deploy(copy: RepoCopy, *workflows: str) -> None:
+    """Declare the invoicing service and exactly ``workflows`` (names of the definitions above)."""
+    base = copy.read(CATALOG).split(MARK)[0]
+    block = (
+        "from .services import invoicing  # noqa: E402\n\n"
+        "SERVICES = (*SERVICES, invoicing.SERVICE)\n"
+        f"{V1}{V2}{V3}"
+        f"CATALOG = WorkflowCatalog(workflows=({', '.join(workflows)}, RETURNS))\n"
+        "check_catalog(SERVICES, CATALOG)\n"
+    )
+    copy.write(CATALOG, base + MARK + block)
+
+
+def restart_workers(running: launch.RunningDevhost) -> None:
+    """Kill every worker mid-flight; the devhost starts each again, on the copy's code as it is now."""
+    state = running.data_dir / "devhost.json"
+    before = [w["pid"] for w in json.loads(state.read_text())["workers"]]
+    for pid in before:
+        os.kill(pid, signal.SIGKILL)
+
+    def restarted() -> bool:
+        now = [w["pid"] for w in json.loads(state.read_text())["workers"]]
+        return not set(now) & set(before)
+
+    wait_for(restarted, timeout=30, what="the workers to be restarted")
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{running.api_url}/api/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout=60, what="the restarted workers to serve")
+
+
+def check_ledger(order: dict[str, Any], steps: list[tuple[str, str]], ledger: dict[str, Any]) -> None:
+    """A Processed order has each of its version's steps applied once on the step's service, nothing
+    undone, and no effect on any other step."""
+    order_id = order["orderId"]
+    found = {
+        (service, key): entry
+        for service, entries in ledger.items()
+        for key, entry in entries.items()
+        if entry["orderId"] == order_id
+    }
+    expected = {(service, f"{order_id}:{step}") for step, service in steps}
+    assert set(found) == expected, (order_id, sorted(found), sorted(expected))
+    assert all((e["applied"], e["compensated"]) == (1, 0) for e in found.values()), (order_id, found)
+
+
+@pytest.mark.timeout(600)
+def test_orders_finish_on_the_version_they_started_on_across_deploys(tmp_path: Path) -> None:
+    copy = RepoCopy.make(tmp_path / "repo")
+    for path, text in files((ROOT / "docs" / "customizing.md").read_text(encoding="utf-8")):
+        copy.write(path, text)  # the invoicing service, as the walk-through declares it
+    deploy(copy, "_V1")
+    copy.run("-m", "orders.generate")  # the invoicing queue for the emulator
+    running = copy.start(tmp_path / "devhost", FAST_SETTINGS, workers=2)
+    api = httpx.Client(base_url=running.api_url, timeout=10)
+    sims = httpx.Client(base_url=running.simulators_url, timeout=10)
+    try:
+        slow = {"latencyMs": 600}
+        assert sims.post("/faults", json={s: slow for s in sims.get("/faults").json()}).status_code == 200
+
+        def submit(order_id: str, workflow: str | None = None) -> str:
+            body = new_order(order_id, **({"workflow": workflow} if workflow else {}))
+            assert api.post("/api/orders", json=body).status_code == 202
+            return order_id
+
+        def order(order_id: str) -> dict[str, Any]:
+            return api.get(f"/api/orders/{order_id}").json()
+
+        def finished(order_id: str, timeout: float = 120) -> dict[str, Any]:
+            def done() -> dict[str, Any] | None:
+                current = order(order_id)
+                return current if current["processState"] in TERMINAL else None
+
+            return wait_for(done, timeout=timeout, interval=0.2, what=f"order {order_id} to finish")
+
+        # ---- version 1 in flight, then a deploy that declares version 2 ----
+        first = [submit(f"v1-{i}") for i in range(6)] + [submit(f"r1-{i}", "order-return") for i in range(2)]
+        wait_for(
+            lambda: all(order(o)["processState"] == "Processing" for o in first),
+            timeout=60,
+            what="every order to be claimed",
+        )
+        deploy(copy, "_V1", "_V2")
+        restart_workers(running)
+        second = [submit(f"v2-{i}") for i in range(4)]
+        for order_id in first + second:
+            done = finished(order_id)
+            assert done["processState"] == "Processed", done
+            version = (done["workflow"], done["workflowVersion"])
+            names = [s["name"] for s in done["steps"]]
+            if order_id.startswith("v1-"):
+                assert version == ("order-fulfilment", 1)
+                assert names == ["reserve-inventory", "charge-payment", "issue-invoice", "create-shipment"]
+            elif order_id.startswith("v2-"):
+                assert version == ("order-fulfilment", 2)
+                assert names == ["charge-payment", "reserve-inventory", "create-shipment"]
+            else:
+                assert version == ("order-return", 1)
+        service_of = {
+            "reserve-inventory": "inventory",
+            "charge-payment": "payment",
+            "issue-invoice": "invoicing",
+            "create-shipment": "shipping",
+            "collect-return": "shipping",
+            "refund-payment": "payment",
+            "restock-inventory": "inventory",
+        }
+        ledger = sims.get("/ledger").json()
+        for order_id in first + second:
+            steps = [(s["name"], service_of[s["name"]]) for s in order(order_id)["steps"]]
+            check_ledger(order(order_id), steps, ledger)
+
+        # ---- a deploy that drops version 2 while orders are in flight on it ----
+        assert sims.post("/faults", json={"payment": {"hangRate": 1.0, "hangMs": 60_000}}).status_code == 200
+        stranded = [submit(f"v2-late-{i}") for i in range(2)]
+        wait_for(
+            lambda: all(order(o)["steps"][0]["state"] == "Running" for o in stranded),
+            timeout=60,
+            what="the payment steps to hang",
+        )
+        deploy(copy, "_V1", "_V3")
+        restart_workers(running)
+        for order_id in stranded:
+            done = finished(order_id)
+            assert done["processState"] == "Error", done
+            assert "workflow order-fulfilment version 2 is not deployed" in done["lastError"], done
+            audit = api.get(f"/api/orders/{order_id}/audit").json()["items"]
+            assert audit[-1]["action"] == "error" and audit[-1]["processStateAfter"] == "Error", audit
+            # An operator cannot run it on another definition either.
+            etag = api.get(f"/api/orders/{order_id}").headers["etag"]
+            refused = api.post(f"/api/orders/{order_id}/resubmit", headers={"if-match": etag})
+            assert refused.status_code == 409 and "not deployed" in refused.json()["error"]["message"]
+        logs = "".join(
+            p.read_text(errors="replace") for p in (running.data_dir / "logs").glob("worker-*.log")
+        )
+        assert any("event OrderEnteredError" in line and "not deployed" in line for line in logs.splitlines())
+        # New orders take version 3.
+        assert sims.post("/faults", json={"payment": {}}).status_code == 200
+        latest = finished(submit("v3-0"))
+        assert (latest["workflowVersion"], latest["processState"]) == (3, "Processed")
+    finally:
+        api.close()
+        sims.close()
+        running.stop()
