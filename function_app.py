@@ -255,7 +255,7 @@ if os.environ.get("ENABLE_SIMULATORS", "").lower() == "true":
         route="sim/{service}/{collection}/{*rest}", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS
     )
     async def simulators(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-        """The inventory, payment and shipping simulators' apply and compensate calls (demo only)."""
+        """The declared services' simulators: their apply and compensate calls (demo only)."""
         if not is_service_path(urlsplit(req.url).path):
             return _not_found(req)
         return await _simulators.handle_async(req, context)

@@ -88,7 +88,7 @@ class Supervisor:
                 breakers = await self._breakers()
             task_ctx = self.parts.context(record=record)
             if task_ctx.workflow is None:
-                decision = transitions.workflow_not_deployed(record, task_ctx)
+                decision = transitions.workflow_not_deployed(record, task_ctx, "supervisor")
             else:
                 decision = transitions.recover_expired(record, task_ctx, breakers)
             if not decision.changed:

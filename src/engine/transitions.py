@@ -366,7 +366,7 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
     return Decision(Outcome.ERRORED, (message,), (alert,))
 
 
-def workflow_not_deployed(record: TaskRecord, ctx: Context) -> Decision:
+def workflow_not_deployed(record: TaskRecord, ctx: Context, role: str = "scheduler") -> Decision:
     """A task whose workflow version this deployment no longer has: Error with the reason, and an alert.
 
     Run on another definition, its steps, policies and compensations could be silently wrong; an
@@ -379,7 +379,7 @@ def workflow_not_deployed(record: TaskRecord, ctx: Context) -> Decision:
         f"workflow {state.workflow} version {state.workflow_version} is not deployed; "
         "deploy it again to finish or undo this order"
     )
-    return _enter_error(record, ctx, reason, _engine(ctx, "scheduler"))
+    return _enter_error(record, ctx, reason, _engine(ctx, role))
 
 
 # ---- Supervisor ----------------------------------------------------------------------------------
