@@ -25,6 +25,7 @@ from typing import IO
 
 import httpx
 
+from orders.settings import SERVICE_URL_SETTINGS
 from servicebus_emulator import launcher as servicebus
 
 from . import azurite
@@ -169,9 +170,8 @@ class Stack:
         sim = f"http://127.0.0.1:{a.sim_port}"
         settings = {
             **DEFAULT_SETTINGS,
-            "INVENTORY_SERVICE_URL": sim,
-            "PAYMENT_SERVICE_URL": sim,
-            "SHIPPING_SERVICE_URL": sim,
+            # Every declared service is played by the simulators.
+            **dict.fromkeys(SERVICE_URL_SETTINGS.values(), sim),
             "STATE_STORE_CONNECTION": azurite.table_connection_string(a.azurite_port),
             "ServiceBusConnection": servicebus.connection_string(a.sb_port),
         }

@@ -1,16 +1,19 @@
-"""The HTTP API of the three simulated services (inventory, payment, shipping) and of their controls.
+"""The HTTP API of the simulated remote services and of their controls.
 
-Each service has an apply call, idempotent on its ``Idempotency-Key`` header, and a compensation call
-that takes the key in its path. Every call first waits the configured latency, then draws one random
-number that picks at most one fault (see ``faults.pick_fault``); the ledger records what was really
-applied, whatever the caller was told.
+Everything a simulator serves comes from the services' declaration (``orders.catalog.SERVICES``): for
+every resource of every service, an apply call ``POST /<service>/<collection>``, idempotent on its
+``Idempotency-Key`` header, whose body is validated with the resource's ``body`` model, and an undo call
+``POST /<service>/<collection>/<key>/<undo>`` that takes the key in its path; the paths are the agents'
+client's own (``apply_path``, ``undo_path``). Every call first waits the configured latency of its
+service, then draws one random number that picks at most one fault (see ``faults.pick_fault``); the
+ledger records what was really applied, whatever the caller was told.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -23,18 +26,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive
 
+from orders.services.client import apply_path
+from orders.services.declaration import Resource, ServiceBody, ServiceDefinition
+
 from .faults import Fault, FaultInjector, Stats
 from .ledger import Change, Ledger, LedgerStore, LedgerUnavailable
-from .models import (
-    FAULTS_UPDATE,
-    MAX_KEY_LENGTH,
-    ApplyBody,
-    ChargeRequest,
-    FaultSettings,
-    ReservationRequest,
-    ServiceName,
-    ShipmentRequest,
-)
+from .models import DECLARED, FAULTS_UPDATE, MAX_KEY_LENGTH, FaultSettings, ServiceName
 
 log = logging.getLogger(__name__)
 
@@ -45,47 +42,43 @@ UNAVAILABLE_MESSAGE = "the service is unavailable, try again later"
 
 
 @dataclass(frozen=True)
-class ServiceSpec:
-    """How one simulated service is called and what it answers."""
+class ResourceSpec:
+    """One resource of one declared service, as its simulator serves it."""
 
-    name: ServiceName
-    collection: str  # the apply route; compensations live under it
-    compensation_verb: str
-    request_model: type[ApplyBody]
-    applied_status: str
-    compensated_status: str
-    rejection: str  # the reason given by a permanent fault
+    service: ServiceDefinition
+    resource: Resource
+
+    @property
+    def name(self) -> ServiceName:
+        """The service's name: the ledger, the faults and the counters are per service."""
+        return self.service.name
+
+    @property
+    def collection(self) -> str:
+        """The apply route; undo calls live under it."""
+        return apply_path(self.service, self.resource)
+
+    @property
+    def undo_route(self) -> str:
+        """The undo route. ``:path`` lets a key contain "/" (sent as is or as %2F); the literal undo
+        action after it still anchors the route."""
+        return f"{self.collection}/{{key:path}}/{self.resource.undo}"
 
 
-SERVICE_SPECS: tuple[ServiceSpec, ...] = (
-    ServiceSpec(
-        name="inventory",
-        collection="/inventory/reservations",
-        compensation_verb="release",
-        request_model=ReservationRequest,
-        applied_status="reserved",
-        compensated_status="released",
-        rejection="insufficient stock",
-    ),
-    ServiceSpec(
-        name="payment",
-        collection="/payment/charges",
-        compensation_verb="refund",
-        request_model=ChargeRequest,
-        applied_status="charged",
-        compensated_status="refunded",
-        rejection="card declined",
-    ),
-    ServiceSpec(
-        name="shipping",
-        collection="/shipping/shipments",
-        compensation_verb="cancel",
-        request_model=ShipmentRequest,
-        applied_status="created",
-        compensated_status="cancelled",
-        rejection="address not deliverable",
-    ),
-)
+# The controls' paths (see create_app); a service of one of these names would be shadowed by them.
+CONTROLS = ("health", "faults", "ledger", "stats")
+
+
+def resource_specs(services: Iterable[ServiceDefinition]) -> tuple[ResourceSpec, ...]:
+    """Every resource of every service, in declaration order."""
+    specs = tuple(ResourceSpec(service, resource) for service in services for resource in service.resources)
+    clashes = sorted({spec.name for spec in specs} & set(CONTROLS))
+    if clashes:
+        raise ValueError(f"the simulators' controls use the names {', '.join(clashes)}: rename the service")
+    return specs
+
+
+RESOURCE_SPECS: tuple[ResourceSpec, ...] = resource_specs(DECLARED)
 
 
 class ApiError(Exception):
@@ -136,10 +129,10 @@ class Simulators:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def apply(self, spec: ServiceSpec, request: Request) -> Response:
+    async def apply(self, spec: ResourceSpec, request: Request) -> Response:
         """One apply call: validate, wait the latency, draw a fault, record the effect unless it stops it."""
         key = _checked_key(request.headers.get("idempotency-key"), "the Idempotency-Key header")
-        body = _validated(spec.request_model, await _read_body(request))
+        body = _validated(spec.resource.body, await _read_body(request))
         settings = self._begin_call(spec.name)
         await _sleep_ms(settings.latency_ms)
         # The replay of a key already applied answers what the first call did: a real service looks the
@@ -149,7 +142,8 @@ class Simulators:
         if fault is Fault.TRANSIENT:
             return self._finish(spec, "apply", key, fault, unavailable())
         if fault is Fault.PERMANENT:
-            return self._finish(spec, "apply", key, fault, error_response(422, "Rejected", spec.rejection))
+            rejected = error_response(422, "Rejected", spec.resource.rejection)
+            return self._finish(spec, "apply", key, fault, rejected)
         if fault is Fault.HANG:
             await self.hang(request, settings.hang_ms / 1000)
             return self._finish(spec, "apply", key, fault, unavailable())
@@ -157,12 +151,12 @@ class Simulators:
         if fault is Fault.LOST_REPLY:
             return self._finish(spec, "apply", key, fault, unavailable())
         assert change.entry is not None  # an apply always leaves an entry
-        reply = {"id": key, "orderId": change.entry.order_id, "status": spec.applied_status}
+        reply = {"id": key, "orderId": change.entry.order_id, "status": spec.resource.applied}
         return self._finish(
             spec, "apply", key, fault, JSONResponse(reply, status_code=201 if change.changed else 200)
         )
 
-    async def compensate(self, spec: ServiceSpec, request: Request) -> Response:
+    async def compensate(self, spec: ResourceSpec, request: Request) -> Response:
         """One compensation call: like an apply, but it never fails permanently and needs no body."""
         key = _checked_key(request.path_params["key"], "the key in the path")
         settings = self._begin_call(spec.name)
@@ -176,7 +170,7 @@ class Simulators:
         change = await self._record(self.ledger.compensate(spec.name, key))
         if fault is Fault.LOST_REPLY:
             return self._finish(spec, "compensate", key, fault, unavailable())
-        status = spec.compensated_status if change.entry is not None else "not-found"
+        status = spec.resource.undone if change.entry is not None else "not-found"
         return self._finish(spec, "compensate", key, fault, JSONResponse({"id": key, "status": status}))
 
     def _begin_call(self, service: ServiceName) -> FaultSettings:
@@ -199,8 +193,16 @@ class Simulators:
             raise ApiError(500, "LedgerWriteFailed", f"the ledger could not be written: {exc}") from exc
 
     @staticmethod
-    def _finish(spec: ServiceSpec, operation: str, key: str, fault: Fault, response: Response) -> Response:
-        log.debug("%s %s key=%r fault=%s -> %d", spec.name, operation, key, fault.value, response.status_code)
+    def _finish(spec: ResourceSpec, operation: str, key: str, fault: Fault, response: Response) -> Response:
+        log.debug(
+            "%s %s key=%r fault=%s -> %d (%s)",
+            spec.name,
+            operation,
+            key,
+            fault.value,
+            response.status_code,
+            spec.resource.collection,
+        )
         return response
 
 
@@ -236,7 +238,7 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _validated(model: type[ApplyBody], body: bytes) -> ApplyBody:
+def _validated(model: type[ServiceBody], body: bytes) -> ServiceBody:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
@@ -288,15 +290,15 @@ def create_app(
     async def get_stats(request: Request) -> Response:
         return JSONResponse(simulators.stats.snapshot())
 
-    routes = [
+    routes = [  # the paths of CONTROLS
         Route("/health", health, methods=["GET"]),
         Route("/faults", get_faults, methods=["GET"]),
         Route("/faults", post_faults, methods=["POST"]),
         Route("/ledger", get_ledger, methods=["GET"]),
         Route("/stats", get_stats, methods=["GET"]),
     ]
-    for spec in SERVICE_SPECS:
-        routes += _service_routes(simulators, spec)
+    for spec in RESOURCE_SPECS:
+        routes += _resource_routes(simulators, spec)
 
     app = Starlette(
         routes=routes,
@@ -311,22 +313,17 @@ def create_app(
     return app
 
 
-def _service_routes(simulators: Simulators, spec: ServiceSpec) -> list[Route]:
+def _resource_routes(simulators: Simulators, spec: ResourceSpec) -> list[Route]:
     async def apply(request: Request) -> Response:
         return await simulators.apply(spec, request)
 
     async def compensate(request: Request) -> Response:
         return await simulators.compensate(spec, request)
 
-    # ``:path`` lets a key contain "/" (sent as is or as %2F); the literal suffix still anchors the verb.
+    route = f"{spec.name}-{spec.resource.collection}"
     return [
-        Route(spec.collection, apply, methods=["POST"], name=f"{spec.name}-apply"),
-        Route(
-            f"{spec.collection}/{{key:path}}/{spec.compensation_verb}",
-            compensate,
-            methods=["POST"],
-            name=f"{spec.name}-{spec.compensation_verb}",
-        ),
+        Route(spec.collection, apply, methods=["POST"], name=f"{route}-{spec.resource.apply}"),
+        Route(spec.undo_route, compensate, methods=["POST"], name=f"{route}-{spec.resource.undo}"),
     ]
 
 

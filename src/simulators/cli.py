@@ -1,4 +1,4 @@
-"""``remote-simulators``: serve the inventory, payment and shipping simulators until SIGINT or SIGTERM."""
+"""``remote-simulators``: serve the simulators of the declared remote services until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import uvicorn
 
 from .app import Simulators, create_app
 from .ledger import LedgerError
+from .models import SERVICES
 
 # How long a shutdown waits for calls still sleeping their latency before cancelling them. Hangs do
 # not count: they end as soon as the shutdown starts.
@@ -24,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(
         prog="remote-simulators",
-        description="Simulators of the inventory, payment and shipping services, with idempotent calls, "
-        "injectable faults (POST /faults) and a ledger of applied effects (GET /ledger) kept in --data-dir.",
+        description=f"Simulators of the declared remote services ({', '.join(SERVICES)}), with idempotent "
+        "calls, injectable faults (POST /faults) and a ledger of applied effects (GET /ledger) kept in "
+        "--data-dir.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7072, help="port to listen on (default: 7072)")

@@ -5,7 +5,7 @@ and the service URLs then point at it, so a fresh ``azd up`` processes orders en
 through two functions with different keys: the services' calls (apply and compensate) need the app
 setting ``SIMULATORS_KEY`` in the ``x-simulators-key`` header, checked here (without that setting they
 are refused: the check fails closed); the controls (faults, ledger, stats, health) need the host's master
-key, checked by the platform. So the key the agents hold cannot make payments fail or read every charge.
+key, checked by the platform. So the key the agents hold cannot make a service fail or read the ledger.
 :func:`is_service_path` and :func:`is_control_path` say which function may forward which path.
 
 Why the app checks the services' key rather than the host: a host function key would have to be created
@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .app import SERVICE_SPECS, create_app
+from .app import RESOURCE_SPECS, create_app
 from .table_ledger import TableLedger
 
 ROUTE_PREFIX = "/api/sim"
@@ -39,7 +39,7 @@ SIMULATORS_KEY_HEADER = "x-simulators-key"
 # The controls of app.create_app: one path segment each. Services' paths have two or more.
 CONTROL_PATHS = frozenset({"/faults", "/ledger", "/stats", "/health"})
 _SERVICE_PATH = re.compile(
-    "^(?:" + "|".join(re.escape(spec.collection) for spec in SERVICE_SPECS) + r")(?:/.+)?$"
+    "^(?:" + "|".join(re.escape(spec.collection) for spec in RESOURCE_SPECS) + r")(?:/.+)?$"
 )
 
 

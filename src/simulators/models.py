@@ -1,4 +1,9 @@
-"""Wire formats of the simulators: request bodies, fault settings and ledger entries.
+"""Wire formats of the simulators: which services they play, fault settings and ledger entries.
+
+The services, their routes and their request bodies come from the one declaration of the remote
+services (``orders.catalog.SERVICES``): a simulator validates an apply call with the resource's ``body``
+model, the very model the agents' client builds that body with. A service name anywhere here (the keys of
+``POST /faults``, the ledger's files) must be a declared service.
 
 Field names are snake_case in Python and camelCase on the wire (``orderId``, ``transientRate``), the
 shape the agents send. Validation is strict (no "2" for 2, no true for 1) so that a caller's bug shows
@@ -7,13 +12,27 @@ up as a 400 here rather than as a silently coerced value.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
-ServiceName = Literal["inventory", "payment", "shipping"]
-SERVICES: tuple[ServiceName, ...] = get_args(ServiceName)
+from orders.catalog import SERVICES as DECLARED
+from orders.services.declaration import ServiceDefinition
+
+# Every declared service, by name, in declaration order.
+DEFINITIONS: dict[str, ServiceDefinition] = {service.name: service for service in DECLARED}
+SERVICES: tuple[str, ...] = tuple(DEFINITIONS)
+
+
+def _declared(name: str) -> str:
+    if name not in DEFINITIONS:
+        raise ValueError(f"{name!r} is not a declared service (declared: {', '.join(SERVICES)})")
+    return name
+
+
+# A service name, checked against the declaration wherever pydantic validates one.
+ServiceName = Annotated[str, AfterValidator(_declared)]
 
 MAX_KEY_LENGTH = 200
 # An upper bound on latencyMs and hangMs: an hour is far beyond any client timeout, and it keeps a
@@ -22,45 +41,6 @@ MAX_DELAY_MS = 3_600_000
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 DelayMs = Annotated[int, Field(ge=0, le=MAX_DELAY_MS)]
-NonEmpty = Annotated[str, Field(min_length=1)]
-
-
-class _Body(BaseModel):
-    """A request body: strict types, camelCase names; fields the simulator does not use are ignored."""
-
-    model_config = ConfigDict(strict=True, alias_generator=to_camel, validate_by_name=False, extra="ignore")
-
-
-class Item(_Body):
-    """One order line: a SKU and how many of it."""
-
-    sku: NonEmpty
-    quantity: Annotated[int, Field(ge=1)]
-
-
-class ApplyBody(_Body):
-    """What every apply body has: the order the effect belongs to."""
-
-    order_id: NonEmpty
-
-
-class ReservationRequest(ApplyBody):
-    """``POST /inventory/reservations``: hold stock for an order."""
-
-    items: Annotated[list[Item], Field(min_length=1)]
-
-
-class ChargeRequest(ApplyBody):
-    """``POST /payment/charges``: take money for an order."""
-
-    amount: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    currency: NonEmpty
-
-
-class ShipmentRequest(ApplyBody):
-    """``POST /shipping/shipments``: book the shipment of an order's items."""
-
-    items: Annotated[list[Item], Field(min_length=1)]
 
 
 class FaultSettings(BaseModel):

@@ -10,7 +10,7 @@ import httpx
 
 @dataclass(frozen=True)
 class Service:
-    """How to call one simulated service."""
+    """How to call one resource of one simulated service."""
 
     name: str
     collection: str
@@ -54,8 +54,40 @@ SHIPPING = Service(
     "address not deliverable",
     {"orderId": "order-1", "items": ITEMS},
 )
+# The returns' resources, one on each service.
+RESTOCK = Service(
+    "inventory",
+    "/inventory/restocks",
+    "unstock",
+    "restocked",
+    "unstocked",
+    "unknown SKU",
+    {"orderId": "order-1", "items": ITEMS},
+)
+CREDIT = Service(
+    "payment",
+    "/payment/credits",
+    "reverse-credit",
+    "credited",
+    "reversed",
+    "card cannot be credited",
+    {"orderId": "order-1", "amount": 42.5, "currency": "EUR"},
+)
+COLLECTION = Service(
+    "shipping",
+    "/shipping/collections",
+    "cancel-collection",
+    "collected",
+    "cancelled",
+    "nothing to collect at that address",
+    {"orderId": "order-1", "items": ITEMS},
+)
+# One resource per service, for tests about services.
 SERVICES = [INVENTORY, PAYMENT, SHIPPING]
 SERVICE_IDS = [service.name for service in SERVICES]
+# Every resource of every service, for tests about what each route does.
+RESOURCES = [INVENTORY, RESTOCK, PAYMENT, CREDIT, SHIPPING, COLLECTION]
+RESOURCE_IDS = [service.collection.strip("/") for service in RESOURCES]
 
 FAULT_DEFAULTS = {
     "transientRate": 0.0,

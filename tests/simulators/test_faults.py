@@ -15,8 +15,9 @@ from tests.simulators.helpers import (
     FAULT_DEFAULTS,
     INVENTORY,
     PAYMENT,
+    RESOURCE_IDS,
+    RESOURCES,
     SERVICE_IDS,
-    SERVICES,
     SHIPPING,
     Service,
     apply,
@@ -29,7 +30,7 @@ from tests.simulators.helpers import (
 from tests.support import wait_for
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_transient_fault_answers_503_and_applies_nothing(client: httpx.Client, service: Service) -> None:
     set_faults(client, {service.name: {"transientRate": 1}})
 
@@ -47,7 +48,7 @@ def test_transient_fault_on_compensation_compensates_nothing(client: httpx.Clien
     assert ledger(client)["inventory"]["key-1"]["compensated"] == 0
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_permanent_fault_rejects_with_a_reason_and_compensation_still_works(
     client: httpx.Client, service: Service
 ) -> None:
@@ -75,7 +76,7 @@ def test_permanent_fault_does_not_reject_the_replay_of_an_applied_key(client: ht
     assert replay.json()["status"] == "charged"
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_lost_reply_applies_then_answers_503_and_a_retry_answers_200(
     client: httpx.Client, service: Service
 ) -> None:

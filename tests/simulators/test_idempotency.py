@@ -11,7 +11,8 @@ from tests.simulators.conftest import RunningSimulators
 from tests.simulators.helpers import (
     INVENTORY,
     PAYMENT,
-    SERVICE_IDS,
+    RESOURCE_IDS,
+    RESOURCES,
     SERVICES,
     SHIPPING,
     Service,
@@ -22,7 +23,7 @@ from tests.simulators.helpers import (
 )
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_apply_twice_with_one_key_applies_once(client: httpx.Client, service: Service) -> None:
     first = apply(client, service, "key-1")
     second = apply(client, service, "key-1")
@@ -64,7 +65,7 @@ def test_replay_answers_the_first_call_even_with_another_body(client: httpx.Clie
     assert ledger(client)["payment"]["pay-1"]["orderId"] == "order-1"
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_compensation_counts_once(client: httpx.Client, service: Service) -> None:
     apply(client, service, "key-1")
 
@@ -76,7 +77,7 @@ def test_compensation_counts_once(client: httpx.Client, service: Service) -> Non
     assert ledger(client)[service.name]["key-1"] == {"orderId": "order-1", "applied": 1, "compensated": 1}
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_compensating_an_unknown_key_creates_no_entry(client: httpx.Client, service: Service) -> None:
     for _ in range(2):
         response = compensate(client, service, "never-applied")

@@ -11,10 +11,13 @@ import httpx
 import pytest
 
 from tests.simulators.helpers import (
+    COLLECTION,
+    CREDIT,
     INVENTORY,
     PAYMENT,
-    SERVICE_IDS,
-    SERVICES,
+    RESOURCE_IDS,
+    RESOURCES,
+    RESTOCK,
     SHIPPING,
     Service,
     assert_error,
@@ -24,7 +27,7 @@ from tests.simulators.helpers import (
 )
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=SERVICE_IDS)
+@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
 def test_missing_idempotency_key_is_refused(shared_client: httpx.Client, service: Service) -> None:
     message = assert_error(
         shared_client.post(service.collection, json=service.body), 400, "InvalidIdempotencyKey"
@@ -65,6 +68,12 @@ INVALID_BODIES: list[tuple[Service, Any]] = [
     (PAYMENT, {"orderId": "o", "amount": 10, "currency": ""}),
     (SHIPPING, {"orderId": "o"}),
     (SHIPPING, {"orderId": "o", "items": "SKU-1"}),
+    (RESTOCK, {"orderId": "o", "items": []}),
+    (RESTOCK, {"items": [ITEM]}),
+    (CREDIT, {"orderId": "o", "amount": "10", "currency": "EUR"}),
+    (CREDIT, {"orderId": "o", "amount": 10}),
+    (COLLECTION, {"orderId": "o"}),
+    (COLLECTION, {"orderId": "o", "items": [{"sku": "", "quantity": 1}]}),
 ]
 
 
@@ -112,7 +121,14 @@ def test_body_too_large_is_refused(shared_client: httpx.Client) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/nowhere"), ("POST", "/inventory"), ("POST", "/payment/charges/key-1/release")],
+    [
+        ("GET", "/nowhere"),
+        ("POST", "/inventory"),
+        ("POST", "/payment/charges/key-1/release"),
+        # An undo action is served only under its own resource's collection.
+        ("POST", "/shipping/collections/key-1/cancel"),
+        ("POST", "/payment/charges/key-1/reverse-credit"),
+    ],
 )
 def test_unknown_route_is_a_json_404(shared_client: httpx.Client, method: str, path: str) -> None:
     assert_error(shared_client.request(method, path), 404, "NotFound")
