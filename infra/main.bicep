@@ -35,14 +35,8 @@ param principalType string = 'User'
 @description('E-mail address that receives the alerts (order in Error, dead-lettered messages, Supervisor not running). Empty: the action group is created without receivers.')
 param alertEmail string = ''
 
-@description('Base URL of the inventory service. Empty: the Function App serves a simulator under /api/sim and uses it.')
-param inventoryServiceUrl string = ''
-
-@description('Base URL of the payment service. Empty: the Function App serves a simulator under /api/sim and uses it.')
-param paymentServiceUrl string = ''
-
-@description('Base URL of the shipping service. Empty: the Function App serves a simulator under /api/sim and uses it.')
-param shippingServiceUrl string = ''
+@description('SERVICE_URLS: the base URL of each remote service, as <service>=<url> pairs separated by commas, e.g. <service>=https://one.example.com,<service>=https://two.example.com/api (the names are the declared services\', in infra/app/catalog.json); a URL may contain \'=\' but not \',\'. A service not listed uses the simulator the Function App serves under /api/sim; empty: every service does. A name no service has stops the deployment.')
+param serviceUrls string = ''
 
 @secure()
 //checkov:skip=CKV_AZURE_131:the default is newGuid(), a fresh random value each deployment, not a value written here
@@ -206,9 +200,7 @@ module api 'app/function-app.bicep' = {
     supervisorMaxFailures: supervisorMaxFailures
     supervisorBackoffSeconds: supervisorBackoffSeconds
     supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds
-    inventoryServiceUrl: inventoryServiceUrl
-    paymentServiceUrl: paymentServiceUrl
-    shippingServiceUrl: shippingServiceUrl
+    serviceUrls: serviceUrls
     simulatorsKey: simulatorsKey
   }
   // The host starts as soon as the app exists: its identity must already hold its data roles.

@@ -61,14 +61,8 @@ param supervisorBackoffSeconds int
 @description('SUPERVISOR_MAX_BACKOFF_SECONDS.')
 param supervisorMaxBackoffSeconds int
 
-@description('INVENTORY_SERVICE_URL; empty means the simulator hosted by this app.')
-param inventoryServiceUrl string
-
-@description('PAYMENT_SERVICE_URL; empty means the simulator hosted by this app.')
-param paymentServiceUrl string
-
-@description('SHIPPING_SERVICE_URL; empty means the simulator hosted by this app.')
-param shippingServiceUrl string
+@description('SERVICE_URLS: the base URL of each remote service, as <service>=<url> pairs separated by commas (the names are those of catalog.json); a URL may contain \'=\' but not \',\'. A service not listed, or listed with an empty URL, uses the simulators this app hosts; empty: every service does.')
+param serviceUrls string
 
 @secure()
 @description('SIMULATORS_KEY: the key the agents send to the simulators this app hosts (x-simulators-key); their service calls are refused without it.')
@@ -76,9 +70,34 @@ param simulatorsKey string
 
 var storageSuffix = environment().suffixes.storage
 var baseUrl = 'https://${name}.azurewebsites.net'
-// function_app.py serves the three simulators under /api/sim when ENABLE_SIMULATORS is true.
+// function_app.py serves the simulators of every declared service under /api/sim when ENABLE_SIMULATORS is true.
 var simulatorsUrl = '${baseUrl}/api/sim'
-var useSimulators = empty(inventoryServiceUrl) || empty(paymentServiceUrl) || empty(shippingServiceUrl)
+
+// The declared services by name (python -m orders.generate writes catalog.json from src/orders/catalog.py).
+var services = loadJsonContent('catalog.json').services
+var serviceList = [for service in items(services): service.value]
+// SERVICE_URLS as '<name>=<url>' entries (spaces removed, empty entries dropped); an entry's URL is what
+// follows its first '=', so a URL may contain '='.
+var serviceUrlEntries = filter(split(replace(serviceUrls, ' ', ''), ','), entry => !empty(entry))
+// The service each entry names. A name no service has stops the deployment here: ARM reports that the
+// property '<name>' does not exist and lists the declared names.
+var serviceUrlNames = [for entry in serviceUrlEntries: services[first(split(entry, '='))].name]
+var serviceUrlGiven = [
+  for entry in serviceUrlEntries: contains(entry, '=') ? substring(entry, indexOf(entry, '=') + 1) : ''
+]
+// Per declared service, the URL SERVICE_URLS gives it, or '' for the simulators this app hosts.
+var givenServiceUrls = [
+  for service in serviceList: contains(serviceUrlNames, service.name) ? serviceUrlGiven[indexOf(serviceUrlNames, service.name)] : ''
+]
+var useSimulators = contains(givenServiceUrls, '')
+// One <NAME>_SERVICE_URL setting per service. Bicep builds an object with computed keys with toObject(),
+// which the parser Checkov uses cannot read; json() over '"<setting>":"<url>"' pairs builds the same
+// object. string([url]) is '["<url>"]': the URL quoted and escaped for JSON, between brackets.
+var serviceUrlJson = [for url in givenServiceUrls: string([empty(url) ? simulatorsUrl : url])]
+var serviceUrlPairs = [
+  for (service, i) in serviceList: '"${service.urlSetting}":${substring(serviceUrlJson[i], 1, length(serviceUrlJson[i]) - 2)}'
+]
+var serviceUrlSettings = json('{${join(serviceUrlPairs, ',')}}')
 
 var appSettings = {
   // Functions host storage (timer leases, keys), identity-based.
@@ -106,9 +125,6 @@ var appSettings = {
   CANCEL_GRACE_SECONDS: '1'
   // Empty: each step's breaker stays open as long as the order workflow's retry policy says (10 s).
   BREAKER_RESET_SECONDS: ''
-  INVENTORY_SERVICE_URL: empty(inventoryServiceUrl) ? simulatorsUrl : inventoryServiceUrl
-  PAYMENT_SERVICE_URL: empty(paymentServiceUrl) ? simulatorsUrl : paymentServiceUrl
-  SHIPPING_SERVICE_URL: empty(shippingServiceUrl) ? simulatorsUrl : shippingServiceUrl
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'
   // Sent as x-simulators-key to the service URLs under /api/sim only (orders.settings.service_keys).
   SIMULATORS_KEY: useSimulators ? simulatorsKey : ''
@@ -173,7 +189,8 @@ module site 'br/public:avm/res/web/site:0.24.0' = {
     configs: [
       {
         name: 'appsettings'
-        properties: appSettings
+        // The <NAME>_SERVICE_URL settings are not in appSettings: their names come from catalog.json.
+        properties: union(appSettings, serviceUrlSettings)
       }
     ]
   }

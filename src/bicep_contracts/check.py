@@ -8,15 +8,22 @@ parameter default or an output value that does not fit its declared type.
 
 Values are followed through variables, conditions and parameters: a parameter carries its declared type
 and ``@allowed`` values, so a parameter whose allowed values the module does not accept is reported too.
-Whatever is only known at deployment (function results, interpolated strings) is checked by type only.
+``loadJsonContent('<file>')`` is read (relative to the Bicep file) and its content checked like literals;
+property and index accesses into known objects and arrays are followed, ``[for ...]`` over a known array
+(or ``items()`` of a known object) is checked item by item, and each part of ``union(...)`` is checked.
+A file that cannot be read and a property the JSON does not have are reported. Whatever is only known at
+deployment (function results, interpolated strings) is checked by type only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .contracts import (
     AnyType,
@@ -49,6 +56,7 @@ from .syntax import (
     Loop,
     Obj,
     Op,
+    Pair,
     Param,
     Ref,
     body_object,
@@ -257,6 +265,8 @@ class FileChecker:
         self.module_contracts: dict[str, ModuleContract | None] = {}
         self._types: dict[str, TypeNode] = {}
         self._resolving: set[str] = set()
+        # loadJsonContent files by path: their content, or why they cannot be read.
+        self._json: dict[Path, Any] = {}
 
     # ---- entry points ---------------------------------------------------------------------------------
     def run(self) -> list[Finding]:
@@ -284,6 +294,7 @@ class FileChecker:
             self._check(output.value, _declared_type(output.type), f"output {name}")
         for expr in self._all_expressions():
             self._check_output_references(expr)
+            self._check_json_references(expr)
         return self.findings
 
     def _report(self, line: int, where: str, message: str) -> None:
@@ -377,7 +388,8 @@ class FileChecker:
         return node
 
     def _resolve(self, expr: Expr) -> Expr | Opaque:
-        """Follow variables; give parameters and other deploy-time values as Opaque."""
+        """Follow variables, JSON content and accesses into known values; give parameters and other
+        deploy-time values as Opaque. ``union(...)`` of parts not all known stays a Call."""
         if isinstance(expr, Ref):
             if expr.name in self.parsed.variables and expr.name not in self._resolving:
                 self._resolving.add(expr.name)
@@ -395,12 +407,95 @@ class FileChecker:
         if isinstance(expr, Interp):
             return Opaque("string")
         if isinstance(expr, Call):
-            return Opaque(_FUNCTION_KINDS.get(expr.name))
+            return self._resolve_call(expr)
         if isinstance(expr, Op):
+            if expr.kind == "index_accessor" and len(expr.operands) == 2:
+                return self._resolve_index(*expr.operands)
             return Opaque(_OPERATOR_KINDS.get(expr.kind))
         if isinstance(expr, Access):
+            base = self._resolve(expr.base) if expr.rest is None else None
+            if isinstance(base, Obj):
+                value: Expr | Opaque = base
+                for key in expr.path:
+                    found = value.get(key) if isinstance(value, Obj) else None
+                    if found is None:
+                        return Opaque(None)  # reported by _check_json_references
+                    value = self._resolve(found)
+                return value
             return Opaque(self._access_kind(expr))
         return expr
+
+    def _resolve_call(self, expr: Call) -> Expr | Opaque:
+        if expr.name == "loadJsonContent" and len(expr.args) == 1:
+            content = self._json_content(expr)
+            return self._resolve(content) if not isinstance(content, str) else Opaque(None)
+        if expr.name == "union" and expr.args:
+            parts = [self._resolve(arg) for arg in expr.args]
+            if all(isinstance(part, Obj) for part in parts):
+                merged: dict[str, Pair] = {}
+                for part in parts:
+                    assert isinstance(part, Obj)
+                    merged.update((pair.key, pair) for pair in part.pairs)
+                return Obj(tuple(merged.values()), expr.line)
+            if any(isinstance(part, Obj) for part in parts):
+                return expr  # _check checks each part
+            return Opaque(None)
+        return Opaque(_FUNCTION_KINDS.get(expr.name))
+
+    def _resolve_index(self, base: Expr, index: Expr) -> Expr | Opaque:
+        key = self._resolve(index)
+        if not isinstance(key, Lit):
+            return Opaque(None)
+        if isinstance(key.value, str):
+            container = self._resolve(base)
+            found = container.get(key.value) if isinstance(container, Obj) else None
+            return self._resolve(found) if found is not None else Opaque(None)
+        items = self._items(base)
+        if isinstance(key.value, int) and items is not None and 0 <= key.value < len(items):
+            return self._resolve(items[key.value])
+        return Opaque(None)
+
+    def _items(self, expr: Expr) -> tuple[Expr, ...] | None:
+        """The items of an array known before deployment: a literal, JSON content, ``items()`` of a known
+        object, or a ``[for ...]`` over one of these (each item the loop's body with its variables set)."""
+        if isinstance(expr, Call) and expr.name == "items" and len(expr.args) == 1:
+            obj = self._resolve(expr.args[0])
+            if not isinstance(obj, Obj):
+                return None
+            return tuple(
+                Obj((Pair("key", Lit(p.key, p.line), p.line), Pair("value", p.value, p.line)), p.line)
+                for p in sorted(obj.pairs, key=lambda p: p.key.lower())
+            )
+        value = expr if isinstance(expr, Loop) else self._resolve(expr)
+        if isinstance(value, Arr):
+            return value.items
+        if isinstance(value, Loop):
+            source = self._items(value.source)
+            if source is None:
+                return None
+            name, *index = value.names
+            return tuple(
+                _substitute(value.body, {name: item, **{i: Lit(n, value.line) for i in index}})
+                for n, item in enumerate(source)
+            )
+        return None
+
+    def _json_content(self, call: Call) -> Expr | str:
+        """The content of ``loadJsonContent('<file>')`` as expressions, or why it cannot be read."""
+        arg = call.args[0] if call.args else None
+        if not (isinstance(arg, Lit) and isinstance(arg.value, str)):
+            return "its file is not a string literal"
+        path = (self.parsed.path.parent / arg.value).resolve()
+        if path not in self._json:
+            try:
+                self._json[path] = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                self._json[path] = _Unreadable(f"{arg.value} not found (next to {self.parsed.path.name})")
+            except (OSError, ValueError) as error:
+                self._json[path] = _Unreadable(f"{arg.value} cannot be read as JSON: {error}")
+        content = self._json[path]
+        # Each mistake in the content is reported on the line of the call that reads it.
+        return content.reason if isinstance(content, _Unreadable) else _from_json(content, call.line)
 
     def _access_kind(self, expr: Access) -> str | None:
         if expr.rest is not None or not isinstance(expr.base, Ref):
@@ -427,7 +522,10 @@ class FileChecker:
         *,
         noun: str = "property",
         keywords: set[str] | None = None,
+        partial: bool = False,
     ) -> None:
+        """Check ``expr`` against ``node``; ``partial``: it is one part of a ``union(...)``, so a required
+        property may come from another part."""
         node = self._deref(node)
         if isinstance(node, AnyType):
             return
@@ -437,10 +535,15 @@ class FileChecker:
         value = self._resolve(expr)
         line = getattr(expr, "line", 0)
         if isinstance(value, Cond):
-            self._check(value.if_true, node, where, noun=noun, keywords=keywords)
-            self._check(value.if_false, node, where, noun=noun, keywords=keywords)
+            self._check(value.if_true, node, where, noun=noun, keywords=keywords, partial=partial)
+            self._check(value.if_false, node, where, noun=noun, keywords=keywords, partial=partial)
             return
         expected = _kind(node)
+        if isinstance(value, Call):  # union(...) with some parts known: check those
+            if expected == "object":
+                for part in value.args:
+                    self._check(part, node, where, noun=noun, keywords=keywords, partial=True)
+            return
         if isinstance(value, Opaque):
             self._check_opaque(value, node, expected, where, line)
         elif isinstance(value, Lit):
@@ -452,7 +555,7 @@ class FileChecker:
                 self._report(value.line, where, f"an object where {_a(expected)} is expected")
             else:
                 assert isinstance(node, ObjectType | DiscriminatedType)
-                self._check_object(value, node, where, noun, keywords or set())
+                self._check_object(value, node, where, noun, keywords or set(), partial)
 
     def _check_union(self, expr: Expr, node: UnionType, where: str) -> None:
         best: list[Finding] | None = None
@@ -521,21 +624,28 @@ class FileChecker:
             self._report(value.line, where, f"an array where {_a(expected)} is expected")
             return
         assert isinstance(node, ArrayType)
-        if isinstance(value, Loop):
-            if node.items is not None:
+        items = self._items(value)
+        if items is None:  # a loop over a value known only at deployment: its body, once
+            if isinstance(value, Loop) and node.items is not None:
                 self._check(value.body, node.items, f"{where}[*]")
             return
-        count = len(value.items)
+        count = len(items)
         if node.min_length is not None and count < node.min_length:
             self._report(value.line, where, f"{count} item(s), at least {node.min_length} required")
         if node.max_length is not None and count > node.max_length:
             self._report(value.line, where, f"{count} item(s), at most {node.max_length} allowed")
         if node.items is not None:
-            for index, item in enumerate(value.items):
+            for index, item in enumerate(items):
                 self._check(item, node.items, f"{where}[{index}]")
 
     def _check_object(
-        self, value: Obj, node: ObjectType | DiscriminatedType, where: str, noun: str, keywords: set[str]
+        self,
+        value: Obj,
+        node: ObjectType | DiscriminatedType,
+        where: str,
+        noun: str,
+        keywords: set[str],
+        partial: bool = False,
     ) -> None:
         if isinstance(node, DiscriminatedType):
             props = self._variant_properties(value, node, where)
@@ -564,7 +674,7 @@ class FileChecker:
             elif pair.key not in keywords:
                 self._report(pair.line, path, self._unknown(pair.key, props, noun))
         for name, prop in props.items():
-            if prop.required and name not in present and name not in keywords:
+            if prop.required and name not in present and name not in keywords and not partial:
                 near = [key for key in present if key.lower() == name.lower()]
                 more = f" ({near[0]!r} is spelled differently)" if near else ""
                 self._report(value.line, where, f"missing required {noun} {name!r}{more}")
@@ -632,9 +742,51 @@ class FileChecker:
                     node.line, f"{symbol}.outputs.{name}", f"module {symbol} has no output {name!r}{hint}"
                 )
 
+    # ---- JSON content ---------------------------------------------------------------------------------
+    def _check_json_references(self, expr: Expr) -> None:
+        """Report a loadJsonContent file that cannot be read, and a property access into known content
+        (JSON, or a literal object) that names a property it does not have. A loop over a known array is
+        walked once per item, so an access through its variable is checked too."""
+        for node in self._walk_expanded(expr):
+            if isinstance(node, Call) and node.name == "loadJsonContent":
+                content = self._json_content(node)
+                if isinstance(content, str):
+                    self._report_once(node.line, "loadJsonContent", content)
+            elif isinstance(node, Access) and node.rest is None:
+                message = self._missing_property(node)
+                if message:
+                    self._report_once(node.line, ".".join(node.path), message)
 
-def _walk(expr: Expr) -> Iterator[Expr]:
-    yield expr
+    def _report_once(self, line: int, where: str, message: str) -> None:
+        if not any(f.line == line and f.where == where for f in self.findings):
+            self._report(line, where, message)
+
+    def _missing_property(self, node: Access) -> str | None:
+        value = self._resolve(node.base)
+        for key in node.path:
+            if not isinstance(value, Obj):
+                return None
+            found = value.get(key)
+            if found is None:
+                names = ", ".join(sorted(p.key for p in value.pairs))
+                return f"no property {key!r} in this object (it has {names})"
+            value = self._resolve(found)
+        return None
+
+    def _walk_expanded(self, expr: Expr) -> Iterator[Expr]:
+        yield expr
+        items = self._items(expr) if isinstance(expr, Loop) else None
+        children = _children(expr) if items is None or not isinstance(expr, Loop) else (expr.source, *items)
+        for child in children:
+            yield from self._walk_expanded(child)
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    reason: str
+
+
+def _children(expr: Expr) -> tuple[Expr, ...]:
     children: tuple[Expr | None, ...] = ()
     if isinstance(expr, Arr):
         children = expr.items
@@ -648,9 +800,70 @@ def _walk(expr: Expr) -> Iterator[Expr]:
         children = (expr.condition, expr.if_true, expr.if_false)
     elif isinstance(expr, Loop):
         children = (expr.source, expr.body)
-    for child in children:
-        if child is not None:
-            yield from _walk(child)
+    return tuple(child for child in children if child is not None)
+
+
+def _from_json(value: Any, line: int) -> Expr:
+    """JSON content as Bicep expressions on the line of the loadJsonContent call."""
+    if isinstance(value, dict):
+        return Obj(tuple(Pair(str(k), _from_json(v, line), line) for k, v in value.items()), line)
+    if isinstance(value, list):
+        return Arr(tuple(_from_json(v, line) for v in value), line)
+    if isinstance(value, float):
+        return Call("json", (Lit(json.dumps(value), line),), line)  # a number Bicep reads as is: unchecked
+    return Lit(value, line)
+
+
+def _bound(expr: Expr) -> set[str]:
+    """The names a loop or lambda binds for its body."""
+    if isinstance(expr, Loop):
+        return set(expr.names)
+    if isinstance(expr, Op) and expr.kind == "lambda_expression":
+        return {o.name for o in expr.operands[:-1] if isinstance(o, Ref)}
+    return set()
+
+
+def _substitute(expr: Expr, values: Mapping[str, Expr]) -> Expr:
+    """``expr`` with the references to ``values``' names replaced (names a loop or lambda inside rebinds
+    are left alone there)."""
+    if not values:
+        return expr
+    if isinstance(expr, Ref):
+        return values.get(expr.name, expr)
+    if isinstance(expr, Arr):
+        return dataclasses.replace(expr, items=tuple(_substitute(i, values) for i in expr.items))
+    if isinstance(expr, Obj):
+        pairs = tuple(dataclasses.replace(p, value=_substitute(p.value, values)) for p in expr.pairs)
+        return dataclasses.replace(expr, pairs=pairs)
+    if isinstance(expr, Call):
+        return dataclasses.replace(expr, args=tuple(_substitute(a, values) for a in expr.args))
+    if isinstance(expr, Access):
+        rest = _substitute(expr.rest, values) if expr.rest is not None else None
+        return dataclasses.replace(expr, base=_substitute(expr.base, values), rest=rest)
+    if isinstance(expr, Cond):
+        return Cond(
+            _substitute(expr.condition, values),
+            _substitute(expr.if_true, values),
+            _substitute(expr.if_false, values),
+            expr.line,
+        )
+    inner = {k: v for k, v in values.items() if k not in _bound(expr)}
+    if isinstance(expr, Loop):
+        return dataclasses.replace(
+            expr, source=_substitute(expr.source, values), body=_substitute(expr.body, inner)
+        )
+    if isinstance(expr, Op):
+        if expr.kind == "lambda_expression":
+            *params, body = expr.operands
+            return dataclasses.replace(expr, operands=(*params, _substitute(body, inner)))
+        return dataclasses.replace(expr, operands=tuple(_substitute(o, values) for o in expr.operands))
+    return expr
+
+
+def _walk(expr: Expr) -> Iterator[Expr]:
+    yield expr
+    for child in _children(expr):
+        yield from _walk(child)
 
 
 def check_tree(infra: Path, contracts_dir: Path) -> list[Finding]:

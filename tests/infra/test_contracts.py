@@ -81,7 +81,8 @@ def test_no_contract_is_kept_that_infra_does_not_use() -> None:
 @pytest.fixture
 def infra_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "infra"
-    shutil.copytree(INFRA, copy, ignore=shutil.ignore_patterns("contracts", "checks", "*.py", "*.json"))
+    # The Bicep files and the JSON they read with loadJsonContent (infra/app/catalog.json).
+    shutil.copytree(INFRA, copy, ignore=shutil.ignore_patterns("contracts", "checks", "*.py"))
     return copy
 
 
@@ -124,6 +125,37 @@ def test_a_local_output_that_does_not_exist_fails(infra_copy: Path) -> None:
     _edit(infra_copy / "main.bicep", "api.outputs.url\n", "api.outputs.uri\n")
     (finding,) = check_tree(infra_copy, CONTRACTS)
     assert "module api has no output 'uri'" in finding.message
+
+
+def test_a_wrong_queue_property_in_the_generated_catalog_is_caught(infra_copy: Path) -> None:
+    catalog = infra_copy / "app" / "catalog.json"
+    content = json.loads(catalog.read_text())
+    content["queues"][0]["maxDeliveryCount"] = str(content["queues"][0]["maxDeliveryCount"])
+    content["queues"][-1]["lockduration"] = "PT1M"
+    catalog.write_text(json.dumps(content))
+    messages = [f"{f.where}: {f.message}" for f in check_tree(infra_copy, CONTRACTS)]
+    assert len(messages) == 2, messages
+    assert "params.queues[0].maxDeliveryCount: '5' is a string, an int is expected" in messages[0]
+    assert "the contract spells it 'lockDuration'" in messages[1]
+
+
+def test_infra_without_the_generated_catalog_fails(infra_copy: Path) -> None:
+    (infra_copy / "app" / "catalog.json").unlink()
+    found = {(f.file.name, f.message) for f in check_tree(infra_copy, CONTRACTS)}
+    assert found == {
+        ("function-app.bicep", "catalog.json not found (next to function-app.bicep)"),
+        ("servicebus.bicep", "catalog.json not found (next to servicebus.bicep)"),
+    }
+
+
+def test_a_property_the_catalog_does_not_have_is_caught_through_a_loop(infra_copy: Path) -> None:
+    _edit(
+        infra_copy / "app" / "function-app.bicep",
+        "contains(serviceUrlNames, service.name)",
+        "contains(serviceUrlNames, service.nme)",
+    )
+    (finding,) = check_tree(infra_copy, CONTRACTS)
+    assert finding.message.startswith("no property 'nme' in this object (it has functionName, name, queue")
 
 
 # ---- self-test fixtures -----------------------------------------------------------------------------------

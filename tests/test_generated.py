@@ -1,0 +1,157 @@
+"""The files derived from the declaration (``python -m orders.generate``) are up to date, and the check
+that says so notices a file that falls behind, whichever way it does."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import queues
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from orders import generate
+from orders.catalog import CATALOG, SERVICES
+from orders.services.declaration import ServiceDefinition
+from servicebus_emulator.config import load_config
+from simulators.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_generated_files_are_up_to_date() -> None:
+    behind = generate.stale(ROOT)
+    assert not behind, generate.stale_message(behind)
+
+
+def test_every_generated_file_is_written() -> None:
+    assert set(generate.render(ROOT)) == set(generate.GENERATED)
+    assert all((ROOT / name).is_file() for name in generate.GENERATED)
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """A root holding the generated files as they are in the repository."""
+    for name in generate.GENERATED:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def test_a_tampered_file_is_reported_with_the_command_and_regenerated(
+    copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = copy / generate.EMULATOR_CONFIG
+    config.write_text(config.read_text().replace('"MaxDeliveryCount": 5', '"MaxDeliveryCount": 7', 1))
+    assert generate.main(["--check", "--root", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert f"  {generate.EMULATOR_CONFIG}\n" in err
+    assert "run `python -m orders.generate` (or `make generate`)" in err
+    assert generate.BICEP_CATALOG not in err, "only the file that is behind"
+
+    assert generate.main(["--root", str(copy)]) == 0
+    assert (copy / generate.EMULATOR_CONFIG).read_text() == (ROOT / generate.EMULATOR_CONFIG).read_text()
+    assert generate.main(["--check", "--root", str(copy)]) == 0
+
+
+def test_a_missing_file_is_reported(copy: Path) -> None:
+    (copy / generate.BICEP_CATALOG).unlink()
+    assert generate.stale(copy) == [generate.BICEP_CATALOG]
+
+
+def test_the_command_line_exits_1_naming_the_stale_file(copy: Path) -> None:
+    (copy / generate.BICEP_CATALOG).write_text("{}\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "orders.generate", "--check", "--root", str(copy)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert generate.BICEP_CATALOG in run.stderr and "python -m orders.generate" in run.stderr
+
+
+def with_service(name: str) -> tuple[tuple[ServiceDefinition, ...], WorkflowCatalog]:
+    """The declaration with one more service and a workflow that uses it."""
+    template = SERVICES[0]
+    service = ServiceDefinition(name=name, description="a new service", resources=template.resources)
+    step = StepDefinition(name="new-step", agent=name, action=template.resources[0].apply)
+    workflow = WorkflowDefinition(name="new-workflow", version=1, steps=(step,))
+    return (*SERVICES, service), WorkflowCatalog(workflows=(*CATALOG.workflows, workflow))
+
+
+def test_a_new_service_gets_its_queue_service_entry_and_sample_setting(copy: Path) -> None:
+    services, catalog = with_service("invoicing")
+    assert set(generate.stale(copy, services, catalog)) == set(generate.GENERATED)
+    generate.write(copy, services, catalog)
+    assert generate.stale(copy, services, catalog) == []
+
+    emulator = load_config(copy / generate.EMULATOR_CONFIG).queues
+    agent = emulator["agent-invoicing"]
+    existing = emulator[queues.agent_queue(SERVICES[0].name)]
+    assert agent == existing, "a new agent queue has the agent queue properties"
+
+    bicep = json.loads((copy / generate.BICEP_CATALOG).read_text())
+    assert bicep["services"]["invoicing"] == {
+        "name": "invoicing",
+        "queue": "agent-invoicing",
+        "urlSetting": "INVOICING_SERVICE_URL",
+        "functionName": "agent_invoicing",
+    }
+    assert [q["name"] for q in bicep["queues"]] == queues.all_queues(catalog.agents)
+
+    before = json.loads((ROOT / generate.SAMPLE_SETTINGS).read_text())["Values"]
+    after = json.loads((copy / generate.SAMPLE_SETTINGS).read_text())["Values"]
+    assert after["INVOICING_SERVICE_URL"] == generate.LOCAL_SIMULATORS_URL
+    assert {k: v for k, v in after.items() if k != "INVOICING_SERVICE_URL"} == before, "others kept"
+    assert "`invoicing`" in (copy / generate.CUSTOMIZING_DOC).read_text()
+
+    # Declared no more: its entries go again, and the files are the repository's.
+    generate.write(copy)
+    for name in generate.GENERATED:
+        assert (copy / name).read_text() == (ROOT / name).read_text(), name
+
+
+def test_the_sample_keeps_a_service_s_own_value_and_its_place(copy: Path) -> None:
+    sample = copy / generate.SAMPLE_SETTINGS
+    content = json.loads(sample.read_text())
+    setting = SERVICES[-1].url_setting
+    content["Values"][setting] = "http://127.0.0.1:9000"
+    sample.write_text(json.dumps(content, indent=2) + "\n")
+    assert generate.stale(copy) == []
+    keys = list(json.loads(sample.read_text())["Values"])
+    positions = [keys.index(s.url_setting) for s in SERVICES]
+    assert positions == list(range(positions[0], positions[0] + len(SERVICES))), "together, in order"
+
+
+def test_the_output_is_deterministic_json_with_a_final_newline() -> None:
+    first, second = generate.render(ROOT), generate.render(ROOT)
+    assert first == second
+    for name, text in first.items():
+        assert text.endswith("}\n") or name.endswith(".md"), name
+        if name.endswith(".json"):
+            assert json.loads(text)
+
+
+def test_the_emulator_config_has_the_properties_of_each_queue_s_kind() -> None:
+    config = json.loads((ROOT / generate.EMULATOR_CONFIG).read_text())
+    (namespace,) = config["UserConfig"]["Namespaces"]
+    assert namespace["Name"] == generate.EMULATOR_NAMESPACE
+    for queue in namespace["Queues"]:
+        expected = queues.queue_properties(queue["Name"])
+        assert queue["Properties"]["MaxDeliveryCount"] == expected.max_delivery_count, queue["Name"]
+        assert queue["Properties"]["LockDuration"] == expected.lock_duration, queue["Name"]
+    assert [q["Name"] for q in namespace["Queues"]] == queues.all_queues(CATALOG.agents)
+
+
+def test_a_queue_that_is_not_the_engine_s_has_no_properties() -> None:
+    with pytest.raises(KeyError, match="not a queue of the engine"):
+        queues.queue_properties("somewhere-else")
+
+
+def test_new_sample_settings_point_at_the_local_simulators() -> None:
+    port = build_parser().get_default("port")
+    assert generate.LOCAL_SIMULATORS_URL.endswith(f"127.0.0.1:{port}"), "the simulators' default port"
