@@ -1,11 +1,12 @@
 """``make demo``: the whole system under a fault profile, with live progress and a ledger check.
 
-It starts orders-devhost on free ports, applies a fault profile to the three remote services, submits a
-batch of orders over HTTP, shows counts per ProcessState, retries, Supervisor recoveries and
-compensations while they run, then prints a summary: orders per terminal state, latency from submission
-to the terminal state (p50/p95), and a ledger check (every Processed order applied exactly once per
-step, every Compensated order's applied steps compensated). It exits non-zero if an order is lost or an
-invariant fails.
+It starts orders-devhost on free ports, applies a fault profile to every declared remote service, submits
+a batch of orders over HTTP, a mix of the catalog's workflows (``--mix``; by default each workflow an
+equal share), shows per workflow the counts per ProcessState, retries, Supervisor recoveries and
+compensations while they run, then prints a summary per workflow: orders per terminal state, latency from
+submission to the terminal state (p50/p95), and the ledger check of :mod:`simulators.ledger_check` (every
+Processed order's steps applied exactly once and not undone, no Compensated order's step left applied).
+It exits non-zero if an order is lost or the ledger check fails.
 """
 
 from __future__ import annotations
@@ -29,16 +30,47 @@ from rich.live import Live
 from rich.table import Table
 
 from devhost import launch
+from orders.catalog import CATALOG, SERVICES
+from simulators.ledger_check import check_ledger
 
-SERVICES = ("inventory", "payment", "shipping")
 TERMINAL = ("Processed", "Compensated", "Error")
 STATES = ("Pending", "Processing", "Compensating", *TERMINAL)
 console = Console()
 
 
+def parse_mix(text: str) -> dict[str, float]:
+    """``NAME=WEIGHT,...`` over the catalog's workflows: the share of the orders each one runs."""
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, weight = part.strip().partition("=")
+        if name not in CATALOG.names:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a workflow of the catalog ({', '.join(CATALOG.names)})"
+            )
+        try:
+            weights[name] = float(weight or "1")
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"the weight of {name} is not a number: {weight!r}") from None
+        if not weights[name] >= 0:
+            raise argparse.ArgumentTypeError(f"the weight of {name} must be 0 or more")
+    if not sum(weights.values()) > 0:
+        raise argparse.ArgumentTypeError("at least one workflow needs a weight above 0")
+    return {name: weight for name, weight in weights.items() if weight > 0}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="demo", description=__doc__.splitlines()[0])
     p.add_argument("--orders", type=int, default=100, help="orders to submit (default 100)")
+    names = CATALOG.names
+    example = f"{names[0]}=3,{names[-1]}=1" if len(names) > 1 else f"{names[0]}=1"
+    p.add_argument(
+        "--mix",
+        type=parse_mix,
+        default=",".join(f"{name}=1" for name in names),
+        metavar="WORKFLOW=WEIGHT,...",
+        help=f"the catalog's workflows the orders run, with their shares, e.g. {example} "
+        "(default %(default)s: each an equal share)",
+    )
     p.add_argument("--workers", type=int, default=2, help="function workers (default 2)")
     p.add_argument(
         "--transient", type=float, default=0.10, help="transient fault rate per call (default 0.10)"
@@ -57,6 +89,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def assign_workflows(count: int, mix: dict[str, float]) -> list[str]:
+    """The workflow of each of ``count`` orders: interleaved, each as close to its share as counts allow."""
+    total = sum(mix.values())
+    given = dict.fromkeys(mix, 0)
+    chosen = []
+    for index in range(1, count + 1):
+        # The workflow furthest behind its share of the orders so far (the first declared on a tie).
+        name = max(mix, key=lambda n: mix[n] / total * index - given[n])
+        given[name] += 1
+        chosen.append(name)
+    return chosen
+
+
 def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDevhost:
     env = {
         "STEP_COMPLETE_BY_SECONDS": str(args.complete_by),
@@ -72,42 +117,37 @@ def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDev
             raise SystemExit(str(exc)) from exc
 
 
+def by_workflow(orders: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The orders of each workflow submitted, in the catalog's order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for order in orders.values():
+        groups.setdefault(order["workflow"], []).append(order)
+    return {name: groups[name] for name in CATALOG.names if name in groups}
+
+
 def progress_table(orders: dict[str, dict[str, Any]], elapsed: float, submitted: int) -> Table:
-    """Counts per ProcessState, and how much recovery work it took so far."""
-    counts = Counter(o.get("processState", "Pending") for o in orders.values())
-    steps = [s for o in orders.values() for s in o.get("steps", [])]
-    table = Table(title=f"{submitted} orders, {elapsed:.0f} s", show_header=False)
-    table.add_column("what")
-    table.add_column("count", justify="right")
+    """Per workflow, counts per ProcessState, and how much recovery work it took so far."""
+    groups = by_workflow(orders)
+    columns = [*groups.values(), list(orders.values())] if len(groups) > 1 else [list(orders.values())]
+    table = Table(title=f"{submitted} orders, {elapsed:.0f} s")
+    table.add_column("")
+    for name in [*groups, "all"] if len(groups) > 1 else ["all"]:
+        table.add_column(name, justify="right")
+    counts = [Counter(o.get("processState", "Pending") for o in column) for column in columns]
     for state in STATES:
-        table.add_row(state, str(counts.get(state, 0)))
-    table.add_row("step re-dispatches", str(sum(max(s["attempts"] - 1, 0) for s in steps)))
-    table.add_row("Supervisor recoveries", str(sum(o.get("failureCount", 0) for o in orders.values())))
-    table.add_row("compensation calls", str(sum(s.get("compensationAttempts", 0) for s in steps)))
+        table.add_row(state, *(str(c.get(state, 0)) for c in counts))
+
+    def steps(column: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [s for o in column for s in o.get("steps", [])]
+
+    table.add_row(
+        "step re-dispatches", *(str(sum(max(s["attempts"] - 1, 0) for s in steps(c))) for c in columns)
+    )
+    table.add_row("Supervisor recoveries", *(str(sum(o.get("failureCount", 0) for o in c)) for c in columns))
+    table.add_row(
+        "compensation calls", *(str(sum(s.get("compensationAttempts", 0) for s in steps(c))) for c in columns)
+    )
     return table
-
-
-def check_ledger(orders: dict[str, dict[str, Any]], ledger: dict[str, dict[str, Any]]) -> list[str]:
-    """Every Processed order applied once per step and never undone; every Compensated order's applied
-    steps compensated."""
-    problems = []
-    by_order: dict[str, dict[str, dict[str, Any]]] = {}
-    for service in SERVICES:
-        for entry in ledger.get(service, {}).values():
-            by_order.setdefault(entry["orderId"], {})[service] = entry
-    for order_id, order in orders.items():
-        entries = by_order.get(order_id, {})
-        state = order["processState"]
-        if state == "Processed":
-            for service in SERVICES:
-                entry = entries.get(service)
-                if entry is None or entry["applied"] != 1 or entry["compensated"] != 0:
-                    problems.append(f"{order_id} Processed but {service} ledger is {entry}")
-        elif state == "Compensated":
-            for service, entry in entries.items():
-                if entry["applied"] != entry["compensated"]:
-                    problems.append(f"{order_id} Compensated but {service} ledger is {entry}")
-    return problems
 
 
 def _seconds(order: dict[str, Any]) -> float:
@@ -129,11 +169,17 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
             "latencyMs": args.latency_ms,
             "hangMs": int(args.complete_by * 4000),
         }
-        response = sims.post("/faults", json={s: profile for s in SERVICES})
+        response = sims.post("/faults", json={service.name: profile for service in SERVICES})
         if response.status_code != 200:
             raise SystemExit(f"the fault profile was refused: {response.text}")
-        console.print(f"fault profile on every service: {profile}")
-        ids = [f"demo-{uuid.uuid4().hex[:12]}" for _ in range(args.orders)]
+        console.print(f"fault profile on every service ({', '.join(s.name for s in SERVICES)}): {profile}")
+        workflows = {
+            f"demo-{uuid.uuid4().hex[:12]}": workflow for workflow in assign_workflows(args.orders, args.mix)
+        }
+        console.print(
+            "orders per workflow: "
+            + ", ".join(f"{name} {count}" for name, count in Counter(workflows.values()).items())
+        )
 
         def submit(order_id: str) -> int:
             body = {
@@ -144,16 +190,20 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
                     {"sku": "sku-2", "quantity": 3, "unitPrice": 4},
                 ],
                 "currency": "EUR",
+                "workflow": workflows[order_id],
             }
             return api.post("/api/orders", json=body).status_code
 
+        ids = list(workflows)
         started = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             codes = Counter(pool.map(submit, ids))
         if codes.get(202, 0) != len(ids):
             console.print(f"[red]submissions answered {dict(codes)}[/red]")
             return 1
-        orders: dict[str, dict[str, Any]] = {i: {"processState": "Pending"} for i in ids}
+        orders: dict[str, dict[str, Any]] = {
+            i: {"orderId": i, "workflow": workflows[i], "processState": "Pending"} for i in ids
+        }
         with Live(progress_table(orders, 0, len(ids)), console=console, refresh_per_second=4) as live:
             while time.monotonic() - started < args.timeout:
                 pending = [i for i, o in orders.items() if o["processState"] not in TERMINAL]
@@ -175,32 +225,55 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
         devhost.stop()
 
 
+def _percentile(ordered: list[float], share: float) -> float:
+    return ordered[max(int(len(ordered) * share) - 1, 0)]
+
+
 def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed: float) -> int:
-    counts = Counter(o["processState"] for o in orders.values())
-    lost = [i for i, o in orders.items() if o["processState"] not in TERMINAL]
-    finished = [_seconds(o) for o in orders.values() if o["processState"] in TERMINAL and "createdAt" in o]
-    table = Table(title="summary")
+    groups = by_workflow(orders)
+    columns = {**groups, "all": list(orders.values())} if len(groups) > 1 else {"all": list(orders.values())}
+    table = Table(title="summary", caption="latency: from submission to the terminal state")
     table.add_column("")
-    table.add_column("value", justify="right")
+    for name in columns:
+        table.add_column(name, justify="right")
+    counts = {name: Counter(o["processState"] for o in column) for name, column in columns.items()}
+    table.add_row("submitted", *(str(len(column)) for column in columns.values()))
     for state in TERMINAL:
-        table.add_row(state, str(counts.get(state, 0)))
-    table.add_row("not terminal (lost)", str(len(lost)))
-    if finished:
-        ordered = sorted(finished)
-        # Submission (createdAt) to the terminal transition (updatedAt), both written by the workers.
-        table.add_row("latency p50, submission to terminal", f"{statistics.median(ordered):.2f} s")
-        table.add_row("latency p95", f"{ordered[max(int(len(ordered) * 0.95) - 1, 0)]:.2f} s")
-    table.add_row("wall time", f"{elapsed:.1f} s")
+        table.add_row(state, *(str(c.get(state, 0)) for c in counts.values()))
+    lost = [i for i, o in orders.items() if o["processState"] not in TERMINAL]
+    table.add_row(
+        "not terminal (lost)",
+        *(str(sum(o["processState"] not in TERMINAL for o in column)) for column in columns.values()),
+    )
+    # Submission (createdAt) to the terminal transition (updatedAt), both written by the workers.
+    latencies = {
+        name: sorted(_seconds(o) for o in column if o["processState"] in TERMINAL and "createdAt" in o)
+        for name, column in columns.items()
+    }
+    if latencies["all"]:
+        table.add_row(
+            "latency p50",
+            *(f"{statistics.median(s):.2f} s" if s else "-" for s in latencies.values()),
+        )
+        table.add_row(
+            "latency p95", *(f"{_percentile(s, 0.95):.2f} s" if s else "-" for s in latencies.values())
+        )
+    table.add_row("wall time", f"{elapsed:.1f} s", *([""] * (len(columns) - 1)))
     console.print(table)
-    problems = check_ledger(orders, ledger)
+    problems = check_ledger(orders.values(), ledger)
     if problems:
         console.print("[red]ledger check failed:[/red]")
         for problem in problems[:20]:
             console.print(f"  {problem}")
     else:
+        checked = ", ".join(
+            f"{name}: {counts[name].get('Processed', 0)} Processed, {counts[name].get('Compensated', 0)} "
+            "Compensated"
+            for name in groups
+        )
         console.print(
-            "[green]ledger check passed[/green]: every Processed order applied exactly once per step, "
-            "every Compensated order's applied steps compensated"
+            f"[green]ledger check passed[/green] ({checked}): every Processed order's steps applied exactly "
+            "once under their keys and not undone, no Compensated order's step left applied"
         )
     if lost:
         console.print(f"[red]{len(lost)} orders did not reach a terminal state[/red]: {lost[:10]}")

@@ -15,7 +15,10 @@ from azure.servicebus import ServiceBusClient
 
 from devhost import launch
 from engine import queues
+from engine.workflow import WorkflowDefinition
+from orders import catalog
 from servicebus_emulator.launcher import connection_string
+from simulators.ledger_check import check_ledger
 from tests.support import wait_for
 
 # Short timing knobs so recoveries happen in seconds.
@@ -29,7 +32,11 @@ FAST_SETTINGS = {
     "BREAKER_RESET_SECONDS": "1",
 }
 TERMINAL = {"Processed", "Compensated", "Error"}
-SERVICES = ("inventory", "payment", "shipping")
+SERVICES = tuple(service.name for service in catalog.SERVICES)
+# What new orders run: the latest version of each declared workflow.
+WORKFLOWS = [
+    workflow for workflow in catalog.CATALOG.workflows if catalog.CATALOG.current(workflow.name) is workflow
+]
 
 
 @dataclass
@@ -81,8 +88,14 @@ class LocalStack:
         )
 
     # ---- orders --------------------------------------------------------------------------------
-    def submit(self, order_id: str | None = None, **overrides: Any) -> str:
+    def submit(
+        self, order_id: str | None = None, workflow: WorkflowDefinition | None = None, **overrides: Any
+    ) -> str:
+        """Submit an order; ``workflow`` other than the default is named in the body (the default is not,
+        so that a submission naming none keeps being covered)."""
         order_id = order_id or f"o-{uuid.uuid4().hex[:12]}"
+        if workflow is not None and workflow.name != catalog.CATALOG.default:
+            overrides["workflow"] = workflow.name
         body = new_order(order_id, **overrides)
         response = self.api.post("/api/orders", json=body)
         assert response.status_code == 202, response.text
@@ -137,6 +150,20 @@ class LocalStack:
         """This order's ledger entry per service."""
         ledger = self.ledger()
         return {s: e for s in SERVICES for k, e in ledger[s].items() if e["orderId"] == order_id}
+
+    def step_entries(self, order_id: str) -> dict[str, dict[str, Any]]:
+        """This order's ledger entry per step that has one (the key of a step's effect is
+        ``<orderId>:<step>``, on the service the order's workflow version runs the step on)."""
+        order = self.order(order_id)
+        definition = catalog.CATALOG.find(order["workflow"], order["workflowVersion"])
+        assert definition is not None, order
+        ledger = self.ledger()
+        found = {step.name: ledger[step.agent].get(f"{order_id}:{step.name}") for step in definition.steps}
+        return {step: entry for step, entry in found.items() if entry is not None}
+
+    def ledger_problems(self, order_ids: list[str]) -> list[str]:
+        """The ledger check of the demo over these orders (none: every finished order agrees)."""
+        return check_ledger([self.order(order_id) for order_id in order_ids], self.ledger())
 
 
 def new_order(order_id: str | None = None, **overrides: Any) -> dict[str, Any]:

@@ -16,9 +16,12 @@ import pytest
 from azure.data.tables import TableClient
 
 from devhost import azurite
+from engine.workflow import WorkflowDefinition
 from servicebus_emulator.launcher import free_port
+from simulators.ledger_check import check_ledger
 from simulators.table_ledger import ledger_table_name
-from tests.e2e.conftest import LocalStack, start_stack, stop_stack
+from tests.e2e.conftest import WORKFLOWS, LocalStack, start_stack, stop_stack
+from tests.support import service_urls
 
 FUNCTION_KEY = f"function-{uuid.uuid4().hex}"
 SIMULATORS_KEY = f"simulators-{uuid.uuid4().hex}"
@@ -31,13 +34,7 @@ CHARGE = {"orderId": "o-keys", "amount": 10.0, "currency": "EUR"}
 def self_contained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     port = free_port()
     own = f"http://127.0.0.1:{port}/api/sim"
-    env = {
-        "ENABLE_SIMULATORS": "true",
-        "INVENTORY_SERVICE_URL": own,
-        "PAYMENT_SERVICE_URL": own,
-        "SHIPPING_SERVICE_URL": own,
-        "SIMULATORS_KEY": SIMULATORS_KEY,
-    }
+    env = {"ENABLE_SIMULATORS": "true", **service_urls(own), "SIMULATORS_KEY": SIMULATORS_KEY}
     stack = start_stack(
         tmp_path_factory.mktemp("devhost-hosted"),
         workers=1,
@@ -95,22 +92,20 @@ def test_the_simulators_take_only_the_right_keys(self_contained: LocalStack) -> 
     assert "k-function" in keys and not keys & {"k-none", "k-wrong", "k-host", "k-master"}
 
 
-def test_orders_are_processed_against_the_apps_own_simulators(self_contained: LocalStack) -> None:
-    order_id = self_contained.submit()
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
+def test_orders_are_processed_against_the_apps_own_simulators(
+    self_contained: LocalStack, workflow: WorkflowDefinition
+) -> None:
+    order_id = self_contained.submit(workflow=workflow)
     assert self_contained.wait_terminal(order_id)["processState"] == "Processed"
     hosted = self_contained.api.get("/api/sim/ledger", headers=MASTER).json()
-    assert {s: [e["applied"] for e in hosted[s].values() if e["orderId"] == order_id] for s in hosted} == {
-        "inventory": [1],
-        "payment": [1],
-        "shipping": [1],
-    }
+    order = self_contained.order(order_id)
+    assert check_ledger([order], hosted) == []
     # The effects are in the ledger table, where every instance of the app would see them.
     rows = [row for row in ledger_rows(self_contained) if row["OrderId"] == order_id]
-    assert sorted((row["PartitionKey"], row["Applied"], row["Compensated"]) for row in rows) == [
-        ("inventory", 1, 0),
-        ("payment", 1, 0),
-        ("shipping", 1, 0),
-    ]
+    assert sorted(
+        (row["PartitionKey"], row["Key"], row["Applied"], row["Compensated"]) for row in rows
+    ) == sorted((step.agent, f"{order_id}:{step.name}", 1, 0) for step in workflow.steps)
     # The separate simulator process was not used.
     assert not any(e["orderId"] == order_id for s in self_contained.ledger().values() for e in s.values())
 

@@ -1,97 +1,130 @@
-"""The whole system through orders-devhost: every failure mode the pattern must survive."""
+"""The whole system through orders-devhost: every failure mode the pattern must survive, for orders of
+every declared workflow, and the ledger check of the demo over the orders of each test."""
 
 from __future__ import annotations
 
 import os
 import signal
+from itertools import cycle, islice
 
+import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from engine import queues, telemetry
-from tests.e2e.conftest import LocalStack
+from engine.workflow import WorkflowDefinition
+from tests.e2e.conftest import SERVICES, TERMINAL, WORKFLOWS, LocalStack
 from tests.support import wait_for
 
-STEP_NAMES = ["reserve-inventory", "charge-payment", "create-shipment"]
+by_workflow = pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
+
+
+def submit_mix(stack: LocalStack, count: int) -> list[str]:
+    """``count`` orders, the workflows taking turns."""
+    return [stack.submit(workflow=workflow) for workflow in islice(cycle(WORKFLOWS), count)]
+
+
+def assert_ledger_agrees(stack: LocalStack, *order_ids: str) -> None:
+    assert stack.ledger_problems(list(order_ids)) == []
 
 
 def assert_applied_once(stack: LocalStack, order_id: str) -> None:
-    entries = stack.entries(order_id)
-    assert set(entries) == {"inventory", "payment", "shipping"}, entries
-    assert all(e["applied"] == 1 and e["compensated"] == 0 for e in entries.values()), entries
+    """A Processed order whose every step's effect the ledger holds once, not undone."""
+    assert stack.order(order_id)["processState"] == "Processed"
+    assert_ledger_agrees(stack, order_id)
 
 
-def test_happy_path(calm: LocalStack) -> None:
-    order_id = calm.submit()
+def assert_processed_once(stack: LocalStack, order_id: str, timeout: float = 60) -> None:
+    stack.wait_terminal(order_id, timeout=timeout)
+    assert_applied_once(stack, order_id)
+
+
+@by_workflow
+def test_happy_path(calm: LocalStack, workflow: WorkflowDefinition) -> None:
+    order_id = calm.submit(workflow=workflow)
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Processed" and order["failureCount"] == 0
+    assert (order["workflow"], order["workflowVersion"]) == (workflow.name, workflow.version)
     assert order["lockedBy"] is None and order["completeBy"] is None
-    assert [s["name"] for s in order["steps"]] == STEP_NAMES
+    assert [s["name"] for s in order["steps"]] == [step.name for step in workflow.steps]
     assert all(s["state"] == "Completed" and s["attempts"] == 1 for s in order["steps"])
-    assert_applied_once(calm, order_id)
+    assert_ledger_agrees(calm, order_id)
+    entries = calm.step_entries(order_id)
+    assert set(entries) == {step.name for step in workflow.steps}
+    assert all(e == {"orderId": order_id, "applied": 1, "compensated": 0} for e in entries.values()), entries
 
 
-def test_status_messages_carry_the_order_id(calm: LocalStack) -> None:
-    order_id = calm.submit()
+@by_workflow
+def test_status_messages_carry_the_order_id(calm: LocalStack, workflow: WorkflowDefinition) -> None:
+    order_id = calm.submit(workflow=workflow)
     calm.wait_terminal(order_id)
     events = [event for event, _ in calm.status_events(order_id, until="processed")]
-    assert events == ["received", "step-completed", "step-completed", "step-completed", "processed"]
+    assert events == ["received", *["step-completed"] * len(workflow.steps), "processed"]
 
 
 def test_transient_faults_are_retried_transparently(calm: LocalStack) -> None:
-    calm.faults(
-        inventory={"transientRate": 0.5}, payment={"transientRate": 0.5}, shipping={"transientRate": 0.5}
-    )
-    ids = [calm.submit() for _ in range(5)]
+    calm.faults(**{service: {"transientRate": 0.5} for service in SERVICES})
+    ids = submit_mix(calm, 6)
     for order_id in ids:
-        assert calm.wait_terminal(order_id)["processState"] == "Processed"
-        assert_applied_once(calm, order_id)
+        assert_processed_once(calm, order_id)
     stats = calm.simulators.get("/stats").json()
-    assert sum(stats[s]["transient"] for s in ("inventory", "payment", "shipping")) > 0  # faults did happen
+    assert sum(stats[s]["transient"] for s in SERVICES) > 0  # faults did happen
 
 
-def test_hang_past_complete_by_is_recovered_by_the_supervisor(calm: LocalStack) -> None:
-    calm.faults(shipping={"hangRate": 1, "hangMs": 10_000})
-    order_id = calm.submit()
+@by_workflow
+def test_hang_past_complete_by_is_recovered_by_the_supervisor(
+    calm: LocalStack, workflow: WorkflowDefinition
+) -> None:
+    last = len(workflow.steps) - 1
+    calm.faults(**{workflow.steps[last].agent: {"hangRate": 1, "hangMs": 10_000}})
+    order_id = calm.submit(workflow=workflow)
     # A second attempt at the hung step exists only once the Supervisor has recovered the first.
     calm.wait_state(
-        order_id, lambda o: o["steps"][2]["attempts"] >= 2, what="the hung step to be re-dispatched"
+        order_id, lambda o: o["steps"][last]["attempts"] >= 2, what="the hung step to be re-dispatched"
     )
     calm.clear_faults()
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Processed" and order["failureCount"] >= 1
-    assert_applied_once(calm, order_id)
+    assert_ledger_agrees(calm, order_id)
 
 
-def test_lost_replies_do_not_double_the_effect(calm: LocalStack) -> None:
-    calm.faults(payment={"lostReplyRate": 1})
-    order_id = calm.submit()
-    wait_for(lambda: calm.entries(order_id).get("payment"), timeout=30, what="the charge to be applied")
+@by_workflow
+def test_lost_replies_do_not_double_the_effect(calm: LocalStack, workflow: WorkflowDefinition) -> None:
+    step = workflow.steps[1]
+    calm.faults(**{step.agent: {"lostReplyRate": 1}})
+    order_id = calm.submit(workflow=workflow)
+    wait_for(lambda: calm.step_entries(order_id).get(step.name), timeout=30, what="the effect to be applied")
     calm.wait_state(
         order_id, lambda o: o["steps"][1]["attempts"] >= 2 or o["failureCount"] >= 1, what="a retry"
     )
     calm.clear_faults()
-    assert calm.wait_terminal(order_id)["processState"] == "Processed"
-    assert_applied_once(calm, order_id)
+    assert_processed_once(calm, order_id)
 
 
-def test_permanent_failure_at_the_last_step_compensates_in_reverse(calm: LocalStack) -> None:
-    calm.faults(shipping={"permanentRate": 1})
-    order_id = calm.submit()
+@by_workflow
+def test_permanent_failure_at_the_last_step_compensates_in_reverse(
+    calm: LocalStack, workflow: WorkflowDefinition
+) -> None:
+    *earlier, last = workflow.steps
+    calm.faults(**{last.agent: {"permanentRate": 1}})
+    order_id = calm.submit(workflow=workflow)
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
-    assert [s["state"] for s in order["steps"]] == ["Compensated"] * 3
-    entries = calm.entries(order_id)
-    assert entries["inventory"] == {"orderId": order_id, "applied": 1, "compensated": 1}
-    assert entries["payment"] == {"orderId": order_id, "applied": 1, "compensated": 1}
-    assert "shipping" not in entries  # rejected: nothing applied, nothing to undo
+    assert [s["state"] for s in order["steps"]] == ["Compensated"] * len(workflow.steps)
+    entries = calm.step_entries(order_id)
+    assert entries == {step.name: {"orderId": order_id, "applied": 1, "compensated": 1} for step in earlier}
+    assert last.name not in entries  # rejected: nothing applied, nothing to undo
+    assert_ledger_agrees(calm, order_id)
     events = calm.status_events(order_id, until="compensated")
     undone = [step for event, step in events if event == "step-compensated"]
-    assert undone == ["create-shipment", "charge-payment", "reserve-inventory"]
+    assert undone == [step.name for step in reversed(workflow.steps)]
 
 
-def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(calm: LocalStack) -> None:
-    calm.faults(inventory={"hangRate": 1, "hangMs": 10_000})
-    order_id = calm.submit()
+@by_workflow
+def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(
+    calm: LocalStack, workflow: WorkflowDefinition
+) -> None:
+    calm.faults(**{workflow.steps[0].agent: {"hangRate": 1, "hangMs": 10_000}})
+    order_id = calm.submit(workflow=workflow)
     order = calm.wait_terminal(order_id, timeout=90)
     assert order["processState"] == "Error" and order["failureCount"] == 3
     assert any(
@@ -103,34 +136,58 @@ def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(ca
     assert response.status_code == 202, response.text
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Processed" and order["failureCount"] == 0
-    assert_applied_once(calm, order_id)
+    assert_ledger_agrees(calm, order_id)
 
 
-def test_cancel_compensates_an_order_in_flight(calm: LocalStack) -> None:
-    calm.faults(payment={"latencyMs": 1500})
-    order_id = calm.submit()
-    calm.wait_state(order_id, lambda o: o["steps"][1]["state"] == "Running", what="the payment step to run")
+@by_workflow
+def test_cancel_compensates_an_order_in_flight(calm: LocalStack, workflow: WorkflowDefinition) -> None:
+    calm.faults(**{workflow.steps[1].agent: {"latencyMs": 1500}})
+    order_id = calm.submit(workflow=workflow)
+    calm.wait_state(order_id, lambda o: o["steps"][1]["state"] == "Running", what="the second step to run")
     response = calm.act(order_id, "cancel")
     assert response.status_code == 202, response.text
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
-    for service, entry in calm.entries(order_id).items():
-        assert entry["applied"] == entry["compensated"], (service, entry)
+    for step, entry in calm.step_entries(order_id).items():
+        assert entry["applied"] == entry["compensated"], (step, entry)
+    assert_ledger_agrees(calm, order_id)
     assert calm.act(order_id, "cancel").status_code == 409
 
 
 def test_two_workers_never_process_an_order_twice(calm: LocalStack) -> None:
     assert len(calm.state["workers"]) == 2
-    ids = [calm.submit() for _ in range(20)]
+    ids = submit_mix(calm, 20)
     for order_id in ids:
         order = calm.wait_terminal(order_id)
         assert order["processState"] == "Processed"
         # A step is dispatched again only after the Supervisor recovered it, which counts a failure.
         assert order["failureCount"] > 0 or all(s["attempts"] == 1 for s in order["steps"]), order
-        assert_applied_once(calm, order_id)
+    assert_ledger_agrees(calm, *ids)
     # Both workers took part.
     logs = [calm.worker_log(1), calm.worker_log(2)]
     assert all("claimed" in log or "replied" in log for log in logs)
+
+
+def test_a_mix_of_workflows_under_every_fault_at_once_leaves_the_ledger_consistent(calm: LocalStack) -> None:
+    """The demo in small: transient and permanent faults, hangs past complete-by and lost replies on every
+    service at once, orders of every workflow; each ends, and the ledger agrees with how it ended."""
+    profile = {
+        "transientRate": 0.15,
+        "permanentRate": 0.05,
+        "hangRate": 0.05,
+        "lostReplyRate": 0.1,
+        "latencyMs": 20,
+        "hangMs": 6_000,  # twice STEP_COMPLETE_BY_SECONDS: the Supervisor must recover the step
+    }
+    calm.faults(**dict.fromkeys(SERVICES, profile))
+    ids = submit_mix(calm, 8 * len(WORKFLOWS))
+    orders = [calm.wait_terminal(order_id, timeout=120) for order_id in ids]
+    calm.clear_faults()
+    assert all(order["processState"] in TERMINAL for order in orders)
+    assert {order["workflow"] for order in orders} == {workflow.name for workflow in WORKFLOWS}
+    assert_ledger_agrees(calm, *ids)
+    stats = calm.simulators.get("/stats").json()
+    assert sum(stats[s]["lostReply"] + stats[s]["transient"] for s in SERVICES) > 0
 
 
 def test_a_poison_message_is_dead_lettered_and_workers_keep_going(calm: LocalStack) -> None:
@@ -161,8 +218,8 @@ def test_a_poison_message_is_dead_lettered_and_workers_keep_going(calm: LocalSta
 
 
 def test_a_worker_killed_mid_batch_loses_no_order(calm: LocalStack) -> None:
-    calm.faults(inventory={"latencyMs": 300}, payment={"latencyMs": 300}, shipping={"latencyMs": 300})
-    ids = [calm.submit() for _ in range(12)]
+    calm.faults(**{service: {"latencyMs": 300} for service in SERVICES})
+    ids = submit_mix(calm, 12)
     victim = calm.state["workers"][1]["pid"]
     wait_for(lambda: "claimed" in calm.worker_log(2), timeout=20, what="worker 2 to be busy")
     os.kill(victim, signal.SIGKILL)
@@ -170,4 +227,4 @@ def test_a_worker_killed_mid_batch_loses_no_order(calm: LocalStack) -> None:
     calm.clear_faults()
     for order_id in ids:
         assert calm.wait_terminal(order_id, timeout=90)["processState"] == "Processed"
-        assert_applied_once(calm, order_id)
+    assert_ledger_agrees(calm, *ids)
