@@ -81,13 +81,13 @@ var serviceList = [for service in items(services): service.value]
 var serviceUrlEntries = filter(split(replace(serviceUrls, ' ', ''), ','), entry => !empty(entry))
 // The service each entry names. A name no service has stops the deployment here: ARM reports that the
 // property '<name>' does not exist and lists the declared names.
-var serviceUrlNames = [for entry in serviceUrlEntries: services[first(split(entry, '='))].name]
-var serviceUrlGiven = [
+var entryServiceNames = [for entry in serviceUrlEntries: services[first(split(entry, '='))].name]
+var entryUrls = [
   for entry in serviceUrlEntries: contains(entry, '=') ? substring(entry, indexOf(entry, '=') + 1) : ''
 ]
 // Per declared service, the URL SERVICE_URLS gives it, or '' for the simulators this app hosts.
 var givenServiceUrls = [
-  for service in serviceList: contains(serviceUrlNames, service.name) ? serviceUrlGiven[indexOf(serviceUrlNames, service.name)] : ''
+  for service in serviceList: contains(entryServiceNames, service.name) ? entryUrls[indexOf(entryServiceNames, service.name)] : ''
 ]
 var useSimulators = contains(givenServiceUrls, '')
 // One <NAME>_SERVICE_URL setting per service. Bicep builds an object with computed keys with toObject(),

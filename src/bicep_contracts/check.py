@@ -774,9 +774,12 @@ class FileChecker:
         return None
 
     def _walk_expanded(self, expr: Expr) -> Iterator[Expr]:
+        """``expr`` and everything in it; a loop over a known array gives its items, not its body."""
         yield expr
-        items = self._items(expr) if isinstance(expr, Loop) else None
-        children = _children(expr) if items is None or not isinstance(expr, Loop) else (expr.source, *items)
+        if isinstance(expr, Loop) and (items := self._items(expr)) is not None:
+            children: tuple[Expr, ...] = (expr.source, *items)
+        else:
+            children = _children(expr)
         for child in children:
             yield from self._walk_expanded(child)
 

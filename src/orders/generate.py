@@ -1,7 +1,7 @@
 """Write the files derived from the declaration (:mod:`orders.catalog`), or check that they are up to date.
 
     python -m orders.generate            # rewrite them (make generate)
-    python -m orders.generate --check    # exit 1 naming every file that is behind (make test runs it)
+    python -m orders.generate --check    # exit 1 naming every file that is behind (tests/test_generated.py)
 
 The files, relative to the repository root:
 

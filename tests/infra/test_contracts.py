@@ -151,8 +151,8 @@ def test_infra_without_the_generated_catalog_fails(infra_copy: Path) -> None:
 def test_a_property_the_catalog_does_not_have_is_caught_through_a_loop(infra_copy: Path) -> None:
     _edit(
         infra_copy / "app" / "function-app.bicep",
-        "contains(serviceUrlNames, service.name)",
-        "contains(serviceUrlNames, service.nme)",
+        "contains(entryServiceNames, service.name)",
+        "contains(entryServiceNames, service.nme)",
     )
     (finding,) = check_tree(infra_copy, CONTRACTS)
     assert finding.message.startswith("no property 'nme' in this object (it has functionName, name, queue")
