@@ -125,13 +125,19 @@ def by_workflow(orders: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, A
     return {name: groups[name] for name in CATALOG.names if name in groups}
 
 
+def table_columns(orders: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A column per workflow, and one for all the orders when there are several."""
+    groups = by_workflow(orders)
+    return groups if len(groups) == 1 else {**groups, "all": list(orders.values())}
+
+
 def progress_table(orders: dict[str, dict[str, Any]], elapsed: float, submitted: int) -> Table:
     """Per workflow, counts per ProcessState, and how much recovery work it took so far."""
-    groups = by_workflow(orders)
-    columns = [*groups.values(), list(orders.values())] if len(groups) > 1 else [list(orders.values())]
+    named = table_columns(orders)
+    columns = list(named.values())
     table = Table(title=f"{submitted} orders, {elapsed:.0f} s")
     table.add_column("")
-    for name in [*groups, "all"] if len(groups) > 1 else ["all"]:
+    for name in named:
         table.add_column(name, justify="right")
     counts = [Counter(o.get("processState", "Pending") for o in column) for column in columns]
     for state in STATES:
@@ -230,9 +236,8 @@ def _percentile(ordered: list[float], share: float) -> float:
 
 
 def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed: float) -> int:
-    groups = by_workflow(orders)
-    columns = {**groups, "all": list(orders.values())} if len(groups) > 1 else {"all": list(orders.values())}
-    table = Table(title="summary", caption="latency: from submission to the terminal state")
+    columns = table_columns(orders)
+    table = Table(title="summary", caption="latency: submission to terminal state")
     table.add_column("")
     for name in columns:
         table.add_column(name, justify="right")
@@ -250,7 +255,7 @@ def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed
         name: sorted(_seconds(o) for o in column if o["processState"] in TERMINAL and "createdAt" in o)
         for name, column in columns.items()
     }
-    if latencies["all"]:
+    if any(latencies.values()):
         table.add_row(
             "latency p50",
             *(f"{statistics.median(s):.2f} s" if s else "-" for s in latencies.values()),
@@ -266,11 +271,13 @@ def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed
         for problem in problems[:20]:
             console.print(f"  {problem}")
     else:
-        checked = ", ".join(
-            f"{name}: {counts[name].get('Processed', 0)} Processed, {counts[name].get('Compensated', 0)} "
-            "Compensated"
-            for name in groups
-        )
+        per_workflow = []
+        for name, group in by_workflow(orders).items():
+            states = Counter(o["processState"] for o in group)
+            per_workflow.append(
+                f"{name}: {states['Processed']} Processed, {states['Compensated']} Compensated"
+            )
+        checked = ", ".join(per_workflow)
         console.print(
             f"[green]ledger check passed[/green] ({checked}): every Processed order's steps applied exactly "
             "once under their keys and not undone, no Compensated order's step left applied"
