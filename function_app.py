@@ -237,6 +237,12 @@ async def supervisor(timer: func.TimerRequest) -> None:
     await (await runtime()).supervisor.sweep()
 
 
+@app.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
+async def retention(timer: func.TimerRequest) -> None:
+    """Purge orders finished longer ago than ORDER_RETENTION, in bounded batches."""
+    await (await runtime()).retention.run()
+
+
 # ---- Remote-service simulators, for a deployment with no real remote services (ENABLE_SIMULATORS=true) ----
 # Two functions with different keys: the services' calls need SIMULATORS_KEY (the agents send it; the
 # simulators check it), the controls (faults, ledger, stats, health) the host's master key. Their

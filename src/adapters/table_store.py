@@ -1,25 +1,51 @@
 """The state store on Azure Table Storage (Azurite locally).
 
-Two tables:
+Three tables:
 
-- The state table. PartitionKey is a shard (``s00``..``s{N-1}``) derived from the OrderID, so a task's
-  records share a partition and change together in one entity-group transaction:
+- The state table holds the live records. PartitionKey is a shard (``s00``..``s{N-1}``) derived from the
+  OrderID, so a task's records share a partition and change together in one entity-group transaction:
   ``order|<id>|state`` - the task state record (``OrderID``, ``LockedBy``, ``CompleteBy``,
   ``ProcessState``, ``FailureCount``, ...); ``order|<id>|input`` - the submitted body;
   ``order|<id>|step|NN`` - one record per step; ``audit|<id>|<time>|<n>`` - one audit entry per
   operator action or automatic Error, written in the transaction that makes the change (outside the
-  ``order|<id>|`` range, so loading a task never reads its history).
+  ``order|<id>|`` range, so loading a task never reads its history); ``index|<ProcessState>|<time>|<id>``
+  - the task's entry in the listing by state, a copy of the state record written in every transaction
+  that writes the state record (whose ``IndexKey`` names it; a change of state deletes the old entry and
+  writes the new one). Listing or counting one state reads that state's entries only, and an entry and
+  its task can never disagree.
 - The watch table (``<state table>watch``): one small entry per in-flight task, keyed by shard and
   OrderID, holding a CompleteBy that is never later than the task's own. The Supervisor's sweep reads
   only this table, one range query per shard, so its cost follows the in-flight work however much
-  completed history the state table holds (even on an emulator that scans a whole table per query).
+  completed history there is (even on an emulator that scans a whole table per query).
+- The history table (``<state table>history``): finished tasks (Processed, Compensated), moved there by
+  the Supervisor when it drops their watch entry, kept for the retention period, then purged by the
+  clean-up. Same shards: ``order|<id>`` - the whole task in one entity (state, steps, input: one point
+  read); ``index|<ProcessState>|<finished>|<id>`` - its listing entry, keyed by the time it finished, so
+  the clean-up finds what expired with one range query; ``audit|<id>|...`` - its audit entries;
+  ``count`` - how many finished tasks of each state the shard holds, changed in the transaction that adds
+  or purges a task (by the Supervisor and the clean-up, never on an order's own path). A purged task
+  leaves a tombstone (``order|<id>``, a few properties) and a ``gone|<until>|<id>`` entry; both go once
+  ``<until>`` passes, and until then the id is refused.
+
+The live table holds live work only (in flight, in Error, finished in the last sweep interval), so what
+reads it costs in proportion to live work on Azure and on Azurite alike (Azurite runs every query as a
+scan of the whole table); the history is read by key (one order's GET, the counts, the submission's
+check), and by range only for a listing of a finished state and by the clean-up.
 
 The watch entry is written before the task first becomes in flight (submission, resubmission) and is
 otherwise maintained by the Supervisor: an entry whose time has come but whose task is still running
-is moved to the task's current CompleteBy, and one whose task has finished is removed. Because every
-transition sets CompleteBy later than the previous one, the entry stays a lower bound, and a step
-transition costs at most two table operations: the load (one query) and the save (one transaction); the
-Scheduler skips the load when its message carries the task as saved (see ``engine.saved_task``).
+is moved to the task's current CompleteBy, and one whose task has finished is removed, after the task is
+moved to the history. Because every transition sets CompleteBy later than the previous one, the entry
+stays a lower bound, and a step transition costs at most two table operations: the load (one query) and
+the save (one transaction); the Scheduler skips the load when its message carries the task as saved (see
+``engine.saved_task``).
+
+A submission checks the history for the id, so a finished task moved there is not submitted again as a
+new one: it inserts the watch entry, then writes the task and reads the history's ``order|<id>`` at the
+same time. That is safe because a finished task leaves the live table only after its history copy is
+written and before its watch entry is deleted: if the insert succeeded, no earlier task with the id can
+still be on its way out. If an entry was there, the read comes after the write; a task written when the
+history had the id is deleted again before anything is sent.
 
 The store uses the asynchronous clients (``azure.data.tables.aio``, on azure-core's aiohttp transport), so
 a slow table service holds no thread. Like every aio client, they belong to the event loop they are
@@ -28,15 +54,18 @@ first used on.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
 import threading
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,11 +78,14 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 from adapters.table_batch import submit_transaction
 from engine.deadletters import DeadLetterAction
 from engine.errors import ConcurrencyError, InvalidContinuation
-from engine.ports import CreateOutcome, ExpiredEntry, Page, StateCounts
+from engine.ports import CreateOutcome, ExpiredEntry, Page, PurgeReport, StateCounts
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
+
+log = logging.getLogger("adapters.table_store")
 
 # The task-state rows of one shard (@pk), for queries over tasks rather than one task's key range.
 _STATE_ROWS = "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' and Kind eq 'state'"
+_RANGE = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
 _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
 _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
@@ -61,6 +93,14 @@ _AUDIT_FIELDS = [field.alias or name for name, field in AuditEntry.model_fields.
 _DEAD_LETTER_FIELDS = [field.alias or name for name, field in DeadLetterAction.model_fields.items()]
 # The partition of dead-letter actions that name no known task (outside the s00.. shards).
 DEAD_LETTER_PARTITION = "deadletters"
+# Entities per entity-group transaction (Azure's limit).
+_BATCH = 100
+# The states the history holds.
+FINISHED = tuple(state for state in ProcessState if state.finished)
+# A shard's tally of finished tasks in the history.
+_TALLY = "count"
+_RACES = 5  # attempts at a write that loses a race on a shared row (a tally) before giving up for now
+_IF_MATCH = {"match_condition": MatchConditions.IfNotModified}
 
 
 class OperationCounter:
@@ -84,6 +124,7 @@ class OperationCounter:
 # Names the operation counter files requests under.
 STATE = "state"
 WATCH = "watch"
+HISTORY = "history"
 
 
 def env_settings_in_use(environ: Mapping[str, str] | None = None) -> bool:
@@ -105,9 +146,19 @@ def watch_table_name(table_name: str) -> str:
     return f"{table_name}watch"
 
 
+def history_table_name(table_name: str) -> str:
+    """The history table (finished tasks, for the retention period) that goes with a state table."""
+    return f"{table_name}history"
+
+
 def shard_of(order_id: str, shards: int) -> str:
     """The partition a task lives in: stable for an id, spread evenly."""
     return f"s{zlib.crc32(order_id.encode()) % shards:02d}"
+
+
+def _stamp(at: datetime) -> str:
+    """A time as a fixed-width string that sorts as the time does."""
+    return at.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 def _state_key(order_id: str) -> str:
@@ -126,8 +177,63 @@ def _audit_prefix(order_id: str) -> str:
     return f"audit|{order_id}|"
 
 
+def listing_key(state: ProcessState, since: datetime, order_id: str) -> str:
+    """A task's entry in the listing of ``state``, which it entered at ``since``: a shard's entries of one
+    state are one key range, oldest first."""
+    return f"index|{state.value}|{_stamp(since)}|{order_id}"
+
+
+def _listing_range(state: ProcessState, before: datetime | None = None) -> tuple[str, str]:
+    prefix = f"index|{state.value}|"
+    return prefix, prefix + (_stamp(before) if before is not None else "~")
+
+
+def _listed_state(key: str) -> str:
+    return key.split("|", 2)[1]
+
+
+def _archive_key(order_id: str) -> str:
+    return f"order|{order_id}"
+
+
+def _gone_key(until: datetime, order_id: str) -> str:
+    return f"gone|{_stamp(until)}|{order_id}"
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i : i + _BODY_CHUNK] for i in range(0, len(text), _BODY_CHUNK)] or [""]
+
+
+def _joined(entity: Mapping[str, Any], prefix: str) -> str:
+    return "".join(entity.get(f"{prefix}{i}", "") for i in range(int(entity.get(f"{prefix}Chunks", 0))))
+
+
+def _etag(entity: Any) -> str:
+    return str(entity.metadata.get("etag") or "")
+
+
+def _conflict(exc: TableTransactionError) -> bool:
+    """The transaction was refused because an entity changed, appeared or went meanwhile."""
+    return exc.status_code in (404, 409, 412)
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """What one page of :meth:`TableStateStore.index_page` did."""
+
+    read: int = 0  # task records read
+    indexed: int = 0  # live tasks given their listing entry
+    archived: int = 0  # finished tasks moved to the history
+    skipped: int = 0  # changed or busy meanwhile: indexed by their own next save, or by a run again
+    continuation: str | None = None  # where the shard goes on; None: the shard is done
+
+
 class TableStateStore:
-    """:class:`engine.ports.StateStore` on one Azure table."""
+    """:class:`engine.ports.StateStore` on the live state table, the watch table and the history table.
+
+    ``history`` may be left out only by code that uses the entity mapping or the live records alone (it
+    is then not checked at submission, and nothing can be archived or purged).
+    """
 
     def __init__(
         self,
@@ -135,48 +241,86 @@ class TableStateStore:
         watch: TableClient,
         shards: int = 8,
         counter: OperationCounter | None = None,
+        history: TableClient | None = None,
     ) -> None:
         if not 1 <= shards <= 100:
             raise ValueError("shards must be between 1 and 100")
         self.table = table
         self.watch = watch
+        self.history = history
         self.shards = shards
         self.counter = counter or OperationCounter()
+        # Each shard's tally as last read or written here (ETag, counts): a stale one costs one refused
+        # transaction and a read.
+        self._tallies: dict[str, tuple[str, dict[str, int]]] = {}
 
     @classmethod
     async def from_service(
         cls, service: TableServiceClient, table_name: str, shards: int = 8
     ) -> TableStateStore:
-        """A store on ``table_name`` and its watch table, creating both if missing (Bicep does in Azure)."""
-        watch_name = watch_table_name(table_name)
-        for name in (table_name, watch_name):
+        """A store on ``table_name`` and its watch and history tables, creating them if missing (Bicep does
+        in Azure)."""
+        names = (table_name, watch_table_name(table_name), history_table_name(table_name))
+        for name in names:
             with contextlib.suppress(ResourceExistsError):
                 await service.create_table(name)
-        return cls(service.get_table_client(table_name), service.get_table_client(watch_name), shards)
+        table, watch, history = (service.get_table_client(name) for name in names)
+        return cls(table, watch, shards, history=history)
 
     async def close(self) -> None:
-        """Close both table clients (and their connections)."""
+        """Close the table clients (and their connections)."""
         await self.table.close()
         await self.watch.close()
+        if self.history is not None:
+            await self.history.close()
+
+    def _history(self) -> TableClient:
+        if self.history is None:
+            raise RuntimeError("this store has no history table")
+        return self.history
 
     # ---- entity mapping --------------------------------------------------------------------------
     def _pk(self, order_id: str) -> str:
         return shard_of(order_id, self.shards)
 
-    def _state_entity(self, record: TaskRecord) -> dict[str, Any]:
-        state = record.state
-        entity: dict[str, Any] = {
-            "PartitionKey": self._pk(state.order_id),
-            "RowKey": _state_key(state.order_id),
-            "Kind": "state",
-            "Watched": state.process_state.in_flight and state.complete_by is not None,
-        }
+    def _state_properties(self, state: TaskState) -> dict[str, Any]:
+        entity: dict[str, Any] = {"PartitionKey": self._pk(state.order_id)}
         for name, alias in _STATE_FIELDS.items():
             value = getattr(state, name)
             if value is None:
                 continue  # Table storage has no nulls: a missing property reads back as None
             entity[alias] = value.value if hasattr(value, "value") else value
         return entity
+
+    def _state_entity(self, record: TaskRecord) -> dict[str, Any]:
+        state = record.state
+        entity = self._state_properties(state)
+        entity["RowKey"] = _state_key(state.order_id)
+        entity["Kind"] = "state"
+        entity["Watched"] = state.process_state.in_flight and state.complete_by is not None
+        return entity
+
+    def _listing_key(self, record: TaskRecord) -> str:
+        """The task's listing entry for its state now: the one it has while its state stays the same."""
+        state = record.state
+        listed = record.listed
+        if listed is not None and _listed_state(listed) == state.process_state.value:
+            return listed
+        return listing_key(state.process_state, state.updated_at, state.order_id)
+
+    def _listing_operations(self, record: TaskRecord, state_entity: dict[str, Any]) -> list[Any]:
+        """Set the state record's ``IndexKey`` and return the operations that keep the listing with it: the
+        entry (a copy of the state record) written, and the previous state's entry deleted."""
+        key = self._listing_key(record)
+        state_entity["IndexKey"] = key
+        entry = {**state_entity, "RowKey": key, "Kind": "index"}
+        del entry["Watched"]
+        operations: list[Any] = [("upsert", entry, {"mode": UpdateMode.REPLACE})]
+        if record.listed is not None and record.listed != key:
+            operations.append(
+                ("delete", {"PartitionKey": state_entity["PartitionKey"], "RowKey": record.listed})
+            )
+        return operations
 
     def _step_entity(self, order_id: str, step: StepState) -> dict[str, Any]:
         entity: dict[str, Any] = {
@@ -196,7 +340,7 @@ class TableStateStore:
 
     def _input_entity(self, record: TaskRecord) -> dict[str, Any]:
         body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
-        chunks = [body[i : i + _BODY_CHUNK] for i in range(0, len(body), _BODY_CHUNK)] or [""]
+        chunks = _chunks(body)
         entity: dict[str, Any] = {
             "PartitionKey": self._pk(record.order_id),
             "RowKey": _input_key(record.order_id),
@@ -216,21 +360,74 @@ class TableStateStore:
             "CompleteBy": state.complete_by,
         }
 
+    def archive_entities(
+        self, record: TaskRecord, audited: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A finished task as the history keeps it: the task in one entity, and its listing entry (also for
+        tools that fill a history directly, with :meth:`tally_entity` for the shard's count)."""
+        state = record.state
+        key = listing_key(state.process_state, state.updated_at, state.order_id)
+        summary = {**self._state_properties(state), "IndexKey": key, "Audited": audited}
+        steps = json.dumps(
+            [step.model_dump(mode="json", by_alias=True, exclude_none=True) for step in record.steps],
+            separators=(",", ":"),
+        )
+        body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
+        archive: dict[str, Any] = {
+            **summary,
+            "RowKey": _archive_key(state.order_id),
+            "Kind": "archive",
+            "BodyHash": record.input_hash,
+        }
+        for prefix, text in (("Steps", steps), ("Body", body)):
+            chunks = _chunks(text)
+            archive[f"{prefix}Chunks"] = len(chunks)
+            for i, chunk in enumerate(chunks):
+                archive[f"{prefix}{i}"] = chunk
+        return archive, {**summary, "RowKey": key, "Kind": "index"}
+
     @staticmethod
-    def _to_state(entity: dict[str, Any]) -> TaskState:
+    def _to_state(entity: Mapping[str, Any]) -> TaskState:
         values = {alias: entity[alias] for alias in _STATE_FIELDS.values() if entity.get(alias) is not None}
         return TaskState.model_validate(values)
 
     @staticmethod
-    def _to_step(entity: dict[str, Any]) -> StepState:
+    def _to_step(entity: Mapping[str, Any]) -> StepState:
         values = {alias: entity[alias] for alias in _STEP_FIELDS.values() if entity.get(alias) is not None}
         if "Result" in values:
             values["Result"] = json.loads(values["Result"])
         return StepState.model_validate(values)
 
-    # ---- operations ------------------------------------------------------------------------------
+    def _from_archive(self, entity: TableEntity) -> TaskRecord:
+        steps = [StepState.model_validate(step) for step in json.loads(_joined(entity, "Steps"))]
+        body = _joined(entity, "Body")
+        return TaskRecord(
+            state=self._to_state(entity),
+            steps=steps,
+            input=json.loads(body) if body else {},
+            input_hash=entity["BodyHash"],
+            etags={_archive_key(entity["OrderID"]): _etag(entity)},
+            archived=True,
+        )
+
+    def _audit_entity(self, order_id: str, entry: AuditEntry, n: int) -> dict[str, Any]:
+        # Time first so a range query returns the history in order; a random tail keeps two entries
+        # written in the same microsecond (two instances) apart.
+        entity: dict[str, Any] = {
+            "PartitionKey": self._pk(order_id),
+            "RowKey": f"{_audit_prefix(order_id)}{_stamp(entry.at)}|{n:02d}{uuid.uuid4().hex[:8]}",
+            "Kind": "audit",
+            "OrderID": order_id,
+        }
+        for alias, value in entry.model_dump(by_alias=True, mode="python").items():
+            if value is not None:
+                entity[alias] = value.value if hasattr(value, "value") else value
+        return entity
+
+    # ---- submission ------------------------------------------------------------------------------
     async def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
-        """Watch the task, then write its input, state and steps in one transaction (all or nothing).
+        """Watch the task, then write its input, state, steps and listing entry in one transaction (all or
+        nothing), checking the history for the id (see the module's docstring).
 
         The watch entry goes first: a crash in between leaves an entry the Supervisor removes, while the
         other order could leave a Pending task nobody watches. A submission refused because the order
@@ -242,38 +439,110 @@ class TableStateStore:
             ("create", state_entity),
             *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
         ]
+        operations += [("create", entity) for _, entity, *_ in self._listing_operations(record, state_entity)]
         # Insert only: an entry already there is the task's own (or one left by a crash before its
         # transaction), and never later than that task's CompleteBy; moving it would break that bound.
         added = await self._add_watch(record.state) if state_entity["Watched"] else None
-        try:
-            self.counter.add(table=STATE, entities=len(operations))
-            results = await submit_transaction(self.table, operations)
-        except TableTransactionError as exc:
-            if exc.status_code != 409:
-                raise
-            existing = await self.load(record.order_id)
-            if added is not None and existing is not None and not existing.indexed:
-                # The order exists and is not watched (it has finished): a refused or repeated
-                # submission leaves nothing behind.
-                await self._remove_watch(record.order_id, added)
-            if existing is None:  # deleted in between: extremely unlikely; report as a conflict
-                return CreateOutcome.EXISTS_DIFFERENT, record
-            same = existing.input_hash == record.input_hash
-            return (CreateOutcome.EXISTS_SAME if same else CreateOutcome.EXISTS_DIFFERENT), existing
+        for _ in range(_RACES):
+            if added is not None and self.history is not None:
+                # No watch entry was there: no earlier task with this id is still leaving the live table,
+                # so the history can be read at the same time as the task is written.
+                written, found = await asyncio.gather(
+                    self._create_live(operations), self._read_archive(record.order_id)
+                )
+            else:
+                written = await self._create_live(operations)
+                found = None
+                if written is not None and self.history is not None:
+                    found = await self._read_archive(record.order_id)
+            if written is not None and found is None:
+                break
+            if written is not None:
+                # The id is in the history: take the new task back, as if never written.
+                await self._delete_created(record.order_id, operations)
+            answer = await self._existing(record, added, found if written is not None else None)
+            if answer is not None:
+                return answer
+            # Gone in between (another submission of the id took its own write back): try again.
+        else:
+            raise ConcurrencyError(record.order_id)
         # The transaction's answer carries every new ETag: no need to read the task back.
-        for (_, entity), result in zip(operations, results, strict=True):
-            if entity.get("Kind") in ("state", "step"):
+        for (_, entity), result in zip(operations, written, strict=True):
+            if entity.get("Kind") in ("state", "step", "input"):
                 record.etags[entity["RowKey"]] = result["etag"]
         record.indexed = bool(state_entity["Watched"])
+        record.listed = state_entity["IndexKey"]
         record.mark_saved()
         return CreateOutcome.CREATED, record
 
+    async def _existing(
+        self, record: TaskRecord, added: str | None, found: TableEntity | None
+    ) -> tuple[CreateOutcome, TaskRecord] | None:
+        """The answer to a submission of an id that is taken: from the history if it has the id (it
+        holds finished tasks, and a tombstone refuses any input), else from the live task; None if neither
+        has it any more. A watch entry this submission added goes again."""
+        order_id = record.order_id
+        if found is None and self.history is not None:
+            found = await self._read_archive(order_id)
+        existing: TaskRecord | None = None
+        if found is None:
+            existing = await self._load_live(order_id)
+            if existing is None:
+                return None
+        if added is not None and (existing is None or not existing.indexed):
+            # The order is not watched (it has finished): a refused or repeated submission leaves
+            # nothing behind.
+            await self._remove_watch(order_id, added)
+        if found is not None:
+            if found.get("Kind") != "archive":
+                return CreateOutcome.PURGED, record
+            existing = self._from_archive(found)
+        assert existing is not None
+        same = existing.input_hash == record.input_hash
+        return (CreateOutcome.EXISTS_SAME if same else CreateOutcome.EXISTS_DIFFERENT), existing
+
+    async def _create_live(self, operations: list[Any]) -> list[Mapping[str, Any]] | None:
+        """The new task's transaction; None if the task is there already."""
+        try:
+            self.counter.add(table=STATE, entities=len(operations))
+            return await submit_transaction(self.table, operations)
+        except TableTransactionError as exc:
+            if exc.status_code != 409:
+                raise
+            return None
+
+    async def _delete_created(self, order_id: str, operations: list[Any]) -> None:
+        """Delete what :meth:`create` has just written (nothing was sent about it yet)."""
+        deletes = [
+            ("delete", {"PartitionKey": e["PartitionKey"], "RowKey": e["RowKey"]}) for _, e in operations
+        ]
+        self.counter.add(table=STATE, entities=len(deletes))
+        await submit_transaction(self.table, deletes)
+        log.info("order %s was submitted again after it finished; its history answered", order_id)
+
+    async def _read_archive(self, order_id: str) -> TableEntity | None:
+        """The history's entity for the id: the finished task, its tombstone, or None."""
+        self.counter.add(table=HISTORY, entities=1)
+        try:
+            return await self._history().get_entity(self._pk(order_id), _archive_key(order_id))
+        except ResourceNotFoundError:
+            return None
+
+    # ---- one task --------------------------------------------------------------------------------
     async def load(self, order_id: str) -> TaskRecord | None:
-        """One query over the task's key range."""
+        """One query over the task's key range in the live table; a task no longer there is read from the
+        history (one point read)."""
+        record = await self._load_live(order_id)
+        if record is not None or self.history is None:
+            return record
+        found = await self._read_archive(order_id)
+        return self._from_archive(found) if found is not None and found.get("Kind") == "archive" else None
+
+    async def _load_live(self, order_id: str) -> TaskRecord | None:
         entities = [
             entity
             async for entity in self.table.query_entities(
-                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                _RANGE,
                 parameters={
                     "pk": self._pk(order_id),
                     "lo": f"order|{order_id}|",
@@ -288,10 +557,10 @@ class TableStateStore:
             return None
         steps = sorted((self._to_step(e) for e in entities if e.get("Kind") == "step"), key=lambda s: s.index)
         body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
-        etags = {_state_key(order_id): state_entity.metadata["etag"] or ""}
+        etags = {_state_key(order_id): _etag(state_entity), _input_key(order_id): _etag(input_entity)}
         for e in entities:
             if e.get("Kind") == "step":
-                etags[e["RowKey"]] = e.metadata["etag"] or ""
+                etags[e["RowKey"]] = _etag(e)
         return TaskRecord(
             state=self._to_state(state_entity),
             steps=steps,
@@ -299,21 +568,26 @@ class TableStateStore:
             input_hash=input_entity["BodyHash"],
             etags=etags,
             indexed=bool(state_entity.get("Watched")),
+            listed=state_entity.get("IndexKey"),
         )
 
     async def save(self, record: TaskRecord) -> TaskRecord:
-        """The state, the changed steps and the index entry, in one ETag-conditional transaction."""
+        """The state, the changed steps, the audit entries and the listing entry, in one transaction
+        conditional on the ETags of the state and the changed steps."""
         order_id = record.order_id
+        state_etag = record.etags.get(_state_key(order_id))
+        if record.archived or state_etag is None:
+            raise ConcurrencyError(order_id)  # a finished task from the history is never saved again
         state_entity = self._state_entity(record)
-        conditional = {"mode": UpdateMode.REPLACE, "match_condition": MatchConditions.IfNotModified}
-        operations: list[Any] = [
-            ("update", state_entity, {**conditional, "etag": record.etags[_state_key(order_id)]})
-        ]
+        conditional = {"mode": UpdateMode.REPLACE, **_IF_MATCH}
+        listing = self._listing_operations(record, state_entity)
+        operations: list[Any] = [("update", state_entity, {**conditional, "etag": state_etag})]
         for index in record.changed_steps():
             entity = self._step_entity(order_id, record.steps[index])
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
         for n, entry in enumerate(record.pending_audit()):
             operations.append(("create", self._audit_entity(order_id, entry, n)))
+        operations += listing
         if state_entity["Watched"] and not record.indexed:
             await self._put_watch(
                 record.state
@@ -322,61 +596,106 @@ class TableStateStore:
             self.counter.add(table=STATE, entities=len(operations))
             results = await submit_transaction(self.table, operations)
         except TableTransactionError as exc:
-            if exc.status_code in (404, 409, 412):
+            if _conflict(exc):
                 raise ConcurrencyError(order_id) from exc
             raise
         for (_, entity, *_), result in zip(operations, results, strict=False):
             if entity["RowKey"] in record.etags and result.get("etag"):
                 record.etags[entity["RowKey"]] = result["etag"]
         record.indexed = bool(state_entity["Watched"])
+        record.listed = state_entity["IndexKey"]
         record.mark_saved()
         return record
 
-    def _audit_entity(self, order_id: str, entry: AuditEntry, n: int) -> dict[str, Any]:
-        # Time first so a range query returns the history in order; a random tail keeps two entries
-        # written in the same microsecond (two instances) apart.
-        stamp = entry.at.strftime("%Y%m%dT%H%M%S%fZ")
-        entity: dict[str, Any] = {
-            "PartitionKey": self._pk(order_id),
-            "RowKey": f"{_audit_prefix(order_id)}{stamp}|{n:02d}{uuid.uuid4().hex[:8]}",
-            "Kind": "audit",
-            "OrderID": order_id,
-        }
-        for alias, value in entry.model_dump(by_alias=True, mode="python").items():
-            if value is not None:
-                entity[alias] = value.value if hasattr(value, "value") else value
-        return entity
-
-    async def audit(self, order_id: str) -> list[AuditEntry]:
-        """The task's audit entries, oldest first: one range query in the task's partition."""
+    # ---- audit -----------------------------------------------------------------------------------
+    async def _audit_rows(self, table: TableClient, order_id: str, name: str) -> list[TableEntity]:
         prefix = _audit_prefix(order_id)
         entities = [
             entity
-            async for entity in self.table.query_entities(
-                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
-                parameters={"pk": self._pk(order_id), "lo": prefix, "hi": f"{prefix}~"},
+            async for entity in table.query_entities(
+                _RANGE, parameters={"pk": self._pk(order_id), "lo": prefix, "hi": f"{prefix}~"}
             )
         ]
-        self.counter.add(table=STATE, entities=len(entities))
-        entries = [
+        self.counter.add(table=name, entities=len(entities))
+        return sorted(entities, key=lambda e: str(e["RowKey"]))
+
+    async def audit(self, order_id: str, archived: bool = False) -> list[AuditEntry]:
+        """The task's audit entries, oldest first: one range query in the task's partition, of the live
+        table or (``archived``) of the history."""
+        table, name = (self._history(), HISTORY) if archived else (self.table, STATE)
+        return [
             AuditEntry.model_validate({a: e[a] for a in _AUDIT_FIELDS if e.get(a) is not None})
-            for e in sorted(entities, key=lambda e: str(e["RowKey"]))
+            for e in await self._audit_rows(table, order_id, name)
         ]
-        return entries
 
     async def append_audit(self, order_id: str, entry: AuditEntry) -> None:
         """Add an entry to a task's audit trail on its own, for an action that changes no task record
-        (a dead-lettered message of the task replayed or purged)."""
+        (a dead-lettered message of the task replayed or purged).
+
+        A live task's entry is written with a touch of its input record, conditional on that record's
+        ETag, so the move of a finished task to the history (which deletes the input conditionally on
+        the ETag it read) cannot leave the entry behind; a task already in the history gets it there.
+        """
+        pk = self._pk(order_id)
+        entity = self._audit_entity(order_id, entry, 0)
+        for _ in range(_RACES):
+            self.counter.add(table=STATE, entities=1)
+            try:
+                live = await self.table.get_entity(pk, _input_key(order_id), select=["BodyHash"])
+            except ResourceNotFoundError:
+                if self.history is not None and await self._append_archived_audit(order_id, entity):
+                    return
+                break
+            touch = {"PartitionKey": pk, "RowKey": _input_key(order_id), "AuditedAt": entry.at}
+            operations = [
+                ("create", entity),
+                ("update", touch, {"mode": UpdateMode.MERGE, "etag": _etag(live), **_IF_MATCH}),
+            ]
+            try:
+                self.counter.add(table=STATE, entities=2)
+                await submit_transaction(self.table, operations)
+                return
+            except TableTransactionError as exc:
+                if not _conflict(exc):
+                    raise
+        # Neither live nor in the history (purged meanwhile), or busy: keep it where it always went.
+        log.warning("audit entry for order %s written outside its task's records", order_id)
         self.counter.add(table=STATE, entities=1)
-        await self.table.create_entity(self._audit_entity(order_id, entry, 0))
+        await self.table.create_entity(entity)
+
+    async def _append_archived_audit(self, order_id: str, entity: dict[str, Any]) -> bool:
+        """Add an audit entry to a task in the history, marking the task and its listing entry (so a purge
+        that read them before is refused and reads the trail again). False: no such task there."""
+        history = self._history()
+        for _ in range(_RACES):
+            found = await self._read_archive(order_id)
+            if found is None or found.get("Kind") != "archive":
+                return False
+            mark = {"PartitionKey": entity["PartitionKey"], "Audited": True}
+            operations = [
+                ("create", entity),
+                (
+                    "update",
+                    {**mark, "RowKey": found["RowKey"]},
+                    {"mode": UpdateMode.MERGE, "etag": _etag(found), **_IF_MATCH},
+                ),
+                ("update", {**mark, "RowKey": found["IndexKey"]}, {"mode": UpdateMode.MERGE}),
+            ]
+            try:
+                self.counter.add(table=HISTORY, entities=len(operations))
+                await submit_transaction(history, operations)
+                return True
+            except TableTransactionError as exc:
+                if not _conflict(exc):
+                    raise
+        return False
 
     async def append_dead_letter_audit(self, entry: DeadLetterAction) -> None:
         """Audit a dead-letter action that names no known task: partition ``deadletters``, one
         ``audit|<queue>|<time>|...`` row per action, so a queue's history is one range query."""
-        stamp = entry.at.strftime("%Y%m%dT%H%M%S%fZ")
         entity: dict[str, Any] = {
             "PartitionKey": DEAD_LETTER_PARTITION,
-            "RowKey": f"audit|{entry.queue}|{stamp}|{uuid.uuid4().hex[:8]}",
+            "RowKey": f"audit|{entry.queue}|{_stamp(entry.at)}|{uuid.uuid4().hex[:8]}",
             "Kind": "audit",
             **entry.model_dump(by_alias=True, exclude_none=True),
         }
@@ -389,8 +708,7 @@ class TableStateStore:
         entities = [
             entity
             async for entity in self.table.query_entities(
-                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
-                parameters={"pk": DEAD_LETTER_PARTITION, "lo": prefix, "hi": f"{prefix}~"},
+                _RANGE, parameters={"pk": DEAD_LETTER_PARTITION, "lo": prefix, "hi": f"{prefix}~"}
             )
         ]
         self.counter.add(table=STATE, entities=len(entities))
@@ -399,6 +717,7 @@ class TableStateStore:
             for e in sorted(entities, key=lambda e: str(e["RowKey"]))
         ]
 
+    # ---- the watch table -------------------------------------------------------------------------
     async def _add_watch(self, state: TaskState) -> str | None:
         """Insert the task's watch entry; its ETag, or None if an entry is already there."""
         self.counter.add(table=WATCH, entities=1)
@@ -435,7 +754,7 @@ class TableStateStore:
                     yield ExpiredEntry(
                         order_id=entity["RowKey"],
                         complete_by=entity["CompleteBy"],
-                        token=entity.metadata["etag"] or "",
+                        token=_etag(entity),
                     )
 
     async def rewatch(self, entry: ExpiredEntry, complete_by: datetime) -> None:
@@ -465,51 +784,413 @@ class TableStateStore:
                 match_condition=MatchConditions.IfNotModified,
             )
 
+    # ---- the history -----------------------------------------------------------------------------
+    async def _tally(self, pk: str, fresh: bool = False) -> tuple[str, dict[str, int]]:
+        """A shard's tally of finished tasks in the history (ETag "" and zeros: none written yet)."""
+        if not fresh and pk in self._tallies:
+            return self._tallies[pk]
+        self.counter.add(table=HISTORY, entities=1)
+        try:
+            entity = await self._history().get_entity(pk, _TALLY)
+            tally = _etag(entity), {s.value: int(entity.get(s.value) or 0) for s in FINISHED}
+        except ResourceNotFoundError:
+            tally = "", {s.value: 0 for s in FINISHED}
+        self._tallies[pk] = tally
+        return tally
+
+    @staticmethod
+    def tally_entity(pk: str, counts: Mapping[str, int]) -> dict[str, Any]:
+        """A shard's tally of the finished tasks its history holds, per state name."""
+        return {"PartitionKey": pk, "RowKey": _TALLY, **{s.value: counts.get(s.value, 0) for s in FINISHED}}
+
+    def _tally_operation(self, pk: str, tally: tuple[str, dict[str, int]], change: Mapping[str, int]) -> Any:
+        etag, counts = tally
+        entity = self.tally_entity(pk, {k: counts[k] + change.get(k, 0) for k in counts})
+        if not etag:
+            return ("create", entity)
+        return ("update", entity, {"mode": UpdateMode.REPLACE, "etag": etag, **_IF_MATCH})
+
+    async def _submit_counted(
+        self, pk: str, operations: list[Any], tally: tuple[str, dict[str, int]], change: Mapping[str, int]
+    ) -> None:
+        """A history transaction that changes the shard's tally by ``change`` (last operation)."""
+        operations = [*operations, self._tally_operation(pk, tally, change)]
+        self.counter.add(table=HISTORY, entities=len(operations))
+        try:
+            results = await submit_transaction(self._history(), operations)
+        except TableTransactionError:
+            self._tallies.pop(pk, None)
+            raise
+        counts = {k: v + change.get(k, 0) for k, v in tally[1].items()}
+        self._tallies[pk] = str(results[-1].get("etag") or ""), counts
+
+    async def archive(self, record: TaskRecord) -> bool:
+        """Move a finished task to the history (see :meth:`engine.ports.StateStore.archive`).
+
+        Its audit entries are copied with their keys (upserts, so a second attempt writes the same rows),
+        then the task and its listing entry are inserted with the shard's tally counting it, in one
+        transaction; if the task is there already (an earlier attempt), it is written again instead,
+        uncounted. Then the live records (state, input, steps, listing entry, audit entries) are deleted
+        in one transaction conditional on the ETags read; audit entries beyond what fits go first.
+        """
+        if record.archived:
+            return True
+        state = record.state
+        if not state.process_state.finished:
+            raise ValueError(f"task {record.order_id} is {state.process_state.value}, not finished")
+        order_id, pk = record.order_id, self._pk(record.order_id)
+        trail = await self._audit_rows(self.table, order_id, STATE)
+        archive, listing = self.archive_entities(record, audited=bool(trail))
+        copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
+        room = _BATCH - 3  # the task, its listing entry and the tally
+        for i in range(0, max(len(copies) - room, 0), _BATCH):
+            batch = copies[i : min(i + _BATCH, len(copies) - room)]
+            self.counter.add(table=HISTORY, entities=len(batch))
+            await submit_transaction(self._history(), batch)
+        tail = copies[max(len(copies) - room, 0) :]
+        if not await self._write_archive(pk, order_id, archive, listing, tail):
+            return False
+        return await self._delete_live(record, trail)
+
+    async def _write_archive(
+        self, pk: str, order_id: str, archive: dict[str, Any], listing: dict[str, Any], copies: list[Any]
+    ) -> bool:
+        change = {archive["ProcessState"]: 1}
+        for fresh in (False, *([True] * (_RACES - 1))):
+            tally = await self._tally(pk, fresh)
+            try:
+                await self._submit_counted(
+                    pk,
+                    [("create", archive), ("upsert", listing, {"mode": UpdateMode.REPLACE}), *copies],
+                    tally,
+                    change,
+                )
+                return True
+            except TableTransactionError as exc:
+                if exc.status_code == 412:
+                    continue  # the tally moved: read it again
+                if exc.status_code != 409:
+                    raise
+            found = await self._read_archive(order_id)
+            if found is None:
+                continue  # not the task: the tally appeared meanwhile
+            if found.get("Kind") != "archive" or found.get("CreatedAt") != archive["CreatedAt"]:
+                # Cannot happen while the task is live: its id is refused as long as the history has it.
+                log.error("order %s: the history holds another task with its id; not archived", order_id)
+                return False
+            # An earlier attempt wrote it: write it again (the trail may have grown), uncounted.
+            operations = [
+                ("upsert", archive, {"mode": UpdateMode.REPLACE}),
+                ("upsert", listing, {"mode": UpdateMode.REPLACE}),
+                *copies,
+            ]
+            self.counter.add(table=HISTORY, entities=len(operations))
+            await submit_transaction(self._history(), operations)
+            return True
+        return False
+
+    async def _delete_live(self, record: TaskRecord, trail: list[TableEntity]) -> bool:
+        order_id, pk = record.order_id, self._pk(record.order_id)
+        guarded: list[Any] = [
+            ("delete", {"PartitionKey": pk, "RowKey": key}, {"etag": etag, **_IF_MATCH})
+            for key, etag in record.etags.items()
+        ]
+        if _input_key(order_id) not in record.etags:  # a copy from before inputs had their ETag kept
+            guarded.append(("delete", {"PartitionKey": pk, "RowKey": _input_key(order_id)}))
+        if record.listed is not None:
+            guarded.append(("delete", {"PartitionKey": pk, "RowKey": record.listed}))
+        audits = [
+            ("delete", {"PartitionKey": pk, "RowKey": e["RowKey"]}, {"etag": _etag(e), **_IF_MATCH})
+            for e in trail
+        ]
+        room = _BATCH - len(guarded)
+        try:
+            for i in range(0, max(len(audits) - room, 0), _BATCH):
+                batch = audits[i : min(i + _BATCH, len(audits) - room)]
+                self.counter.add(table=STATE, entities=len(batch))
+                await submit_transaction(self.table, batch)
+            operations = [*guarded, *audits[max(len(audits) - room, 0) :]]
+            self.counter.add(table=STATE, entities=len(operations))
+            await submit_transaction(self.table, operations)
+        except TableTransactionError as exc:
+            if _conflict(exc):
+                return False  # changed since it was read (a new audit entry): the next attempt copies it
+            raise
+        return True
+
+    async def purge(self, finished_before: datetime, tombstone_until: datetime, limit: int) -> PurgeReport:
+        """Delete finished tasks of the history that finished before ``finished_before``, shard by shard,
+        oldest first, at most ``limit``: one range query per shard and state, then transactions of up to
+        100 entities that replace each task by its tombstone, delete its listing entry (conditional on the
+        ETag the query read) and its audit entries, add its ``gone`` entry and lower the shard's tally.
+        A transaction refused because one task changed is retried one task at a time."""
+        history = self._history()
+        purged = lost = 0
+        for shard in range(self.shards):
+            pk = f"s{shard:02d}"
+            due: list[TableEntity] = []
+            for state in FINISHED:
+                if purged + len(due) >= limit:
+                    break
+                lo, hi = _listing_range(state, finished_before)
+                query = history.query_entities(
+                    _RANGE,
+                    parameters={"pk": pk, "lo": lo, "hi": hi},
+                    select=["RowKey", "OrderID", "ProcessState", "UpdatedAt", "Audited"],
+                    results_per_page=min(limit - purged - len(due), 1000),
+                ).by_page()
+                page = [entity async for entity in await anext(query, _empty_page())]
+                self.counter.add(table=HISTORY, entities=len(page))
+                due += page[: limit - purged - len(due)]
+            if not due:
+                continue
+            groups: list[list[tuple[TableEntity, list[Any]]]] = [[]]
+            size = 0
+            for entry in due:
+                operations = await self._purge_operations(pk, entry, tombstone_until)
+                if size + len(operations) > _BATCH - 1 and groups[-1]:
+                    groups.append([])
+                    size = 0
+                groups[-1].append((entry, operations))
+                size += len(operations)
+            for group in groups:
+                done = await self._purge_group(pk, group)
+                if done is None:  # one of them changed: one at a time, so the others still go
+                    for one in group:
+                        if await self._purge_group(pk, [one]) is None:
+                            lost += 1
+                        else:
+                            purged += 1
+                else:
+                    purged += done
+            if purged + lost >= limit:
+                break
+        return PurgeReport(purged=purged, lost_races=lost, more=purged + lost >= limit)
+
+    async def _purge_operations(self, pk: str, entry: TableEntity, tombstone_until: datetime) -> list[Any]:
+        order_id = entry["OrderID"]
+        tombstone = {
+            "PartitionKey": pk,
+            "RowKey": _archive_key(order_id),
+            "Kind": "tombstone",
+            "OrderID": order_id,
+            "ProcessState": entry["ProcessState"],
+            "FinishedAt": entry["UpdatedAt"],
+            "Until": tombstone_until,
+            "GoneKey": _gone_key(tombstone_until, order_id),
+        }
+        operations: list[Any] = [
+            ("upsert", tombstone, {"mode": UpdateMode.REPLACE}),
+            ("delete", {"PartitionKey": pk, "RowKey": entry["RowKey"]}, {"etag": _etag(entry), **_IF_MATCH}),
+            ("create", {"PartitionKey": pk, "RowKey": tombstone["GoneKey"], "OrderID": order_id}),
+        ]
+        if entry.get("Audited"):
+            trail = await self._audit_rows(self._history(), order_id, HISTORY)
+            for i in range(0, max(len(trail) - (_BATCH - 4), 0), _BATCH):
+                batch = trail[i : min(i + _BATCH, len(trail) - (_BATCH - 4))]
+                deletes = [("delete", {"PartitionKey": pk, "RowKey": e["RowKey"]}) for e in batch]
+                self.counter.add(table=HISTORY, entities=len(deletes))
+                await submit_transaction(self._history(), deletes)
+            operations += [
+                ("delete", {"PartitionKey": pk, "RowKey": e["RowKey"]})
+                for e in trail[max(len(trail) - (_BATCH - 4), 0) :]
+            ]
+        return operations
+
+    async def _purge_group(self, pk: str, group: list[tuple[TableEntity, list[Any]]]) -> int | None:
+        """Purge a group of tasks in one transaction; how many, or None if one of them changed."""
+        change: dict[str, int] = {}
+        for entry, _ in group:
+            change[entry["ProcessState"]] = change.get(entry["ProcessState"], 0) - 1
+        operations = [op for _, ops in group for op in ops]
+        for fresh in (False, *([True] * (_RACES - 1))):
+            tally = await self._tally(pk, fresh)
+            try:
+                await self._submit_counted(pk, operations, tally, change)
+                return len(group)
+            except TableTransactionError as exc:
+                if not _conflict(exc):
+                    raise
+                if not await self._tally_moved(pk, tally):
+                    return None  # not the tally: a task changed (or went) since the query read it
+        return None
+
+    async def _tally_moved(self, pk: str, tally: tuple[str, dict[str, int]]) -> bool:
+        return (await self._tally(pk, fresh=True))[0] != tally[0]
+
+    async def drop_tombstones(self, before: datetime, limit: int) -> int:
+        """Delete tombstones whose time is up: one range query of ``gone`` entries per shard, then
+        transactions deleting each tombstone with its entry."""
+        history = self._history()
+        dropped = 0
+        for shard in range(self.shards):
+            if dropped >= limit:
+                break
+            pk = f"s{shard:02d}"
+            query = history.query_entities(
+                _RANGE,
+                parameters={"pk": pk, "lo": "gone|", "hi": f"gone|{_stamp(before)}"},
+                select=["RowKey", "OrderID"],
+                results_per_page=min(limit - dropped, 1000),
+            ).by_page()
+            page = [entity async for entity in await anext(query, _empty_page())][: limit - dropped]
+            self.counter.add(table=HISTORY, entities=len(page))
+            for i in range(0, len(page), _BATCH // 2):
+                keys = [
+                    key
+                    for entity in page[i : i + _BATCH // 2]
+                    for key in (entity["RowKey"], _archive_key(entity["OrderID"]))
+                ]
+                operations = [("delete", {"PartitionKey": pk, "RowKey": key}) for key in keys]
+                self.counter.add(table=HISTORY, entities=len(operations))
+                try:
+                    await submit_transaction(history, operations)
+                except TableTransactionError as exc:
+                    if not _conflict(exc):
+                        raise
+                    for key in keys:  # one went meanwhile (a run beside this one): the rest one by one
+                        self.counter.add(table=HISTORY, entities=1)
+                        with contextlib.suppress(ResourceNotFoundError):
+                            await history.delete_entity(pk, key)
+                dropped += len(keys) // 2
+        return dropped
+
+    # ---- listings and counts ---------------------------------------------------------------------
     async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one state, filling the page shard by shard; the continuation token carries the
-        shard and the table's own token."""
-        shard, token = _decode_token(continuation)
+        """Tasks in one state, read from that state's listing entries only, filling the page shard by
+        shard: the live table's, then (for a finished state) the history's. The continuation token
+        carries the table, the shard and the table's own token."""
+        place, token = _decode_token(continuation)
+        tables = [self.table]
+        if state.finished and self.history is not None:
+            tables.append(self.history)
+        if place >= len(tables) * self.shards:
+            raise InvalidContinuation(continuation or "")
+        lo, hi = _listing_range(state)
         items: list[TaskState] = []
-        while shard < self.shards and len(items) < page_size:
-            pages = self.table.query_entities(
-                f"{_STATE_ROWS} and ProcessState eq @state",
-                parameters={"pk": f"s{shard:02d}", "state": state.value},
+        while place < len(tables) * self.shards and len(items) < page_size:
+            table = tables[place // self.shards]
+            pages = table.query_entities(
+                _RANGE,
+                parameters={"pk": f"s{place % self.shards:02d}", "lo": lo, "hi": hi},
                 results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
             found = [self._to_state(e) async for e in await anext(pages, _empty_page())]
-            self.counter.add(table=STATE, entities=len(found))
+            self.counter.add(table=STATE if table is self.table else HISTORY, entities=len(found))
             items.extend(found)
             # by_page is typed as a plain iterator; it is the SDK's PageIterator, which keeps the token.
             token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
             if token is None:
-                shard += 1
-        more = shard < self.shards
-        return Page(items, _encode_token(shard, token) if more else None)
+                place += 1
+        more = place < len(tables) * self.shards
+        return Page(items, _encode_token(place, token) if more else None)
 
     async def count_by_state(self, limit: int) -> StateCounts:
-        """Every task's state in one pass per shard, reading only its ``ProcessState`` (a projection),
-        until ``limit`` tasks are counted. The service still scans each shard's order rows (the state is
-        not part of any key), so this costs in proportion to stored orders, like a listing: one pass for
-        every state instead of one listing per state."""
-        counts = dict.fromkeys(ProcessState, 0)
-        seen = 0
-        for shard in range(self.shards):
+        """How many tasks each state holds: the live table's listing entries of every shard (their keys
+        only, one range query per shard) and, for the finished states, each shard's tally in the history
+        (one point read per shard), all at once. Nothing here reads the history's tasks, so the cost
+        follows the live work (in flight, in Error) and not the history. A shard with more than ``limit``
+        live entries is counted up to ``limit``."""
+
+        async def live(shard: int) -> tuple[dict[str, int], bool]:
+            counts: dict[str, int] = {}
             entities = self.table.query_entities(
-                _STATE_ROWS,
-                parameters={"pk": f"s{shard:02d}"},
-                select=["ProcessState"],
+                _RANGE,
+                parameters={"pk": f"s{shard:02d}", "lo": "index|", "hi": "index|~"},
+                select=["RowKey"],
                 results_per_page=1000,
             )
-            before = seen
+            seen = 0
             try:
                 async for entity in entities:
                     if seen == limit:
-                        return StateCounts(counts, complete=False)
-                    counts[ProcessState(entity["ProcessState"])] += 1
+                        return counts, False
+                    state = _listed_state(entity["RowKey"])
+                    counts[state] = counts.get(state, 0) + 1
                     seen += 1
             finally:
-                self.counter.add(1 + (seen - before) // 1000, table=STATE, entities=seen - before)
-        return StateCounts(counts, complete=True)
+                self.counter.add(1 + seen // 1000, table=STATE, entities=seen)
+            return counts, True
+
+        async def finished(shard: int) -> dict[str, int]:
+            if self.history is None:
+                return {}
+            return (await self._tally(f"s{shard:02d}", fresh=True))[1]
+
+        shards = range(self.shards)
+        lives, tallies = await asyncio.gather(
+            asyncio.gather(*(live(s) for s in shards)), asyncio.gather(*(finished(s) for s in shards))
+        )
+        totals = dict.fromkeys(ProcessState, 0)
+        for counts in [c for c, _ in lives] + list(tallies):
+            for name, n in counts.items():
+                totals[ProcessState(name)] += n
+        return StateCounts(totals, complete=all(whole for _, whole in lives))
+
+    # ---- building the listing of a store written before it -----------------------------------------
+    async def index_page(self, shard: int, continuation: str | None, page_size: int = 100) -> IndexReport:
+        """One page of one shard's task records: each live task without a listing entry gets one (with
+        its ``IndexKey``, in one transaction conditional on the record's ETag), and each finished one is
+        moved to the history, under a watch entry of its own as the Supervisor does (so a submission of
+        the same id meanwhile is answered from one place or the other). Tasks that already have an entry
+        are left alone, so a run can be repeated or resumed from any page."""
+        pk = f"s{shard:02d}"
+        pages = self.table.query_entities(
+            _STATE_ROWS, parameters={"pk": pk}, results_per_page=page_size
+        ).by_page(continuation_token=_decode_token(continuation)[1] if continuation else None)
+        entities = [entity async for entity in await anext(pages, _empty_page())]
+        self.counter.add(table=STATE, entities=len(entities))
+        token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
+        indexed = archived = skipped = 0
+        for entity in entities:
+            if entity.get("IndexKey"):
+                continue
+            state = self._to_state(entity)
+            if state.process_state.finished:
+                if await self._archive_unwatched(state.order_id):
+                    archived += 1
+                else:
+                    skipped += 1
+                continue
+            key = listing_key(state.process_state, state.updated_at, state.order_id)
+            listing = {k: v for k, v in entity.items() if k not in ("Watched",)}
+            listing.update({"RowKey": key, "Kind": "index", "IndexKey": key})
+            operations = [
+                (
+                    "update",
+                    {"PartitionKey": pk, "RowKey": entity["RowKey"], "IndexKey": key},
+                    {"mode": UpdateMode.MERGE, "etag": _etag(entity), **_IF_MATCH},
+                ),
+                ("upsert", listing, {"mode": UpdateMode.REPLACE}),
+            ]
+            try:
+                self.counter.add(table=STATE, entities=2)
+                await submit_transaction(self.table, operations)
+                indexed += 1
+            except TableTransactionError as exc:
+                if not _conflict(exc):
+                    raise
+                skipped += 1  # saved meanwhile: that save wrote its listing entry
+        next_token = _encode_token(shard, token) if token is not None else None
+        return IndexReport(len(entities), indexed, archived, skipped, next_token)
+
+    async def _archive_unwatched(self, order_id: str) -> bool:
+        """Move a finished task that has no watch entry to the history, holding a watch entry of its own
+        meanwhile; False if an entry was there (someone else is at it) or the task changed."""
+        record = await self.load(order_id)
+        if record is None or record.archived:
+            return True
+        if not record.state.process_state.finished:
+            return False
+        guard = record.state.model_copy(update={"complete_by": record.state.updated_at})
+        etag = await self._add_watch(guard)
+        if etag is None:
+            return False
+        try:
+            moved = await self.archive(record)
+        finally:
+            await self._remove_watch(order_id, etag)
+        return moved
 
 
 async def _empty_page() -> AsyncIterator[TableEntity]:
@@ -518,8 +1199,8 @@ async def _empty_page() -> AsyncIterator[TableEntity]:
     yield
 
 
-def _encode_token(shard: int, token: Any) -> str:
-    raw = json.dumps({"s": shard, "t": token}, separators=(",", ":"))
+def _encode_token(place: int, token: Any) -> str:
+    raw = json.dumps({"s": place, "t": token}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -529,6 +1210,9 @@ def _decode_token(value: str | None) -> tuple[int, Any]:
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
         data = json.loads(raw)
-        return int(data["s"]), data.get("t")
+        place = int(data["s"])
+        if place < 0:
+            raise ValueError(place)
+        return place, data.get("t")
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidContinuation(value) from exc

@@ -23,6 +23,9 @@ class CreateOutcome(StrEnum):
     CREATED = "created"
     EXISTS_SAME = "exists-same"  # same id, same input: nothing was written
     EXISTS_DIFFERENT = "exists-different"  # same id, other input: a conflict
+    # The id belonged to a task that finished and was purged after the retention period: its tombstone
+    # refuses the id (any input) until the tombstone expires.
+    PURGED = "purged"
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,22 @@ class Page:
 @dataclass(frozen=True)
 class StateCounts:
     """How many tasks each ProcessState holds; ``complete`` is False when counting stopped at its limit
-    (the counts are then lower bounds)."""
+    (the counts are then lower bounds).
+
+    Every state but the finished ones (Processed, Compensated) is counted exactly; a finished state counts
+    the tasks still kept, i.e. those that finished within the retention period."""
 
     counts: dict[ProcessState, int]
     complete: bool
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    """What one bounded batch of the retention clean-up did."""
+
+    purged: int = 0  # finished tasks deleted, each leaving a tombstone
+    lost_races: int = 0  # changed while being purged: left for a later batch
+    more: bool = False  # the batch was full: more may be due
 
 
 class StateStore(Protocol):
@@ -70,8 +85,29 @@ class StateStore(Protocol):
         """
         ...
 
-    async def audit(self, order_id: str) -> list[AuditEntry]:
-        """The task's audit entries, oldest first."""
+    async def audit(self, order_id: str, archived: bool = False) -> list[AuditEntry]:
+        """The task's audit entries, oldest first (``archived``: the task was read from the history)."""
+        ...
+
+    async def archive(self, record: TaskRecord) -> bool:
+        """Move a finished task, loaded just now, and its audit trail from the live records to the
+        history, where the retention clean-up finds it. The history is written first, then the live
+        records are deleted in one transaction conditional on every ETag read, so a crash in between
+        leaves the task in both (read from the live records) and the next attempt finishes the move.
+
+        True once the task is only in the history (also when it already was); False when it changed
+        since it was loaded (nothing is deleted; try again later).
+        """
+        ...
+
+    async def purge(self, finished_before: datetime, tombstone_until: datetime, limit: int) -> PurgeReport:
+        """Delete at most ``limit`` tasks of the history that finished before ``finished_before``, with
+        everything stored for them, each conditional on the task being unchanged since the batch read
+        it; each leaves a tombstone that refuses its id until ``tombstone_until``."""
+        ...
+
+    async def drop_tombstones(self, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` tombstones that expired before ``before`` (their ids are free again)."""
         ...
 
     def expired(self, now: datetime) -> AsyncIterator[ExpiredEntry]:
@@ -95,7 +131,8 @@ class StateStore(Protocol):
         ...
 
     async def count_by_state(self, limit: int) -> StateCounts:
-        """How many tasks are in each ProcessState, counting at most ``limit`` tasks."""
+        """How many tasks are in each ProcessState (see :class:`StateCounts`), reading at most ``limit``
+        entries per shard, at a cost that does not grow with the history."""
         ...
 
 

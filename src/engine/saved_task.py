@@ -27,7 +27,9 @@ from .state import StepState, TaskRecord, TaskState
 
 log = logging.getLogger("engine.saved_task")
 
-_FORMAT = "1"  # changes when the layout below changes, so an old copy is ignored rather than misread
+# Changes when the layout below changes, so an old copy is ignored rather than misread (2: ``listed``; a
+# copy without it would save the task without moving its listing entry).
+_FORMAT = "2"
 _SEPARATOR = ":"
 
 
@@ -40,6 +42,7 @@ class _Copy(BaseModel):
     input_hash: str = Field(alias="inputHash")
     etags: dict[str, str]
     indexed: bool
+    listed: str | None
 
 
 def _checksum(body: str) -> str:
@@ -54,6 +57,8 @@ def encode(record: TaskRecord) -> str | None:
     """
     if record.pending_audit() or record.changed_steps():
         raise ValueError(f"task {record.order_id} has unsaved changes; only a saved task can be copied")
+    if record.archived:
+        return None  # finished and in the history: nothing will save it again
     body = _Copy(
         state=record.state,
         steps=record.steps,
@@ -61,6 +66,7 @@ def encode(record: TaskRecord) -> str | None:
         inputHash=record.input_hash,
         etags=record.etags,
         indexed=record.indexed,
+        listed=record.listed,
     ).model_dump_json(by_alias=True)
     text = f"{_FORMAT}{_SEPARATOR}{_checksum(body)}{_SEPARATOR}{body}"
     return text if len(text) <= SAVED_TASK_MAX_CHARS else None
@@ -91,6 +97,7 @@ def decode(text: str | None, order_id: str) -> TaskRecord | None:
         input_hash=copy.input_hash,
         etags=copy.etags,
         indexed=copy.indexed,
+        listed=copy.listed,
     )
 
 

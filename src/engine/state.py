@@ -35,6 +35,12 @@ class ProcessState(StrEnum):
         """Work the Supervisor must watch."""
         return not self.terminal
 
+    @property
+    def finished(self) -> bool:
+        """Done for good (Processed, Compensated): kept for the retention period, then purged. Error is
+        terminal but not finished: it waits for an operator and is kept until one acts."""
+        return self in (ProcessState.PROCESSED, ProcessState.COMPENSATED)
+
 
 class StepStatus(StrEnum):
     """Step-level state."""
@@ -140,6 +146,11 @@ class TaskRecord(BaseModel):
     input_hash: str
     etags: dict[str, str] = Field(default_factory=dict)
     indexed: bool = Field(default=False, description="an in-flight index entry exists in the store")
+    # The store's key of the task's entry in its by-state listing, as saved (None: none yet, a task
+    # written before the listing existed). Saved with the state, so the two never disagree.
+    listed: str | None = None
+    # Read from the history of finished tasks: read-only, never saved again.
+    archived: bool = False
     _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
 

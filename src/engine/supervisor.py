@@ -12,6 +12,7 @@ from .decisions import Outcome
 from .errors import ConcurrencyError
 from .outbox import carry_out
 from .parts import EngineParts
+from .state import TaskRecord
 
 log = logging.getLogger("engine.supervisor")
 
@@ -23,6 +24,7 @@ class SweepReport:
     expired: int = 0
     rewatched: int = 0
     unwatched: int = 0
+    archived: int = 0  # finished tasks moved to the history (kept there for the retention period)
     kicked: int = 0
     retried: int = 0
     errored: int = 0
@@ -64,6 +66,15 @@ class Supervisor:
             log.warning("could not read the circuit breakers; holding nothing this sweep", exc_info=True)
             return {}
 
+    async def _archive(self, record: TaskRecord) -> bool:
+        """Move a finished task to the history; False if it changed meanwhile or could not be moved now
+        (it stays watched, and a later sweep tries again)."""
+        try:
+            return await self.parts.store.archive(record)
+        except Exception:
+            log.warning("could not move finished order %s to the history", record.order_id, exc_info=True)
+            return False
+
     async def sweep(self) -> SweepReport:
         """One pass over expired in-flight tasks. The breakers are read once, when the first task that
         needs recovery is found (a sweep with nothing expired reads nothing more)."""
@@ -75,7 +86,14 @@ class Supervisor:
         async for entry in store.expired(ctx.now):
             record = await store.load(entry.order_id)
             if record is None or not record.state.process_state.in_flight or record.state.complete_by is None:
-                await store.unwatch(entry)  # finished: stop watching it
+                # Finished: moved to the history before it stops being watched, so a submission of the
+                # same id never finds it in neither place (see adapters.table_store).
+                if record is not None and record.state.process_state.finished and not record.archived:
+                    if not await self._archive(record):
+                        report.lost_races += 1
+                        continue  # still watched: the next sweep tries again
+                    report.archived += 1
+                await store.unwatch(entry)  # no longer in flight: stop watching it
                 report.unwatched += 1
                 continue
             if record.state.complete_by > ctx.now:
@@ -123,6 +141,7 @@ class Supervisor:
             expired=report.expired,
             rewatched=report.rewatched,
             unwatched=report.unwatched,
+            archived=report.archived,
             kicked=report.kicked,
             retried=report.retried,
             errored=report.errored,

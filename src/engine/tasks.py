@@ -24,6 +24,7 @@ from .messages import CommandKind
 from .outbox import carry_out, deliver
 from .parts import EngineParts
 from .ports import CreateOutcome, Page, StateCounts
+from .retention import Purged
 from .state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 from .transitions import Context
 
@@ -60,7 +61,8 @@ class TaskService:
         workflow) and keeps that version until it ends.
 
         Returns (created, record). The same id with the same input again changes nothing; with other
-        input it raises :class:`~engine.errors.Conflict`.
+        input it raises :class:`~engine.errors.Conflict`. The id of a task purged after the retention
+        period raises :class:`~engine.retention.Purged` while its tombstone lasts.
         """
         catalog = self.parts.catalog
         workflow = catalog.current(workflow_name or catalog.default)
@@ -83,6 +85,8 @@ class TaskService:
         outcome, stored = await self.parts.store.create(record)
         if outcome is CreateOutcome.EXISTS_DIFFERENT:
             raise Conflict(order_id)
+        if outcome is CreateOutcome.PURGED:
+            raise Purged(order_id)
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
@@ -99,7 +103,7 @@ class TaskService:
         return record
 
     async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one state, a page at a time."""
+        """Tasks in one state, a page at a time (a finished state: those within the retention period)."""
         return await self.parts.store.list_by_state(state, page_size, continuation)
 
     async def count_by_state(self, limit: int) -> StateCounts:
@@ -108,8 +112,8 @@ class TaskService:
 
     async def audit(self, order_id: str) -> list[AuditEntry]:
         """The task's audit entries, oldest first (:class:`~engine.errors.NotFound` if no such task)."""
-        await self.get(order_id)
-        return await self.parts.store.audit(order_id)
+        record = await self.get(order_id)
+        return await self.parts.store.audit(order_id, archived=record.archived)
 
     async def resubmit(self, order_id: str, action: Action | None = None) -> TaskRecord:
         """Operator: an order in Error goes back to Pending with FailureCount reset."""

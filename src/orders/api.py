@@ -28,6 +28,7 @@ from engine.errors import (
     UnknownStep,
     UnknownWorkflow,
 )
+from engine.retention import Purged
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
@@ -56,7 +57,8 @@ log = logging.getLogger("orders.api")
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_PAGE_SIZE = 100
-# Counting reads every stored order's state; past this many it stops and says the counts are lower bounds.
+# Counting reads the live orders' listing entries (in flight, in Error), shard by shard; past this many in
+# one shard it stops and says the counts are lower bounds. Finished orders are counted by tallies.
 COUNT_LIMIT = 10_000
 _ORDER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
@@ -105,6 +107,7 @@ def _if_match(headers: Mapping[str, str]) -> list[str] | None:
 # decides. An engine error not listed here is a fault, not an answer, and is raised on.
 _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     NotFound: (404, "NotFound"),
+    Purged: (409, "Purged"),
     Conflict: (409, "Conflict"),
     InvalidState: (409, "InvalidState"),
     InvalidContinuation: (400, "ValidationFailed"),

@@ -172,7 +172,10 @@ OPERATIONS: tuple[Operation, ...] = (
             ),
             202: Answer("accepted; poll statusUrl", OrderAccepted, ("Location",)),
             400: _error("not valid JSON, or not a valid order"),
-            409: _error("an order with this id exists with another body"),
+            409: _error(
+                "an order with this id exists with another body (Conflict), or finished and was deleted "
+                "after the retention period, and its id is refused while its tombstone lasts (Purged)"
+            ),
             413: _error(f"the body is over {MAX_BODY_BYTES} bytes"),
             415: _error("the body is not application/json"),
         },
@@ -181,7 +184,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "get",
         "/orders",
         "list_orders",
-        "List orders in one ProcessState, a page at a time",
+        "List orders in one ProcessState, a page at a time (Processed and Compensated: those kept, i.e. "
+        "finished within the retention period)",
         "orders",
         (
             Param("processState", "query", {"type": "string", "enum": [s.value for s in ProcessState]}),
@@ -198,7 +202,9 @@ OPERATIONS: tuple[Operation, ...] = (
         "orders",
         answers={
             200: Answer(
-                f"a count per state; atLeast is true when counting stopped at {COUNT_LIMIT} orders",
+                "a count per state: exact for every state but Processed and Compensated, which count the "
+                f"orders kept (finished within the retention period); atLeast is true when counting stopped "
+                f"at {COUNT_LIMIT} live orders in a shard",
                 OrderCounts,
             )
         },

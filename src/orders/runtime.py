@@ -26,6 +26,7 @@ from engine.agent import Agent
 from engine.clock import SystemClock
 from engine.parts import EngineParts
 from engine.ports import BreakerStore
+from engine.retention import Retention
 from engine.scheduler import Scheduler, instance_id
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
@@ -48,6 +49,7 @@ class Runtime:
     tasks: TaskService
     scheduler: Scheduler
     supervisor: Supervisor
+    retention: Retention
     agents: dict[str, Agent]
     dead_letters: DeadLetterParts
     breakers: BreakerStore
@@ -145,6 +147,7 @@ async def build(settings: Settings) -> Runtime:
         tasks=tasks,
         scheduler=Scheduler(parts, instance),
         supervisor=Supervisor(parts),
+        retention=Retention(store, clock, settings.retention()),
         agents=agents,
         dead_letters=dead_letters,
         breakers=breakers,

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from engine.retention import RetentionPolicy, parse_retention
 from engine.settings import EngineSettings
 
 from .catalog import SERVICES
@@ -40,11 +41,26 @@ class Settings(BaseModel):
     azure_client_id: str | None = Field(default=None, alias="AZURE_CLIENT_ID")
     # The key of the simulators the app hosts, sent as x-simulators-key (see service_keys).
     simulators_key: str | None = Field(default=None, alias="SIMULATORS_KEY", repr=False)
+    # How long a finished order (Processed, Compensated) is kept, as an ISO 8601 duration; then it is
+    # purged and its id refused for as long again (engine.retention).
+    order_retention: str = Field(default="P30D", alias="ORDER_RETENTION")
 
     @field_validator("breaker_reset_seconds", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("order_retention", mode="before")
+    @classmethod
+    def _a_duration(cls, value: object) -> object:
+        if value == "" or value is None:
+            return "P30D"
+        parse_retention(str(value))  # a ValueError names what is wrong
+        return value
+
+    def retention(self) -> RetentionPolicy:
+        """How long finished orders are kept, and the clean-up's bounds."""
+        return RetentionPolicy(retention=parse_retention(self.order_retention))
 
     def engine(self) -> EngineSettings:
         """The engine's timing knobs."""

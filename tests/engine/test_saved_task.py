@@ -50,6 +50,7 @@ def _record(order_id: str = "o-1", body: str = "x") -> TaskRecord:
         input_hash="h-1",
         etags={"state": "W/1", "step-0": "W/2", "step-1": "W/3"},
         indexed=True,
+        listed="index|Processing|20261123T120000000000Z|o-1",
     )
 
 
@@ -58,11 +59,12 @@ def test_a_copy_reads_back_as_the_record_it_was_taken_from() -> None:
     copy = saved_task.decode(saved_task.encode(record), "o-1")
     assert copy is not None
     assert copy.state == record.state and copy.steps == record.steps
-    assert (copy.input, copy.input_hash, copy.etags, copy.indexed) == (
+    assert (copy.input, copy.input_hash, copy.etags, copy.indexed, copy.listed) == (
         record.input,
         record.input_hash,
         record.etags,
         True,
+        record.listed,
     )
     assert copy.changed_steps() == [] and copy.pending_audit() == []
     assert copy.version == record.version
@@ -73,7 +75,7 @@ def test_a_copy_reads_back_as_the_record_it_was_taken_from() -> None:
     [
         pytest.param(lambda t: t.replace('"W/3"', '"W/4"'), id="edited"),
         pytest.param(lambda t: t[:-5], id="cut"),
-        pytest.param(lambda t: "2" + t[1:], id="another format"),
+        pytest.param(lambda t: "1" + t[1:], id="an older format"),
         pytest.param(lambda t: "not a copy", id="garbage"),
         pytest.param(lambda t: "", id="empty"),
     ],

@@ -72,6 +72,22 @@ async def test_resubmitting_is_idempotent_and_another_body_conflicts(h: Harness)
     assert code(await h.submit({**ORDER, "orderId": "o-1", "currency": "USD"})) == (409, "Conflict")
 
 
+async def test_an_order_purged_after_the_retention_period_refuses_its_id_while_its_tombstone_lasts(
+    h: Harness,
+) -> None:
+    assert (await h.submit({**ORDER, "orderId": "o-1"})).status == 202
+    h.store.history["o-1"] = h.store.records.pop("o-1")[1]  # finished and moved, then purged:
+    assert (await h.submit({**ORDER, "orderId": "o-1"})).status == 200  # still the same order
+    del h.store.history["o-1"]
+    h.store.tombstones["o-1"] = h.tasks.parts.clock.now()
+    h.sender.sent.clear()
+    for body in ({**ORDER, "orderId": "o-1"}, {**ORDER, "orderId": "o-1", "currency": "USD"}):
+        reply = await h.submit(body)
+        assert code(reply) == (409, "Purged") and "retention period" in reply.body["error"]["message"]
+    assert h.store.records == {} and h.sender.sent == []
+    assert code(await h.api.get("o-1")) == (404, "NotFound")
+
+
 @pytest.mark.parametrize(
     ("body", "content_type", "expected"),
     [

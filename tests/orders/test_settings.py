@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from orders.catalog import FULFILMENT
@@ -67,3 +69,14 @@ def test_a_state_store_is_required() -> None:
 
 def test_setting_names_are_the_app_setting_names() -> None:
     assert "CANCEL_GRACE_SECONDS" in SETTING_NAMES and "STEP_COMPLETE_BY_SECONDS" in SETTING_NAMES
+
+
+def test_order_retention_is_an_iso_8601_duration_thirty_days_by_default() -> None:
+    assert load_settings(REQUIRED).retention().retention == timedelta(days=30)
+    assert load_settings({**REQUIRED, "ORDER_RETENTION": ""}).retention().retention == timedelta(days=30)
+    policy = load_settings({**REQUIRED, "ORDER_RETENTION": "PT20S"}).retention()
+    assert policy.retention == policy.tombstone_period == timedelta(seconds=20)
+    for bad in ("30", "P1M", "PT0S"):
+        with pytest.raises(RuntimeError, match="ORDER_RETENTION"):
+            load_settings({**REQUIRED, "ORDER_RETENTION": bad})
+    assert "ORDER_RETENTION" in SETTING_NAMES
