@@ -72,6 +72,11 @@ bench: install
 	$(BIN)/python bench/orders_throughput.py
 	$(BIN)/python -m devhost.demo
 
+# Operator reads, a sweep and a submission with 1,000, 10,000 and 100,000 finished orders stored (about
+# two minutes), e.g. HISTORY_ARGS="--rounds 100" make bench-history
+bench-history: $(STAMP)
+	$(BIN)/python bench/history.py $(HISTORY_ARGS)
+
 bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
 

@@ -48,9 +48,10 @@ class OrderCounts(BaseModel):
 
     servicebus_operations: float  # every client operation the emulator saw (engine and host)
     status_messages: float  # sends to order-status; reading them is the application's cost
-    table_transactions: float  # state and watch tables, including the Supervisor's clean-up
+    table_transactions: float  # state, watch and history tables, including the clean-up once done
     state_entities: float  # entities read or written in the state table
     watch_entities: float  # entities read or written in the watch table
+    history_entities: float = 0.0  # entities read or written in the history table
     executions: float  # function executions, Supervisor excluded
     execution_seconds: float  # their wall time, summed
     telemetry_records: float  # requests + dependencies + engine log records reaching Application Insights
@@ -64,6 +65,7 @@ class Setup(BaseModel):
     sweep_period_seconds: float = 30.0
     sweep_table_requests: float = 8.0  # one query page per shard when nothing is due
     throughput: float = 10.0  # orders/s at which the Supervisor's cost is spread
+    timers: int = 2  # the Supervisor and the retention clean-up, on the same schedule
 
 
 def ceilings(order: OrderCounts, setup: Setup, with_status_reader: bool) -> dict[str, float]:
@@ -78,6 +80,9 @@ def ceilings(order: OrderCounts, setup: Setup, with_status_reader: bool) -> dict
         f"watch table, {setup.shards} partitions x 2,000 entities/s": TABLE_PARTITION_ENTITIES_PER_SECOND
         * setup.shards
         / order.watch_entities,
+        f"history table, {setup.shards} partitions x 2,000 entities/s": TABLE_PARTITION_ENTITIES_PER_SECOND
+        * setup.shards
+        / max(order.history_entities, 1e-9),
         "storage account (20,000 transactions/s)": TABLE_ACCOUNT_TRANSACTIONS_PER_SECOND
         / order.table_transactions,
     }
@@ -87,7 +92,7 @@ def cost_per_million(order: OrderCounts, setup: Setup) -> dict[str, float]:
     """US dollars per million orders at the marginal list price (free grants and base charges aside)."""
     memory_gb = setup.instance_memory_mb / 1024
     supervisor_executions = 1 / (setup.sweep_period_seconds * setup.throughput)
-    executions = order.executions + supervisor_executions
+    executions = order.executions + setup.timers * supervisor_executions
     return {
         "Service Bus Standard operations": order.servicebus_operations * SB_STANDARD_PER_MILLION_OPERATIONS,
         "Table transactions": (order.table_transactions + setup.sweep_table_requests * supervisor_executions)
@@ -125,7 +130,8 @@ def report(order: OrderCounts, setup: Setup) -> str:
         )
         lines.append(f"  {name:<52} {value:>9,.0f}{extra}")
     lines.append(
-        f"Supervisor: {1 / setup.sweep_period_seconds:.3f} executions/s and "
+        f"Supervisor (and the retention clean-up's timer, as many executions again): "
+        f"{1 / setup.sweep_period_seconds:.3f} executions/s and "
         f"{setup.sweep_table_requests / setup.sweep_period_seconds:.2f} table requests/s whatever the load; "
         f"per order at {setup.throughput:g} orders/s: "
         f"{1 / (setup.sweep_period_seconds * setup.throughput):.4f} executions, "

@@ -36,11 +36,11 @@ from typing import Any
 
 import httpx
 from azure.core import MatchConditions
-from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from azure.data.tables import TableServiceClient, UpdateMode
 from azure.data.tables.aio import TableServiceClient as AsyncTableServiceClient
 from pydantic import BaseModel
 
-from adapters.table_store import TableStateStore, shard_of
+from adapters.table_store import TableStateStore
 from capacity import OrderCounts, Setup, report
 from devhost import azurite, launch
 from devhost.counts import StackCounts, read_counts
@@ -49,11 +49,13 @@ from engine.agent import Agent
 from engine.clock import SystemClock
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.parts import EngineParts
+from engine.retention import Retention, RetentionPolicy
 from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.transitions import EngineSettings
 from engine.workflow import WorkflowCatalog
+from history import fill_history
 from orders.catalog import FULFILMENT
 from servicebus_emulator.launcher import free_port
 
@@ -188,9 +190,13 @@ class TableCounts(BaseModel):
 
     per_order: float
     per_transition: float
-    requests: dict[str, float]  # per table, per order, including the Supervisor's clean-up
+    requests: dict[str, float]  # per table, per order, including the clean-up once it is done
     entities: dict[str, float]
-    cleanup_requests: float  # of which the Supervisor's clean-up (load + delete of the watch entry)
+    # of which the Supervisor's move to the history once the order is done (load, trail, history, live
+    # delete, watch entry) and the retention clean-up after ORDER_RETENTION (purge, then the tombstone)
+    cleanup_requests: float
+    move_requests: float
+    retention_requests: float
     empty_sweep_requests: int  # one sweep with nothing due
     log_records: float  # engine log records per order (INFO and up): traces in Application Insights
 
@@ -252,7 +258,7 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
             elif isinstance(body, AgentRequest):
                 await agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
     ops = store.counter.count
-    submit_ops = 2 * orders  # per submission: the watch entry, then one transaction
+    submit_ops = 3 * orders  # per submission: the watch entry, then one transaction and the history's check
     assert (await store.load(order_id)).state.process_state.value == "Processed"  # type: ignore[union-attr]
     counter = store.counter
     requests, entities = dict(counter.requests), dict(counter.entities)
@@ -268,22 +274,30 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
         WorkflowCatalog.of(FULFILMENT), store, sender, ShiftedClock(timedelta(hours=1)), settings
     )
     before_requests, before_entities = dict(counter.requests), dict(counter.entities)
+    before = counter.count
     await Supervisor(later).sweep()
-    cleanup = 0
-    for table in ("state", "watch"):
+    move = counter.count - before - empty_sweep  # the shard queries belong to every sweep
+    # Then the retention clean-up, as if ORDER_RETENTION had passed, and its tombstones' time too.
+    before = counter.count
+    policy = RetentionPolicy(retention=timedelta(hours=1), batch=1000)
+    await Retention(store, ShiftedClock(timedelta(hours=3)), policy).run()
+    await Retention(store, ShiftedClock(timedelta(hours=5)), policy).run()
+    retention = counter.count - before
+    for table in ("state", "watch", "history"):
         added = counter.requests.get(table, 0) - before_requests.get(table, 0)
-        added -= empty_sweep if table == "watch" else 0  # the shard queries belong to every sweep
+        added -= empty_sweep if table == "watch" else 0
         requests[table] = requests.get(table, 0) + added
         entities[table] = (
             entities.get(table, 0) + counter.entities.get(table, 0) - before_entities.get(table, 0)
         )
-        cleanup += added
     return TableCounts(
         per_order=ops / orders,
         per_transition=(ops - submit_ops) / transitions,
         requests={t: n / orders for t, n in requests.items() if t},
         entities={t: n / orders for t, n in entities.items() if t},
-        cleanup_requests=cleanup / orders,
+        cleanup_requests=(move + retention) / orders,
+        move_requests=move / orders,
+        retention_requests=retention / orders,
         empty_sweep_requests=empty_sweep,
         log_records=log_records / orders,
     )
@@ -294,76 +308,23 @@ def ceiling_report(rate: float, writes_per_second: float, tables: TableCounts) -
 
     The ceiling is the orders/s at which Azurite alone would be saturated: its conditional writes per
     second over the table requests one order costs it, as counted in part 2 (the order's own, and the
-    Supervisor's clean-up once it is done: every one of them reaches Azurite during a sustained run,
-    and each costs about what a conditional write does).
+    clean-up once it is done: the Supervisor's move to the history and the retention clean-up; every
+    one of them reaches Azurite during a sustained run, and each costs about what a conditional write
+    does).
     """
     per_order = sum(tables.requests.values())
     orders_ceiling = writes_per_second / per_order
     verdict = "meets" if rate >= TARGET_CEILING_SHARE * orders_ceiling else "misses"
     return (
         f"ceiling: {writes_per_second:.0f} writes/s / {per_order:.1f} table requests per order (the order's "
-        f"{tables.per_order:.1f}, the Supervisor's clean-up {tables.cleanup_requests:.1f}) = "
+        f"{tables.per_order:.1f}, the clean-up {tables.cleanup_requests:.1f}) = "
         f"~{orders_ceiling:.0f} orders/s\n"
         f"end to end / ceiling: {rate / orders_ceiling:.0%} (target >= {TARGET_CEILING_SHARE:.0%}: {verdict})"
     )
 
 
 # ---- 3. sweep time vs completed history -----------------------------------------------------------------
-def fill_completed(table: TableClient, count: int, shards: int) -> None:
-    """Write ``count`` completed orders (state, input and three steps each), 20 orders per transaction."""
-    now = datetime.now(UTC)
-    by_shard: dict[str, list[dict[str, Any]]] = {}
-    for _ in range(count):
-        order_id = uuid.uuid4().hex
-        pk = shard_of(order_id, shards)
-        rows = by_shard.setdefault(pk, [])
-        rows.append(
-            {
-                "PartitionKey": pk,
-                "RowKey": f"order|{order_id}|state",
-                "Kind": "state",
-                "OrderID": order_id,
-                "ProcessState": "Processed",
-                "FailureCount": 0,
-                "Workflow": FULFILMENT.name,
-                "Phase": "forward",
-                "CurrentStep": 2,
-                "Attempt": 1,
-                "CreatedAt": now,
-                "UpdatedAt": now,
-                "Indexed": False,
-            }
-        )
-        rows.append(
-            {
-                "PartitionKey": pk,
-                "RowKey": f"order|{order_id}|input",
-                "Kind": "input",
-                "OrderID": order_id,
-                "BodyHash": "x",
-                "BodyChunks": 1,
-                "Body0": "{}",
-            }
-        )
-        for i, step in enumerate(FULFILMENT.steps):
-            rows.append(
-                {
-                    "PartitionKey": pk,
-                    "RowKey": f"order|{order_id}|step|{i:02d}",
-                    "Kind": "step",
-                    "OrderID": order_id,
-                    "StepIndex": i,
-                    "StepName": step.name,
-                    "StepState": "Completed",
-                    "Attempts": 1,
-                }
-            )
-    batches = [rows[i : i + 100] for rows in by_shard.values() for i in range(0, len(rows), 100)]
-    # Two writers: Azurite resets connections under more concurrent batch requests.
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda b: table.submit_transaction([("upsert", e) for e in b]), batches))
-
-
+# The history is written directly through the store's own mapping (bench/history.py), outside the engine.
 async def sweep_times(
     connection_string: str, in_flight: int, histories: list[int], shards: int = 8
 ) -> dict[int, float]:
@@ -378,10 +339,6 @@ async def sweep_times(
 async def _sweep_times(
     connection_string: str, store: TableStateStore, in_flight: int, histories: list[int], shards: int
 ) -> dict[int, float]:
-    # The history is bulk-written with the synchronous client, from threads, outside the engine.
-    table = TableServiceClient.from_connection_string(connection_string).get_table_client(
-        store.table.table_name
-    )
     sender = LoopbackSender()
     settings = EngineSettings(step_complete_by_seconds=3600)
     parts = EngineParts(WorkflowCatalog.of(FULFILMENT), store, sender, SystemClock(), settings)
@@ -393,7 +350,7 @@ async def _sweep_times(
     results: dict[int, float] = {}
     filled = 0
     for history in histories:
-        await asyncio.to_thread(fill_completed, table, history - filled, shards)
+        await fill_history(store, history - filled, datetime.now(UTC) - timedelta(days=1))
         filled = history
         await supervisor.sweep()  # warm up
         samples = []
@@ -406,7 +363,8 @@ async def _sweep_times(
     return results
 
 
-NOT_PER_ORDER = {"get_order", "health", "supervisor"}  # status polling, probes and the timer
+# Status polling, probes and the timers (the Supervisor, the retention clean-up).
+NOT_PER_ORDER = {"get_order", "health", "supervisor", "retention"}
 SB_COLUMNS = ("send", "schedule", "receive", "complete", "abandon", "deadLetter", "renewLock")
 
 
@@ -434,8 +392,10 @@ def print_counts(counts: StackCounts, orders: int, tables: TableCounts) -> None:
     requests = sum(tables.requests.values())
     print(f"  {'all':<20}{requests:>8.2f}   ({requests / steps:.2f} per step)")
     print(
-        f"  of which the Supervisor's clean-up once the order is done: {tables.cleanup_requests:.2f}; "
-        f"a sweep with nothing due costs {tables.empty_sweep_requests} requests (one per shard)"
+        f"  of which the clean-up once the order is done: {tables.cleanup_requests:.2f} (the Supervisor's "
+        f"move to the history {tables.move_requests:.2f}, the retention clean-up "
+        f"{tables.retention_requests:.2f}); a sweep with nothing due costs {tables.empty_sweep_requests} "
+        "requests (one per shard)"
     )
 
 
@@ -453,6 +413,7 @@ def order_counts(counts: StackCounts, orders: int, tables: TableCounts) -> Order
         table_transactions=table_requests,
         state_entities=tables.entities.get("state", 0.0),
         watch_entities=tables.entities.get("watch", 0.0),
+        history_entities=tables.entities.get("history", 0.0),
         executions=executions_per_order,
         execution_seconds=seconds / orders,
         # one request row per execution, one dependency row per table, Service Bus or remote call, and
