@@ -11,6 +11,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Stri
 
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 
+from .catalog import CATALOG
+
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,64}$")]
 
 
@@ -48,8 +50,9 @@ class OrderRequest(BaseModel):
     customer_id: str = Field(alias="customerId", min_length=1, max_length=128)
     items: list[OrderItem] = Field(min_length=1, max_length=100)
     currency: Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$")]
-    # Which declared workflow runs the order; none: the first one declared (order fulfilment).
-    workflow: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,62}$")] | None = None
+    # Which declared workflow runs the order; none: the first one declared (order fulfilment). The
+    # document lists the declared names; the task service refuses any other with a 400.
+    workflow: Annotated[str, Field(json_schema_extra={"enum": CATALOG.names})] | None = None
 
     def document(self, order_id: str) -> dict[str, Any]:
         """The order as stored and handed to the agents (the workflow is recorded with the task)."""
