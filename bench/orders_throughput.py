@@ -453,7 +453,7 @@ def main() -> None:
         process = azurite.launch(Path(tmp) / "azurite", port, in_memory=True)
         try:
             connection = azurite.table_connection_string(port)
-            tables = asyncio.run(operations_per_order(connection, 50))
+            tables = asyncio.run(operations_per_order(connection, 200))
             print(ceiling_report(rate, ceiling, tables))
             print(
                 f"table operations: {tables.per_order:.1f} per order, {tables.per_transition:.2f} per step "

@@ -8,7 +8,7 @@ Three tables:
   ``ProcessState``, ``FailureCount``, ...); ``order|<id>|input`` - the submitted body;
   ``order|<id>|step|NN`` - one record per step; ``audit|<id>|<time>|<n>`` - one audit entry per
   operator action or automatic Error, written in the transaction that makes the change (outside the
-  ``order|<id>|`` range, so loading a task never reads its history); ``index|<ProcessState>|<time>|<id>``
+  ``order|<id>|`` range, so loading a task never reads its history); ``index|<ProcessState>|<time>|<id>|``
   - the task's entry in the listing by state, a copy of the state record written in every transaction
   that writes the state record (whose ``IndexKey`` names it; a change of state deletes the old entry and
   writes the new one). Listing or counting one state reads that state's entries only, and an entry and
@@ -20,11 +20,11 @@ Three tables:
 - The history table (``<state table>history``): finished tasks (Processed, Compensated), moved there by
   the Supervisor when it drops their watch entry, kept for the retention period, then purged by the
   clean-up. Same shards: ``order|<id>`` - the whole task in one entity (state, steps, input: one point
-  read); ``index|<ProcessState>|<finished>|<id>`` - its listing entry, keyed by the time it finished, so
+  read); ``index|<ProcessState>|<finished>|<id>|`` - its listing entry, keyed by the time it finished, so
   the clean-up finds what expired with one range query; ``audit|<id>|...`` - its audit entries;
   ``count`` - how many finished tasks of each state the shard holds, changed in the transaction that adds
   or purges a task (by the Supervisor and the clean-up, never on an order's own path). A purged task
-  leaves a tombstone (``order|<id>``, a few properties) and a ``gone|<until>|<id>`` entry; both go once
+  leaves a tombstone (``order|<id>``, a few properties) and a ``gone|<until>|<id>|`` entry; both go once
   ``<until>`` passes, and until then the id is refused.
 
 The live table holds live work only (in flight, in Error, finished in the last sweep interval), so what
@@ -179,8 +179,8 @@ def _audit_prefix(order_id: str) -> str:
 
 def listing_key(state: ProcessState, since: datetime, order_id: str) -> str:
     """A task's entry in the listing of ``state``, which it entered at ``since``: a shard's entries of one
-    state are one key range, oldest first."""
-    return f"index|{state.value}|{_stamp(since)}|{order_id}"
+    state are one key range, oldest first. Like every key that names a task, it holds ``|<id>|``."""
+    return f"index|{state.value}|{_stamp(since)}|{order_id}|"
 
 
 def _listing_range(state: ProcessState, before: datetime | None = None) -> tuple[str, str]:
@@ -197,7 +197,7 @@ def _archive_key(order_id: str) -> str:
 
 
 def _gone_key(until: datetime, order_id: str) -> str:
-    return f"gone|{_stamp(until)}|{order_id}"
+    return f"gone|{_stamp(until)}|{order_id}|"
 
 
 def _chunks(text: str) -> list[str]:

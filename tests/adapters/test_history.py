@@ -299,10 +299,12 @@ async def test_purge_deletes_what_finished_before_the_cutoff_and_keeps_the_rest_
     assert await store.load("old") is None and await store.load("old-undone") is None
     assert (await store.load("recent")).archived and (await store.load("failed")) is not None  # type: ignore[union-attr]
     history = await rows(store.history)
-    assert not [k for k in history if "|old|" in k or k.startswith("audit|old")]  # no trail, no entry
+    # No trail, no listing entry: only the tombstone and its entry name the order.
+    assert [k for k in history if "|old|" in k and not k.startswith("gone|")] == []
+    assert history["order|old"]["Kind"] == "tombstone"
     assert {k for k in history if k.startswith("gone|")} == {
-        f"gone|{table_store._stamp(NOW + 3 * DAY)}|old",
-        f"gone|{table_store._stamp(NOW + 3 * DAY)}|old-undone",
+        f"gone|{table_store._stamp(NOW + 3 * DAY)}|old|",
+        f"gone|{table_store._stamp(NOW + 3 * DAY)}|old-undone|",
     }
     assert counts(await store.count_by_state(100)) == {"Processed": 1, "Error": 1}
     assert (await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged == 0  # nothing left to do
@@ -358,7 +360,7 @@ async def test_purge_runs_in_bounded_batches_and_a_crash_between_them_loses_noth
         pass
     assert [order_id for order_id in ids if await store.load(order_id) is not None] == []
     gone = [k for k in await rows(store.history) if k.startswith("gone|")]
-    assert sorted(k.rsplit("|", 1)[1] for k in gone) == ids  # one tombstone each
+    assert sorted(k.split("|")[2] for k in gone) == ids  # one tombstone each
     assert counts(await store.count_by_state(100)) == {}
     assert not [k for k in await rows(store.history) if k.startswith(("audit|", "index|"))]
 

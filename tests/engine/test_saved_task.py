@@ -50,7 +50,7 @@ def _record(order_id: str = "o-1", body: str = "x") -> TaskRecord:
         input_hash="h-1",
         etags={"state": "W/1", "step-0": "W/2", "step-1": "W/3"},
         indexed=True,
-        listed="index|Processing|20261123T120000000000Z|o-1",
+        listed="index|Processing|20261123T120000000000Z|o-1|",
     )
 
 
