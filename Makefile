@@ -1,9 +1,12 @@
 # `make test` sets up everything on a fresh machine (virtual environments, Python and npm packages)
 # and runs the whole suite. `make demo` runs the whole system under a fault profile.
 PYTHON ?= python3
+# The Python the app runs on in Azure (infra/app/function-app.bicep); pyenv reads the same file.
+PYTHON_VERSION := $(shell cat .python-version)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(PYTHON_VERSION)')
 # Checkov has its own virtual environment: its pins clash with the test tools'.
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
@@ -12,8 +15,10 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 install: $(STAMP) node_modules/.installed
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml .python-version
+	@# A .venv of another Python (an older checkout's) is made anew, not patched.
+	$(BIN)/python -c "$(IS_PYTHON_VERSION)" 2>/dev/null || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	@$(BIN)/python -c "$(IS_PYTHON_VERSION)" || { echo "$(PYTHON) is not Python $(PYTHON_VERSION): make PYTHON=python$(PYTHON_VERSION)" >&2; exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .

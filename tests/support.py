@@ -5,16 +5,15 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 from servicebus_emulator.launcher import free_port, stop
 
 __all__ = ["free_port", "stop_process", "wait_for"]
 
-T = TypeVar("T")
 
-
-def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, what: str = "") -> T:
+def wait_for[T](
+    condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, what: str = ""
+) -> T:
     """Poll ``condition`` until it returns something truthy; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

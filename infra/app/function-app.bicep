@@ -1,4 +1,4 @@
-// The Function App that runs function_app.py: Python 3.11 on Flex Consumption, with the user-assigned
+// The Function App that runs function_app.py: Python 3.13 on Flex Consumption, with the user-assigned
 // identity for every connection and the app settings orders.settings reads (tests/infra checks the list).
 
 @description('Name of the Function App (its default host name is <name>.azurewebsites.net).')
@@ -179,7 +179,7 @@ module site 'br/public:avm/res/web/site:0.24.0' = {
       }
       runtime: {
         name: 'python'
-        version: '3.11'
+        version: '3.13'
       }
       scaleAndConcurrency: {
         instanceMemoryMB: instanceMemoryMB

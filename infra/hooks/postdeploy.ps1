@@ -55,7 +55,7 @@ if (-not $python) {
     $pins = @(Get-Content (Join-Path $root 'requirements.txt') | Where-Object { $_ -match '^(httpx|pydantic)==' })
     Write-Host "postdeploy: installing $($pins -join ' ') into $venv"
     python -m venv $venv
-    if ($LASTEXITCODE -ne 0) { Fail 'python -m venv failed: install Python 3.11 or set SKIP_SMOKE_TEST=true' }
+    if ($LASTEXITCODE -ne 0) { Fail 'python -m venv failed: install Python 3.13 or set SKIP_SMOKE_TEST=true' }
     $python = Join-Path $venv 'Scripts\python.exe'
     & $python -m pip install --quiet --disable-pip-version-check @pins
     if ($LASTEXITCODE -ne 0) { Fail 'could not install httpx and pydantic' }

@@ -54,7 +54,7 @@ if [ -z "$python" ]; then
   venv="$root/.azure/smoke-venv"
   pins=$(grep -E '^(httpx|pydantic)==' "$root/requirements.txt")
   echo "postdeploy: installing $(echo "$pins" | tr '\n' ' ')into $venv"
-  python3 -m venv "$venv" || fail "python3 -m venv failed: install Python 3.11 or set SKIP_SMOKE_TEST=true"
+  python3 -m venv "$venv" || fail "python3 -m venv failed: install Python 3.13 or set SKIP_SMOKE_TEST=true"
   # shellcheck disable=SC2086 # one requirement per word
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $pins \
     || fail "could not install httpx and pydantic"

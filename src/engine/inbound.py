@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -12,10 +11,10 @@ from .errors import PoisonMessage
 
 log = logging.getLogger("engine.inbound")
 
-M = TypeVar("M", bound=BaseModel)
 
-
-def parse(model: type[M], body: bytes, queue: str, message_id: str | None, delivery_count: int | None) -> M:
+def parse[M: BaseModel](
+    model: type[M], body: bytes, queue: str, message_id: str | None, delivery_count: int | None
+) -> M:
     """Validate a JSON body as ``model``; raise :class:`PoisonMessage` with the reason if it is not one."""
     try:
         return model.model_validate_json(body)

@@ -14,7 +14,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -151,12 +151,9 @@ def _json_object(body: bytes, content_type: str | None, required: bool) -> dict[
     return raw
 
 
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def parse_body(
-    model: type[_M], body: bytes, content_type: str | None, *, required: bool, what: str = "the request"
-) -> _M | Reply:
+def parse_body[M: BaseModel](
+    model: type[M], body: bytes, content_type: str | None, *, required: bool, what: str = "the request"
+) -> M | Reply:
     """The body as ``model``, or the error reply (415, 413, 400 with the fields that are wrong)."""
     raw = _json_object(body, content_type, required)
     if isinstance(raw, Reply):

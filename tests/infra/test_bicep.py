@@ -379,7 +379,7 @@ def test_the_hosted_simulators_get_a_key_that_is_never_output() -> None:
             assert "simulatorsKey" not in set(strings(output)), f"{path.name}: output {name} holds the key"
 
 
-def test_the_function_app_is_python_311_on_flex_consumption_with_the_identity() -> None:
+def test_the_function_app_is_python_313_on_flex_consumption_with_the_identity() -> None:
     site = module(APP / "function-app.bicep", "avm/res/web/site")
     assert site["kind"] == "functionapp,linux"
     assert site["httpsOnly"] is True
@@ -388,10 +388,26 @@ def test_the_function_app_is_python_311_on_flex_consumption_with_the_identity() 
     assert site["siteConfig"]["alwaysOn"] is False
     assert site["managedIdentities"] == {"userAssignedResourceIds": ["identityResourceId"]}
     config = site["functionAppConfig"]
-    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    assert config["runtime"] == {"name": "python", "version": "3.13"}
     assert config["deployment"]["storage"]["authentication"]["type"] == "UserAssignedIdentity"
     plan = module(APP / "hosting-plan.bicep", "avm/res/web/serverfarm")
     assert (plan["skuName"], plan["reserved"]) == ("FC1", True)
+
+
+# Python versions Flex Consumption runs for Functions 4.x (Azure's supported-languages table, 2026-11).
+FLEX_PYTHON_VERSIONS = {"3.10", "3.11", "3.12", "3.13"}
+
+
+def test_the_deployed_python_is_the_one_the_tests_and_ci_run() -> None:
+    """What runs locally (.python-version, the venv `make` builds, CI) is what Azure runs."""
+    site = module(APP / "function-app.bicep", "avm/res/web/site")
+    version = site["functionAppConfig"]["runtime"]["version"]
+    assert version in FLEX_PYTHON_VERSIONS
+    assert (ROOT / ".python-version").read_text().strip() == version
+    assert re.search(rf'requires-python = ">={re.escape(version)}"', (ROOT / "pyproject.toml").read_text())
+    for workflow in ("ci.yml", "azure-dev.yml"):
+        text = (ROOT / ".github" / "workflows" / workflow).read_text()
+        assert f'python-version: "{version}"' in text, workflow
 
 
 # ---- alerts ---------------------------------------------------------------------------------------------

@@ -42,14 +42,14 @@ def index_of(
 
 
 # ---- ci.yml --------------------------------------------------------------------------------------------
-def test_ci_runs_make_test_on_push_and_pull_request_with_python_311_and_node_20() -> None:
+def test_ci_runs_make_test_on_push_and_pull_request_with_python_313_and_node_20() -> None:
     ci = load("ci.yml")
     assert {"push", "pull_request"} <= set(ci["on"])
     all_steps = steps(ci)
     checkout = index_of(all_steps, "checks out", uses="actions/checkout")
     python = all_steps[index_of(all_steps, "sets up Python", uses="actions/setup-python")]
     node = all_steps[index_of(all_steps, "sets up Node", uses="actions/setup-node")]
-    assert str(python["with"]["python-version"]) == "3.11"
+    assert str(python["with"]["python-version"]) == "3.13"
     assert str(node["with"]["node-version"]) == "20"
     test = index_of(all_steps, "runs make test", run=r"(^|\n)\s*make test\b")
     assert checkout < test
