@@ -15,13 +15,17 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 install: $(STAMP) node_modules/.installed
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml .python-version
+# The message classes the devhost sends azure-functions-runtime, generated from the repository's .proto.
+PROTO_DIR := src/devhost/protos
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml .python-version $(PROTO_DIR)/function_rpc.proto
 	@# A .venv of another Python (an older checkout's) is made anew, not patched.
 	$(BIN)/python -c "$(IS_PYTHON_VERSION)" 2>/dev/null || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	@$(BIN)/python -c "$(IS_PYTHON_VERSION)" || { echo "$(PYTHON) is not Python $(PYTHON_VERSION): make PYTHON=python$(PYTHON_VERSION)" >&2; exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m grpc_tools.protoc -I $(PROTO_DIR) --python_out=$(PROTO_DIR) $(PROTO_DIR)/function_rpc.proto
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

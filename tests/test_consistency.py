@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from devhost.bindings import load_functions
+from devhost.functions import load_functions
 from engine import queues
 from orders.catalog import CATALOG, SERVICES
 from orders.settings import SERVICE_URL_SETTINGS, SETTING_NAMES

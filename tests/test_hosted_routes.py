@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Runs in the child: describe the simulator functions and which of them each path would reach.
 PROBE = """
 import json, sys
-from devhost.bindings import load_functions
+from devhost.functions import load_functions
 from devhost.http_host import compile_route
 from simulators.hosted import is_control_path, is_service_path
 

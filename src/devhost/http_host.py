@@ -7,6 +7,11 @@ others are accepted without checking). Matching is case-insensitive, and when se
 more specific one wins (literal before constrained before plain parameter before optional before
 catch-all).
 
+A matched request goes to ``azure-functions-runtime`` as the Functions host sends it: an ``RpcHttp`` with
+the method, the URL as sent, the headers, the query, the route's values (``params``) and the body as
+bytes (the runtime asks for raw bytes); the response the runtime returns (status, headers, cookies,
+body) is written back as it is. A function that raises is a 500.
+
 Auth levels are not enforced by default, as with Core Tools locally. Given keys (:class:`HostKeys`), the
 host checks them as the Functions host does: the key comes in the ``x-functions-key`` header or the
 ``code`` query parameter; an ``anonymous`` function is open, a ``function`` one takes the function key or
@@ -22,19 +27,20 @@ import socket
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC
+from email.utils import format_datetime
 from urllib.parse import quote
 
-import azure.functions as func
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from devhost.bindings import FunctionSpec
 from devhost.errors import ConfigurationError
-from devhost.invocation import Invoker
+from devhost.functions import FunctionSpec
+from devhost.language_worker import InvocationFailed, LanguageWorker
+from devhost.protos import function_rpc_pb2 as protos
 
 log = logging.getLogger("devhost.http")
 
@@ -234,34 +240,67 @@ def _join_multi(items: Iterable[tuple[str, str]], separator: str) -> dict[str, s
     return joined
 
 
-def to_starlette_response(result: Any) -> Response:
-    """Turn what an HTTP function returned into a response, as the worker's HTTP output converter does."""
-    if isinstance(result, func.HttpResponse) or all(
-        hasattr(result, name) for name in ("status_code", "headers", "get_body", "mimetype", "charset")
-    ):
-        status = int(result.status_code)
-        response = Response(content=result.get_body() or b"", status_code=status)
-        headers = result.headers
-        pairs = list(headers.items()) if hasattr(headers, "items") else list(headers)
-        names = {name.lower() for name, _ in pairs}
-        for name, value in pairs:
-            if name.lower() in ("content-length", "transfer-encoding"):
-                continue  # the server frames the body itself
-            response.raw_headers.append((name.lower().encode("latin-1"), str(value).encode("latin-1")))
-        if "content-type" not in names:
-            mimetype = result.mimetype
-            content_type = (
-                f"{mimetype}; charset={result.charset}" if mimetype.startswith("text/") else mimetype
-            )
-            response.raw_headers.append((b"content-type", content_type.encode("latin-1")))
-        return response
-    if isinstance(result, str):
-        return Response(content=result, status_code=200, media_type="text/plain; charset=utf-8")
-    if isinstance(result, bytes | bytearray):
-        return Response(content=bytes(result), status_code=200, media_type="application/octet-stream")
-    if result is None:
-        return Response(status_code=204)
-    raise TypeError(f"an HTTP function must return func.HttpResponse or str, not {type(result).__name__}")
+def _body_bytes(data: protos.TypedData) -> bytes:
+    kind = data.WhichOneof("data")
+    if kind is None:
+        return b""
+    if kind in ("bytes", "stream"):
+        return bytes(getattr(data, kind))
+    if kind in ("string", "json"):
+        return str(getattr(data, kind)).encode("utf-8")
+    if kind in ("int", "double"):
+        return str(getattr(data, kind)).encode("ascii")
+    raise TypeError(f"an HTTP response body cannot be {kind}")
+
+
+_SAME_SITE = {
+    protos.RpcHttpCookie.SameSite.Lax: "Lax",
+    protos.RpcHttpCookie.SameSite.Strict: "Strict",
+    protos.RpcHttpCookie.SameSite.ExplicitNone: "None",
+}
+
+
+def _set_cookie(cookie: protos.RpcHttpCookie) -> str:
+    """A Set-Cookie value, as the host writes each cookie the function set."""
+    parts = [f"{cookie.name}={cookie.value}"]
+    # The worker sends every attribute of a parsed cookie, unset ones as empty strings.
+    if cookie.domain.value:
+        parts.append(f"Domain={cookie.domain.value}")
+    if cookie.path.value:
+        parts.append(f"Path={cookie.path.value}")
+    if cookie.HasField("expires"):
+        expires = cookie.expires.value.ToDatetime(tzinfo=UTC)
+        parts.append(f"Expires={format_datetime(expires, usegmt=True)}")
+    if cookie.HasField("max_age"):
+        parts.append(f"Max-Age={int(cookie.max_age.value)}")
+    if cookie.HasField("secure") and cookie.secure.value:
+        parts.append("Secure")
+    if cookie.HasField("http_only") and cookie.http_only.value:
+        parts.append("HttpOnly")
+    if cookie.same_site in _SAME_SITE:
+        parts.append(f"SameSite={_SAME_SITE[cookie.same_site]}")
+    return "; ".join(parts)
+
+
+def to_starlette_response(value: protos.TypedData) -> Response:
+    """Write an HTTP function's return value (the runtime's TypedData) as the host does.
+
+    An ``http`` value carries status, headers, cookies and body; any other value (a function that
+    returned a ``str``) is a 200 with that body.
+    """
+    if value.WhichOneof("data") != "http":
+        if value.WhichOneof("data") is None:
+            return Response(status_code=204)
+        return Response(content=_body_bytes(value), status_code=200, media_type="text/plain; charset=utf-8")
+    http = value.http
+    response = Response(content=_body_bytes(http.body), status_code=int(http.status_code or 200))
+    for name, header in http.headers.items():
+        if name.lower() in ("content-length", "transfer-encoding"):
+            continue  # the server frames the body itself
+        response.raw_headers.append((name.lower().encode("latin-1"), header.encode("latin-1")))
+    for cookie in http.cookies:
+        response.raw_headers.append((b"set-cookie", _set_cookie(cookie).encode("latin-1")))
+    return response
 
 
 class HttpHost:
@@ -271,10 +310,10 @@ class HttpHost:
         self,
         specs: Sequence[FunctionSpec],
         route_prefix: str,
-        invoker: Invoker,
+        worker: LanguageWorker,
         keys: HostKeys | None = None,
     ) -> None:
-        self._invoker = invoker
+        self._worker = worker
         self.keys = keys or HostKeys()
         self._prefix = route_prefix.strip().strip("/")
         routes = [compile_route(spec) for spec in specs]
@@ -319,23 +358,26 @@ class HttpHost:
         if not self.keys.allows(route.spec.auth_level, _supplied_key(request)):
             return _unauthorized(path)
         body = await request.body()
-        http_request = func.HttpRequest(
+        http_request = protos.RpcHttp(
             method=method,
             url=_request_url(request),
             headers=_join_multi(request.headers.items(), ", "),
-            params=_join_multi(request.query_params.multi_items(), ","),
-            route_params=route_params,
-            body=body,
+            query=_join_multi(request.query_params.multi_items(), ","),
+            params=route_params,
+            body=protos.TypedData(bytes=body),
         )
-        name = route.spec.name
+        spec = route.spec
+        name = spec.name
         try:
-            result = await self._invoker.invoke(route.spec, http_request, f"HTTP {method} {path}")
-        except Exception as exc:  # logged with its traceback by the invoker
-            return _error(
-                500, "InternalError", f"Exception while executing function: Functions.{name}: {exc!r}"
+            response = await self._worker.invoke(
+                spec.function_id,
+                [protos.ParameterBinding(name=spec.arg_name, data=protos.TypedData(http=http_request))],
+                reason=f"HTTP {method} {path}",
             )
+        except InvocationFailed as exc:  # logged with its traceback by the language worker
+            return _error(500, "InternalError", str(exc))
         try:
-            return to_starlette_response(result)
+            return to_starlette_response(response.return_value)
         except Exception as exc:
             log.error("Functions.%s: cannot turn its result into an HTTP response", name, exc_info=True)
             return _error(500, "InternalError", f"Functions.{name}: {exc}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from servicebus_emulator.launcher import free_port, stop
+from servicebus_emulator.launcher import stop
 
 
 @dataclass
@@ -42,6 +43,18 @@ class RunningDevhost:
         stop(self.process, timeout=timeout)
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` different TCP ports nothing listens on now (bound together, so none is handed out twice)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def _ready(data_dir: Path) -> bool:
     try:
         return bool(json.loads((data_dir / "devhost.json").read_text()).get("ready"))
@@ -66,7 +79,8 @@ def start(
     Raises RuntimeError (after stopping it) if the stack exits or does not answer in ``timeout`` seconds.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    ports = [port or free_port(), free_port(), free_port(), free_port()]
+    others = [p for p in free_ports(4) if p != port]
+    ports = [port or others.pop(), *others[:3]]
     command = [sys.executable, "-m", "devhost.stack", "--workers", str(workers), "--data-dir", str(data_dir)]
     for flag, value in zip(("--port", "--sim-port", "--sb-port", "--azurite-port"), ports, strict=True):
         command += [flag, str(value)]

@@ -1,9 +1,14 @@
 """Service Bus triggers: a PEEK_LOCK receiver per function, many messages in flight, settled as the host does.
 
-A message is completed when the function returns and abandoned when it raises, so its delivery count
-rises and the queue's MaxDeliveryCount dead-letters a poison message. Locks of messages in flight are
-renewed until ``maxAutoLockRenewalDuration``. A receiver whose connection fails is closed and opened
-again with exponential backoff; the worker never stops because of the broker.
+Each message goes to ``azure-functions-runtime`` as the Functions host sends it: the body (a string when it
+is UTF-8 text, else bytes) and the trigger metadata the Service Bus extension binds (MessageId,
+DeliveryCount, EnqueuedTimeUtc, SequenceNumber, LockToken, CorrelationId, ContentType,
+ApplicationProperties and UserProperties, ...), from which the runtime builds the function's
+``func.ServiceBusMessage``. A message is completed when the function returns and abandoned when it
+raises, so its delivery count rises and the queue's MaxDeliveryCount dead-letters a poison message.
+Locks of messages in flight are renewed until ``maxAutoLockRenewalDuration``. A receiver whose
+connection fails is closed and opened again with exponential backoff; the worker never stops because of
+the broker.
 
 One receive loop per function takes one message per call, and the receiver prefetches: the broker pushes
 a window of messages per round trip, asked for only when the window fits the function's free
@@ -27,16 +32,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.functions import meta
-from azure.functions.servicebus import ServiceBusMessage as FunctionServiceBusMessage
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode, parse_connection_string
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from devhost.bindings import FunctionSpec, resolve_setting_expressions
 from devhost.errors import ConfigurationError
+from devhost.functions import FunctionSpec, resolve_setting_expressions
 from devhost.host_config import HostSettings
-from devhost.invocation import Invoker
+from devhost.language_worker import InvocationFailed, LanguageWorker
+from devhost.protos import function_rpc_pb2 as protos
 
 log = logging.getLogger("devhost.servicebus")
 
@@ -103,75 +107,71 @@ def message_body(message: ServiceBusReceivedMessage) -> bytes:
     return json.dumps([_text(item) for item in body], default=str).encode("utf-8")
 
 
-def _metadata(fields: Mapping[str, Any]) -> dict[str, meta.Datum]:
-    """Trigger metadata as the host sends it, so ``msg.metadata`` works."""
-    data: dict[str, meta.Datum] = {}
-    for key, value in fields.items():
-        if value is None:
-            continue
-        if isinstance(value, bool | dict | list):
-            data[key] = meta.Datum(json.dumps(value, default=str), "json")
-        elif isinstance(value, int):
-            data[key] = meta.Datum(value, "int")
-        elif isinstance(value, datetime):
-            data[key] = meta.Datum(value.isoformat(), "string")
-        else:
-            data[key] = meta.Datum(str(value), "string")
-    return data
+def _timespan(value: timedelta) -> str:
+    """.NET TimeSpan text, as the host serialises one: ``[d.]hh:mm:ss[.fffffff]``."""
+    seconds = int(value.total_seconds())
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    text = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if value.microseconds:
+        text += f".{value.microseconds:06d}0"
+    return f"{days}.{text}" if days else text
 
 
-def to_function_message(message: ServiceBusReceivedMessage) -> FunctionServiceBusMessage:
-    """Build the ``azure.functions.ServiceBusMessage`` a trigger function receives from an SDK message."""
+def _typed(value: Any) -> protos.TypedData:
+    """A metadata value as the host encodes it: text as a string, anything else (numbers too: the runtime
+    reads no ``int`` TypedData in metadata) as JSON."""
+    if isinstance(value, str):
+        return protos.TypedData(string=value)
+    if isinstance(value, datetime):
+        return protos.TypedData(json=json.dumps(value.astimezone(UTC).isoformat()))
+    if isinstance(value, timedelta):
+        return protos.TypedData(json=json.dumps(_timespan(value)))
+    return protos.TypedData(json=json.dumps(value, default=str))
+
+
+def trigger_metadata(message: ServiceBusReceivedMessage) -> dict[str, protos.TypedData]:
+    """The trigger metadata the host sends with a message (keys the message has no value for are left out)."""
     properties = _properties(message)
-    lock_token = str(message.lock_token) if message.lock_token is not None else None
     state = message.state
     fields: dict[str, Any] = {
-        "MessageId": message.message_id,
+        "MessageId": _text(message.message_id),
         "DeliveryCount": message.delivery_count,
         "SequenceNumber": message.sequence_number,
+        "EnqueuedSequenceNumber": message.enqueued_sequence_number,
         "EnqueuedTimeUtc": message.enqueued_time_utc,
         "ExpiresAtUtc": message.expires_at_utc,
+        "LockedUntil": message.locked_until_utc,
+        "LockToken": str(message.lock_token) if message.lock_token is not None else None,
         "ContentType": message.content_type,
-        "CorrelationId": message.correlation_id,
+        "CorrelationId": _text(message.correlation_id),
         "Label": message.subject,
         "Subject": message.subject,
         "ReplyTo": message.reply_to,
+        "ReplyToSessionId": message.reply_to_session_id,
         "To": message.to,
         "SessionId": message.session_id,
-        "LockToken": lock_token,
-        "UserProperties": properties,
+        "PartitionKey": message.partition_key,
+        "ScheduledEnqueueTimeUtc": message.scheduled_enqueue_time_utc,
+        "TimeToLive": message.time_to_live,
+        "DeadLetterSource": message.dead_letter_source,
+        "DeadLetterReason": message.dead_letter_reason,
+        "DeadLetterErrorDescription": message.dead_letter_error_description,
+        "State": int(state) if state is not None else None,
         "ApplicationProperties": properties,
+        "UserProperties": properties,
     }
-    return FunctionServiceBusMessage(
-        body=message_body(message),
-        trigger_metadata=_metadata(fields),
-        application_properties=dict(properties),
-        content_type=message.content_type,
-        correlation_id=_text(message.correlation_id),
-        dead_letter_error_description=message.dead_letter_error_description,
-        dead_letter_reason=message.dead_letter_reason,
-        dead_letter_source=message.dead_letter_source,
-        delivery_count=message.delivery_count,
-        enqueued_sequence_number=message.enqueued_sequence_number,
-        enqueued_time_utc=message.enqueued_time_utc,
-        expires_at_utc=message.expires_at_utc,
-        label=message.subject,
-        locked_until=message.locked_until_utc,
-        lock_token=lock_token,
-        message_id=_text(message.message_id) or "",
-        partition_key=message.partition_key,
-        reply_to=message.reply_to,
-        reply_to_session_id=message.reply_to_session_id,
-        scheduled_enqueue_time_utc=message.scheduled_enqueue_time_utc,
-        sequence_number=message.sequence_number,
-        session_id=message.session_id,
-        state=int(state) if state is not None else None,
-        subject=message.subject,
-        time_to_live=message.time_to_live,
-        to=message.to,
-        transaction_partition_key=None,
-        user_properties=dict(properties),
-    )
+    return {key: _typed(value) for key, value in fields.items() if value is not None}
+
+
+def message_data(message: ServiceBusReceivedMessage) -> protos.TypedData:
+    """The message body as the host binds it for the worker: a string when it is UTF-8 text, else bytes."""
+    body = message_body(message)
+    try:
+        return protos.TypedData(string=body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return protos.TypedData(bytes=body)
 
 
 @dataclass(eq=False)
@@ -239,10 +239,10 @@ class ServiceBusHost:
         self,
         specs: Sequence[FunctionSpec],
         settings: HostSettings,
-        invoker: Invoker,
+        worker: LanguageWorker,
         environ: Mapping[str, str],
     ) -> None:
-        self._invoker = invoker
+        self._worker = worker
         self._settings = settings
         self._clients: dict[str, ServiceBusClient] = {}
         self._stopping = asyncio.Event()
@@ -255,6 +255,11 @@ class ServiceBusHost:
         if spec.is_sessions_enabled:
             raise ConfigurationError(
                 f"{where}: session-enabled Service Bus triggers are not supported locally"
+            )
+        if spec.cardinality != "one":
+            raise ConfigurationError(
+                f"{where}: batched Service Bus triggers (cardinality {spec.cardinality!r}) are not "
+                "supported locally"
             )
         if not spec.connection:
             raise ConfigurationError(f"{where}: the Service Bus trigger sets no connection")
@@ -425,23 +430,16 @@ class ServiceBusHost:
         message = delivery.message
         try:
             succeeded = False
-            try:
-                value: Any = to_function_message(message)
-            except Exception:
-                value = None
-                log.exception("Functions.%s: cannot convert message %s", spec.name, message.message_id)
-            if value is not None:
-                if spec.cardinality == "many":
-                    value = [value]
-                # A failure is logged by the invoker; abandoning is the host's answer to it.
-                with contextlib.suppress(Exception):
-                    await self._invoker.invoke(
-                        spec,
-                        value,
-                        f"New ServiceBus message detected on '{listener.entity}' "
-                        f"(MessageId={message.message_id}, DeliveryCount={message.delivery_count})",
-                    )
-                    succeeded = True
+            # A failure is logged by the language worker; abandoning is the host's answer to it.
+            with contextlib.suppress(InvocationFailed):
+                await self._worker.invoke(
+                    spec.function_id,
+                    [protos.ParameterBinding(name=spec.arg_name, data=message_data(message))],
+                    trigger_metadata(message),
+                    f"New ServiceBus message detected on '{listener.entity}' "
+                    f"(MessageId={message.message_id}, DeliveryCount={message.delivery_count})",
+                )
+                succeeded = True
             await self._settle(listener, delivery, complete=succeeded)
         except Exception:
             log.exception(

@@ -3,13 +3,16 @@
 Schedules are evaluated in UTC, or in ``WEBSITE_TIME_ZONE`` if that app setting names an IANA zone.
 One function's runs never overlap: the next occurrence is computed after a run ends, so occurrences that
 pass during a long run are skipped. A run that starts more than a second after its scheduled time is
-``past_due``. A function that raises is logged and keeps its schedule.
+``past_due``. A function that raises is logged and keeps its schedule. Each run goes to
+``azure-functions-runtime`` as the host sends it: the TimerInfo document (``Schedule``,
+``ScheduleStatus`` with ``Last``, ``Next`` and ``LastUpdated``, ``IsPastDue``) as JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -18,12 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from azure.functions.timer import TimerRequest
 from cronsim import CronSim, CronSimError
 
-from devhost.bindings import FunctionSpec, resolve_setting_expressions
 from devhost.errors import ConfigurationError
-from devhost.invocation import Invoker
+from devhost.functions import FunctionSpec, resolve_setting_expressions
+from devhost.language_worker import InvocationFailed, LanguageWorker
+from devhost.protos import function_rpc_pb2 as protos
 
 log = logging.getLogger("devhost.timer")
 
@@ -103,8 +106,10 @@ class _Timer:
 class TimerHost:
     """Runs the app's timer-triggered functions on their schedules."""
 
-    def __init__(self, specs: Sequence[FunctionSpec], invoker: Invoker, environ: Mapping[str, str]) -> None:
-        self._invoker = invoker
+    def __init__(
+        self, specs: Sequence[FunctionSpec], worker: LanguageWorker, environ: Mapping[str, str]
+    ) -> None:
+        self._worker = worker
         self._timers = [
             _Timer(spec, parse_schedule(spec.schedule or "", environ, f"function {spec.name}: schedule"))
             for spec in specs
@@ -151,16 +156,21 @@ class TimerHost:
 
     async def _fire(self, timer: _Timer, scheduled: datetime, next_at: datetime) -> None:
         now = datetime.now(UTC)
-        request = TimerRequest(
-            past_due=now - scheduled > PAST_DUE_TOLERANCE,
-            schedule_status={
+        info = {
+            "Schedule": {"AdjustForDST": True},
+            "ScheduleStatus": {
                 "Last": _iso(timer.last or scheduled),
                 "Next": _iso(next_at),
                 "LastUpdated": _iso(now),
             },
-            schedule={"AdjustForDST": True},
-        )
+            "IsPastDue": now - scheduled > PAST_DUE_TOLERANCE,
+        }
         timer.last = scheduled
-        # The invoker logs a failure; the schedule continues, as the host's does.
-        with contextlib.suppress(Exception):
-            await self._invoker.invoke(timer.spec, request, f"Timer fired at {_iso(now)}")
+        spec = timer.spec
+        # The language worker logs a failure; the schedule continues, as the host's does.
+        with contextlib.suppress(InvocationFailed):
+            await self._worker.invoke(
+                spec.function_id,
+                [protos.ParameterBinding(name=spec.arg_name, data=protos.TypedData(json=json.dumps(info)))],
+                reason=f"Timer fired at {_iso(now)}",
+            )

@@ -4,10 +4,13 @@
         [--function-key K] [--master-key M] [--stats-file F]
 
 All settings come from the environment (the caller sets them, as the Functions host sets app settings).
-Functions run as the Python language worker runs them: synchronous ones in one pool of
-``PYTHON_THREADPOOL_THREAD_COUNT`` threads (default ``min(32, cores + 4)``, the worker's own), asynchronous
-ones on this process's one event loop; each Service Bus function takes up to host.json's
-``maxConcurrentCalls`` messages at once, as the host's per-function message pump does.
+This process is the host for one app (HTTP, Service Bus receivers and settlement, timers, keys,
+host.json) and hands indexing, function load and every invocation to ``azure-functions-runtime``, the
+language worker's code Azure runs on Python 3.13 (:mod:`devhost.language_worker`). The runtime decides
+concurrency as it does in Azure: synchronous functions in its pool of ``PYTHON_THREADPOOL_THREAD_COUNT``
+threads (default ``min(32, cores + 4)``), asynchronous ones on this process's one event loop; each
+Service Bus function takes up to host.json's ``maxConcurrentCalls`` messages at once, as the host's
+per-function message pump does.
 Exit codes: 0 after SIGTERM/SIGINT, 2 when the app or its settings do not allow a start (the reason is
 on stderr), 1 when importing the app raises or the worker fails unexpectedly.
 """
@@ -23,15 +26,14 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from devhost.bindings import FunctionSpec, TriggerKind, load_functions
 from devhost.errors import ConfigurationError
+from devhost.functions import FunctionSpec, TriggerKind, describe
 from devhost.host_config import HostSettings, load_host_settings
 from devhost.http_host import HostKeys, HttpHost
-from devhost.invocation import Invoker
+from devhost.language_worker import AppLoadError, LanguageWorker
 from devhost.servicebus_host import ServiceBusHost
 from devhost.timer_host import TimerHost
 
@@ -43,44 +45,18 @@ EXIT_CONFIGURATION = 2
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 # Extra time, past the drain bound, for closing connections before giving up on them.
 CLOSE_MARGIN_SECONDS = 5.0
-THREADPOOL_SETTING = "PYTHON_THREADPOOL_THREAD_COUNT"
-MAX_THREAD_COUNT = 32  # the Python worker refuses more
 # Settings that turn on key checks when the flags are not given (orders-devhost passes its keys this way).
 FUNCTION_KEY_SETTING = "DEVHOST_FUNCTION_KEY"
 MASTER_KEY_SETTING = "DEVHOST_MASTER_KEY"
 STATS_INTERVAL_SECONDS = 0.5
 
 
-def default_thread_count(cpu_count: int | None = None) -> int:
-    """The Python worker's default pool for synchronous functions: ``min(32, cores + 4)``."""
-    cores = os.cpu_count() if cpu_count is None else cpu_count
-    return min(32, (cores or 1) + 4)
-
-
-def thread_pool_size(environ: Mapping[str, str]) -> int:
-    """Threads for synchronous functions: ``PYTHON_THREADPOOL_THREAD_COUNT``, else the worker's default.
-
-    Asynchronous functions never use the pool: they run on the worker's one event loop. Raises
-    ConfigurationError for a value that is not a whole number from 1 to 32 (the worker's own bounds).
-    """
-    configured = environ.get(THREADPOOL_SETTING, "").strip()
-    if not configured:
-        return default_thread_count()
-    try:
-        count = int(configured)
-    except ValueError as exc:
-        raise ConfigurationError(f"{THREADPOOL_SETTING}={configured!r} is not an integer") from exc
-    if not 1 <= count <= MAX_THREAD_COUNT:
-        raise ConfigurationError(f"{THREADPOOL_SETTING} must be from 1 to {MAX_THREAD_COUNT}")
-    return count
-
-
-def write_execution_stats(path: Path, invoker: Invoker) -> None:
-    """Write the invoker's executions, failures and wall seconds per function to ``path`` (atomically)."""
+def write_execution_stats(path: Path, worker: LanguageWorker) -> None:
+    """Write the executions, failures and wall seconds per function to ``path`` (atomically)."""
     body = {
-        "executions": dict(invoker.executions),
-        "failures": dict(invoker.failures),
-        "seconds": dict(invoker.seconds),
+        "executions": dict(worker.executions),
+        "failures": dict(worker.failures),
+        "seconds": dict(worker.seconds),
         "pid": os.getpid(),
     }
     tmp = path.with_name(f"{path.name}.tmp")
@@ -173,15 +149,17 @@ class Worker:
         self.stuck_invocations = 0
         self._stop = asyncio.Event()
 
-    def prepare(self) -> None:
-        """Import the app, read host.json and resolve every trigger's settings.
+    async def prepare(self) -> None:
+        """Start the language worker (it imports and indexes the app), read host.json and resolve every
+        trigger's settings.
 
         Raises ConfigurationError for anything that would stop a trigger from working.
         """
         if not self.app_dir.is_dir():
             raise ConfigurationError(f"--app-dir {self.app_dir} is not a directory")
-        self.functions = load_functions(self.app_dir)
         self.settings: HostSettings = load_host_settings(self.app_dir, self.environ)
+        self.worker = LanguageWorker(self.app_dir, self.http_host)
+        self.functions = [describe(metadata) for metadata in await self.worker.start()]
         by_kind: dict[TriggerKind, list[FunctionSpec]] = {kind: [] for kind in TriggerKind}
         for spec in self.functions:
             by_kind[spec.trigger].append(spec)
@@ -197,31 +175,25 @@ class Worker:
         http_specs = by_kind[TriggerKind.HTTP]
         if http_specs and self.http_port is None:
             log.info("%d HTTP function(s) not served: no --http-port", len(http_specs))
-        threads = self._thread_count()
-        log.info("synchronous functions run in %d thread(s)", threads)
-        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="devhost-invocation")
-        self.invoker = Invoker(self.executor, self.app_dir)
+        log.info("synchronous functions run in %s thread(s)", self.worker.thread_count)
         self.servicebus = ServiceBusHost(
-            by_kind[TriggerKind.SERVICE_BUS], self.settings, self.invoker, self.environ
+            by_kind[TriggerKind.SERVICE_BUS], self.settings, self.worker, self.environ
         )
-        self.timers = TimerHost(by_kind[TriggerKind.TIMER], self.invoker, self.environ)
+        self.timers = TimerHost(by_kind[TriggerKind.TIMER], self.worker, self.environ)
         self.http: HttpHost | None = None
         self.http_socket: socket.socket | None = None
         if self.http_port is not None:
-            self.http = HttpHost(http_specs, self.settings.route_prefix, self.invoker, self.keys)
+            self.http = HttpHost(http_specs, self.settings.route_prefix, self.worker, self.keys)
             self.http_socket = self.http.bind(self.http_host, self.http_port)
-
-    def _thread_count(self) -> int:
-        return thread_pool_size(self.environ)
 
     async def _write_stats(self) -> None:
         """Keep the stats file current, off the invocation path: rewritten when the counts changed."""
         assert self.stats_file is not None
         written: tuple[dict[str, int], dict[str, int]] | None = None
         while True:
-            counts = (dict(self.invoker.executions), dict(self.invoker.failures))
+            counts = (dict(self.worker.executions), dict(self.worker.failures))
             if counts != written:
-                write_execution_stats(self.stats_file, self.invoker)
+                write_execution_stats(self.stats_file, self.worker)
                 written = counts
             await asyncio.sleep(STATS_INTERVAL_SECONDS)
 
@@ -289,19 +261,25 @@ class Worker:
         _, pending = await asyncio.wait(stopping, timeout=self.shutdown_timeout + CLOSE_MARGIN_SECONDS)
         for task in pending:
             task.cancel()
-        self.stuck_invocations = self.invoker.running
+        self.stuck_invocations = self.worker.running
         if stats_task is not None and self.stats_file is not None:
             stats_task.cancel()
-            write_execution_stats(self.stats_file, self.invoker)
+            write_execution_stats(self.stats_file, self.worker)
         if self.stuck_invocations:
             log.warning(
                 "%d invocation(s) still running after %.0fs; exiting anyway",
                 self.stuck_invocations,
                 loop.time() - started,
             )
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.worker.stop()
         log.info("stopped")
         return exit_code
+
+
+async def _serve(worker: Worker) -> int:
+    # One event loop for the app's whole life: the runtime runs async functions on the loop that indexed it.
+    await worker.prepare()
+    return await worker.run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,15 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.app_dir, args.http_port, args.http_host, args.shutdown_timeout, keys=keys, stats_file=stats_file
     )
     try:
-        worker.prepare()
+        code = asyncio.run(_serve(worker))
     except ConfigurationError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_CONFIGURATION
-    except Exception:
-        log.critical("cannot start: loading the app failed", exc_info=True)
+    except AppLoadError as exc:
+        log.critical("cannot start: loading the app failed: %s", exc)
         return EXIT_FAILURE
-    try:
-        code = asyncio.run(worker.run())
     except Exception:
         log.critical("the worker failed", exc_info=True)
         code = EXIT_FAILURE

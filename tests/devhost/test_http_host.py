@@ -1,11 +1,15 @@
-"""The HTTP host in process (its ASGI app, no server): route templates, precedence, results and errors."""
+"""The HTTP host in process (its ASGI app, no server): route templates, precedence, results and errors.
+
+Requests go through azure-functions-runtime as in a worker: each test's app is indexed by the runtime from
+a ``function_app.py`` that re-exports it (:mod:`tests.devhost.inline_app`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +17,18 @@ import azure.functions as func
 import httpx
 import pytest
 
-from devhost.bindings import FunctionSpec, describe_function
+from devhost.functions import FunctionSpec, describe, describe_bindings
 from devhost.http_host import HostKeys, HttpHost, compile_route
-from devhost.invocation import Invoker
+from devhost.language_worker import AppLoadError, LanguageWorker
+from tests.devhost import inline_app
 
 
 def specs_of(app: func.FunctionApp) -> list[FunctionSpec]:
-    return [describe_function(function) for function in app.get_functions()]
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(max_workers=4)
-    yield pool
-    pool.shutdown(wait=True)
+    """The app's HTTP functions as the host describes them, from their declared bindings."""
+    return [
+        describe_bindings(str(f.get_function_name()), "", [json.loads(b) for b in f.get_raw_bindings()])
+        for f in app.get_functions()
+    ]
 
 
 class Client:
@@ -54,13 +56,21 @@ class Client:
 
 
 @pytest.fixture
-def serve(executor: ThreadPoolExecutor) -> Callable[..., Client]:
-    """A client for an app's HTTP functions under the given route prefix."""
+def serve(tmp_path: Path) -> Iterator[Callable[..., Client]]:
+    """A client for an app's HTTP functions under the given route prefix, invoked by the runtime."""
+    workers: list[LanguageWorker] = []
 
     def make(app: func.FunctionApp, prefix: str = "api", keys: HostKeys | None = None) -> Client:
-        return Client(HttpHost(specs_of(app), prefix, Invoker(executor, Path(".")), keys))
+        app_dir = tmp_path / f"app{len(workers)}"
+        inline_app.write_app(app_dir, app)
+        worker = LanguageWorker(app_dir)
+        workers.append(worker)
+        specs = [describe(metadata) for metadata in asyncio.run(worker.start())]
+        return Client(HttpHost(specs, prefix, worker, keys))
 
-    return make
+    yield make
+    for worker in workers:
+        worker.stop()
 
 
 def echo_route_params(req: func.HttpRequest) -> func.HttpResponse:
@@ -171,12 +181,8 @@ def test_results_headers_and_failures(serve: Callable[..., Client]) -> None:
     def custom_type(req: func.HttpRequest) -> func.HttpResponse:
         return func.HttpResponse("{}", headers={"Content-Type": "application/problem+json"})
 
-    @app.route(route="nothing")
-    def nothing(req: func.HttpRequest) -> None:
-        return None
-
     @app.route(route="wrong-type")
-    def wrong_type(req: func.HttpRequest) -> Any:
+    def wrong_type(req: func.HttpRequest):  # type: ignore[no-untyped-def]  # the runtime refuses `-> Any`
         return {"not": "allowed"}
 
     @app.route(route="fails")
@@ -190,12 +196,24 @@ def test_results_headers_and_failures(serve: Callable[..., Client]) -> None:
     assert html.headers["content-type"] == "text/html; charset=latin-1"
     assert html.headers.get_list("set-cookie") == ["a=1", "b=2"]
     assert client.get("/api/custom-type").headers["content-type"] == "application/problem+json"
-    assert client.get("/api/nothing").status_code == 204
     assert client.get("/api/wrong-type").status_code == 500
     failed = client.get("/api/fails")
     assert failed.status_code == 500
     assert failed.json()["error"]["code"] == "InternalError"
     assert "KeyError" in failed.json()["error"]["message"]
+
+
+def test_an_http_function_annotated_to_return_none_does_not_load_as_in_azure(
+    serve: Callable[..., Client],
+) -> None:
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+    @app.route(route="nothing")
+    def nothing(req: func.HttpRequest) -> None:
+        return None
+
+    with pytest.raises(AppLoadError, match='return annotation "NoneType" does not match binding type "http"'):
+        serve(app)
 
 
 def test_request_details_reach_the_function(serve: Callable[..., Client]) -> None:
@@ -291,11 +309,11 @@ def test_without_a_master_key_admin_routes_are_closed(serve: Callable[..., Clien
     assert client.get("/api/control", headers={"x-functions-key": "f-key"}).status_code == 401
 
 
-def test_accepted_connections_send_without_delay(executor: ThreadPoolExecutor) -> None:
+def test_accepted_connections_send_without_delay() -> None:
     # Without TCP_NODELAY a response written as headers, then body, waits for the client's delayed ACK
     # (about 40 ms) on every request after a connection's first. asyncio sets it on accepted sockets
     # only when the listening socket names TCP as its protocol, which bind() must do.
-    host = HttpHost([], "api", Invoker(executor, Path(".")))
+    host = HttpHost([], "api", LanguageWorker(Path(".")))
     listening = host.bind("127.0.0.1", 0)
     port = listening.getsockname()[1]
 

@@ -1,5 +1,6 @@
-"""The worker's concurrency model: synchronous functions share a pool of PYTHON_THREADPOOL_THREAD_COUNT
-threads (by default the Python worker's ``min(32, cores + 4)``), asynchronous ones run on the event loop."""
+"""The worker's concurrency model, as azure-functions-runtime sets it: synchronous functions share a pool of
+PYTHON_THREADPOOL_THREAD_COUNT threads (by default ``min(32, cores + 4)``), asynchronous ones run on the
+event loop."""
 
 from __future__ import annotations
 
@@ -9,23 +10,35 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import azure_functions_runtime as runtime
 import httpx
 import pytest
 
-from devhost.errors import ConfigurationError
-from devhost.worker import default_thread_count, thread_pool_size
+from devhost.language_worker import LanguageWorker
 from tests.devhost.conftest import WorkerFactory, toy_environment, wait_ready
 from tests.servicebus_emulator.conftest import RunningEmulator
 from tests.support import wait_for
 
+DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
-def test_the_default_is_the_python_workers_and_the_setting_overrides_it() -> None:
-    assert [default_thread_count(cores) for cores in (1, 2, 4, 28, 64)] == [5, 6, 8, 32, 32]
-    assert thread_pool_size({}) == min(32, (os.cpu_count() or 1) + 4)
-    assert thread_pool_size({"PYTHON_THREADPOOL_THREAD_COUNT": " 3 "}) == 3
-    for bad in ("0", "33", "many"):
-        with pytest.raises(ConfigurationError, match="PYTHON_THREADPOOL_THREAD_COUNT"):
-            thread_pool_size({"PYTHON_THREADPOOL_THREAD_COUNT": bad})
+
+@pytest.mark.parametrize(
+    ("setting", "threads"),
+    [(None, DEFAULT_THREADS), ("3", 3), ("40", 40), ("0", DEFAULT_THREADS), ("many", DEFAULT_THREADS)],
+)
+def test_the_runtime_sizes_the_pool_from_the_setting(
+    setting: str | None, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runtime's rules: any whole number from 1 up; anything else is logged and the default used.
+    if setting is None:
+        monkeypatch.delenv("PYTHON_THREADPOOL_THREAD_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("PYTHON_THREADPOOL_THREAD_COUNT", setting)
+    runtime.start_threadpool_executor()
+    try:
+        assert LanguageWorker(Path(".")).thread_count == threads
+    finally:
+        runtime.stop_threadpool_executor()
 
 
 def _executions(stats_file: Path, name: str) -> int:
@@ -55,7 +68,7 @@ def test_synchronous_calls_beyond_the_pool_wait_while_async_ones_still_run(
         wait_for(lambda: _executions(stats_file, "pool_hold") == calls, timeout=30, what="every call")
         # ... and exactly the pool's threads run: the async function answers from the event loop meanwhile.
         current = wait_for(lambda: (s := state())["active"] == threads and s, timeout=30, what="a full pool")
-        assert current["peak"] == threads and not current["thread"].startswith("devhost-invocation")
+        assert current["peak"] == threads and current["thread"] == "MainThread"
         assert client.post(worker.url("/api/pool/release")).status_code == 200
         assert [future.result().status_code for future in held] == [200] * calls
     assert state_after(worker.url("/api/pool/state"))["peak"] == threads

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import azure.functions as func
 import pytest
 
 from devhost import ConfigurationError
-from devhost.bindings import describe_function
-from devhost.invocation import Invoker
+from devhost.functions import describe
+from devhost.language_worker import LanguageWorker
 from devhost.timer_host import TimerHost, parse_schedule
+from tests.devhost import inline_app
 
 
 def test_six_field_ncrontab_with_seconds() -> None:
@@ -65,14 +66,16 @@ def test_bad_schedules_are_configuration_errors(expression: str, needle: str) ->
         parse_schedule(expression, environ={})
 
 
-def test_runs_never_overlap_and_a_failure_keeps_the_schedule() -> None:
+def test_runs_never_overlap_and_a_failure_keeps_the_schedule(tmp_path: Path) -> None:
     # Each run takes 1.3 s on a 1 s schedule and every other run raises: runs must follow one another.
     app = func.FunctionApp()
     state = {"running": 0, "most": 0, "runs": 0}
+    seen: list[func.TimerRequest] = []
     lock = threading.Lock()
 
     @app.timer_trigger(schedule="*/1 * * * * *", arg_name="timer", run_on_startup=True)
     def busy(timer: func.TimerRequest) -> None:
+        seen.append(timer)
         with lock:
             state["running"] += 1
             state["runs"] += 1
@@ -84,19 +87,31 @@ def test_runs_never_overlap_and_a_failure_keeps_the_schedule() -> None:
         if number % 2:
             raise RuntimeError("odd run fails")
 
-    (spec,) = [describe_function(function) for function in app.get_functions()]
+    inline_app.write_app(tmp_path, app)
+    worker = LanguageWorker(tmp_path)
 
-    async def scenario() -> None:
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            host = TimerHost([spec], Invoker(pool, Path(".")), environ={})
-            host.start()
-            deadline = time.monotonic() + 10
-            while state["runs"] < 3 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)  # polling shared state from the loop; no event to wait on
-            host.stop()
-            await host.wait_stopped()
+    async def scenario() -> dict[str, Any]:
+        (spec,) = [describe(metadata) for metadata in await worker.start()]
+        host = TimerHost([spec], worker, environ={})
+        host.start()
+        deadline = time.monotonic() + 10
+        while state["runs"] < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # polling shared state from the loop; no event to wait on
+        host.stop()
+        await host.wait_stopped()
+        return dict(worker.failures)
 
-    asyncio.run(scenario())
+    try:
+        failures = asyncio.run(scenario())
+    finally:
+        worker.stop()
 
     assert state["runs"] >= 3  # the startup run, then the schedule despite failures
     assert state["most"] == 1
+    assert failures == {"busy": (state["runs"] + 1) // 2}
+    # The runtime built each TimerRequest from the host's TimerInfo document.
+    first = seen[0]
+    assert not first.past_due and set(first.schedule_status) == {"Last", "Next", "LastUpdated"}
+    assert first.schedule == {"AdjustForDST": True}
+    status = {key: datetime.fromisoformat(value) for key, value in first.schedule_status.items()}
+    assert status["Last"] < status["Next"]

@@ -101,9 +101,13 @@ def test_http_exception_is_500_json_and_the_worker_keeps_serving(worker: Running
     assert failed.status_code == 500
     error = failed.json()["error"]
     assert error["code"] == "InternalError"
-    assert "boom on purpose" in error["message"]
+    # The runtime's report of the exception, as the host words a failed invocation.
+    assert (
+        error["message"]
+        == "Exception while executing function: Functions.boom. RuntimeError: boom on purpose"
+    )
     wait_for(lambda: "RuntimeError: boom on purpose" in worker.log(), timeout=5, what="the logged traceback")
-    assert "ERROR devhost.invocation: Executed 'Functions.boom' (Failed" in worker.log()
+    assert "ERROR devhost.functions: Executed 'Functions.boom' (Failed" in worker.log()
 
     after = httpx.get(worker.url("/api/echo/still-here"))
     assert after.status_code == 200
@@ -130,7 +134,7 @@ def test_http_invocations_are_logged_at_debug_with_the_worker_id(worker: Running
     wait_for(
         lambda: (
             "[worker 1]" in worker.log()
-            and "DEBUG devhost.invocation: Executed 'Functions.echo'" in worker.log()
+            and "DEBUG devhost.functions: Executed 'Functions.echo'" in worker.log()
         ),
         timeout=5,
         what="the invocation log line",
@@ -171,7 +175,7 @@ def test_servicebus_message_is_processed_and_completed(
     assert isinstance(record["sequence_number"], int)
     assert record["lock_token"]
     assert record["enqueued_time_utc"]
-    assert record["time_to_live"] == "0:05:00"
+    assert record["time_to_live"] == "0:05:00"  # the runtime parsed the host's TimeSpan text
     assert record["metadata_message_id"] == message_id
     wait_for(lambda: queue_is_empty(toy_emulator, "work"), timeout=10, what="the message to be completed")
 

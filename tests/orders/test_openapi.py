@@ -7,7 +7,7 @@ from typing import Any
 
 import schemathesis
 
-from devhost.bindings import load_functions
+from devhost.functions import load_functions
 from orders import openapi
 from orders.models import ErrorBody, ExtendRequest, OrderStatus
 
