@@ -86,10 +86,15 @@ bench: install
 bench-history: $(STAMP)
 	$(BIN)/python bench/history.py $(HISTORY_ARGS)
 
-bench-emulator: $(STAMP)
+bench-# make bench's three timings on another revision (its own virtual environment, .venv-base) and on this tree,
+# alternately, e.g. BENCH_COMPARE_ARGS="--base 7c4b05e --base-python python3.11 --rounds 3" make bench-compare
+bench-compare: install
+	$(BIN)/python bench/compare_devhost.py $(BENCH_COMPARE_ARGS)
+
+emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
 
-.PHONY: profile test-under-load bench-emulator-compare
+.PHONY: profile test-under-load bench-emulator-compare bench-compare
 
 # py-spy on every Python process of the stack under make bench's end-to-end load; top frames per process.
 # e.g. PROFILE_ARGS="--seconds 30 --out prof" make profile
