@@ -36,8 +36,8 @@ log = logging.getLogger("devhost.functions")
 
 SCRIPT_FILE = "function_app.py"
 MODULE_NAME = "function_app"
-# What the Functions host 4.x says about itself in WorkerInitRequest.
-HOST_VERSION = "4.1040.0"
+# What this host says about itself in WorkerInitRequest (Functions 4.x; the runtime does not read it).
+HOST_VERSION = "4.0.0-devhost"
 HOST_CAPABILITIES: Mapping[str, str] = {}
 SUCCESS = protos.StatusResult.Success
 
