@@ -86,12 +86,7 @@ bench: install
 bench-history: $(STAMP)
 	$(BIN)/python bench/history.py $(HISTORY_ARGS)
 
-bench-# make bench's three timings on another revision (its own virtual environment, .venv-base) and on this tree,
-# alternately, e.g. BENCH_COMPARE_ARGS="--base 7c4b05e --base-python python3.11 --rounds 3" make bench-compare
-bench-compare: install
-	$(BIN)/python bench/compare_devhost.py $(BENCH_COMPARE_ARGS)
-
-emulator: $(STAMP)
+bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py
 
 .PHONY: profile test-under-load bench-emulator-compare bench-compare
@@ -110,6 +105,11 @@ test-under-load: install
 # COMPARE_ARGS="--base main --rounds 8" make bench-emulator-compare
 bench-emulator-compare: $(STAMP)
 	$(BIN)/python bench/compare_emulator.py $(COMPARE_ARGS)
+
+# make bench's three timings on another revision (its own virtual environment, .venv-base) and on this tree,
+# alternately, e.g. BENCH_COMPARE_ARGS="--base 7c4b05e --base-python python3.11 --rounds 3" make bench-compare
+bench-compare: install
+	$(BIN)/python bench/compare_devhost.py $(BENCH_COMPARE_ARGS)
 
 emulator: $(STAMP)
 	$(BIN)/servicebus-emulator --config local/servicebus-config.json
