@@ -1,4 +1,4 @@
-"""HTTP triggers: a Starlette app served by uvicorn, routing the way the Functions host does.
+"""HTTP triggers: an ASGI app served by uvicorn, routing the way the Functions host does.
 
 Routes live under the route prefix (``api`` unless host.json sets ``extensions.http.routePrefix``).
 Templates are ASP.NET-style: ``{name}``, optional ``{name?}``, defaults ``{name=value}``, catch-all
@@ -32,10 +32,9 @@ from email.utils import format_datetime
 from urllib.parse import quote
 
 import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from devhost.errors import ConfigurationError
 from devhost.functions import FunctionSpec
@@ -319,8 +318,16 @@ class HttpHost:
         routes = [compile_route(spec) for spec in specs]
         # Stable sort: among equally specific routes, declaration order decides.
         self.routes: list[CompiledRoute] = sorted(routes, key=lambda route: route.precedence)
-        self.app = Starlette(routes=[Route("/{path:path}", self._dispatch, methods=list(ALL_METHODS))])
+        self.app = self._asgi
         self._server: uvicorn.Server | None = None
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Every request reaches the host's own routing, whatever its path holds (a router's path pattern
+        # would answer some, e.g. one with a newline, with a plain-text 404 of its own).
+        if scope["type"] != "http":
+            return
+        response = await self._dispatch(Request(scope, receive))
+        await response(scope, receive, send)
 
     def _strip_prefix(self, path: str) -> str | None:
         if not self._prefix:
@@ -406,6 +413,7 @@ class HttpHost:
         """Serve until :meth:`stop`; in-flight requests get ``graceful_timeout`` seconds to finish."""
         config = uvicorn.Config(
             self.app,
+            interface="asgi3",  # a bound method, which uvicorn's detection would take for ASGI 2
             lifespan="off",
             access_log=False,
             log_config=None,

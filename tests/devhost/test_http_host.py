@@ -154,6 +154,21 @@ def test_prefix_precedence_and_method_handling(serve: Callable[..., Client]) -> 
     assert client.get("/admin/host/status").json()["state"] == "Running"
 
 
+def test_any_path_gets_the_hosts_json_answer(serve: Callable[..., Client]) -> None:
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+    @app.route(route="things/{name}")
+    def thing(req: func.HttpRequest) -> str:
+        return req.route_params["name"]
+
+    client = serve(app)
+
+    for path in ("/api/nothing/here", "/api/things/a/b%0Ac", "/%0A"):
+        missing = client.get(path)
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "NotFound"), path
+    assert client.get("/api/things/a%0Ab").text == "a\nb"
+
+
 def test_empty_route_prefix(serve: Callable[..., Client]) -> None:
     app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 

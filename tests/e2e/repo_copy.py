@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class RepoCopy:
-    """A copy of the repository's files (tracked and new, not ignored) under ``root``."""
+    """A copy of the repository's files (tracked and new, not ignored, and the generated protobuf classes)
+    under ``root``."""
 
     root: Path
 
@@ -38,6 +39,9 @@ class RepoCopy:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
         (dest / "node_modules").symlink_to(ROOT / "node_modules", target_is_directory=True)
+        # What `make install` generates (ignored by git) belongs to the installed checkout: copied too.
+        for generated in (ROOT / "src" / "devhost" / "protos").glob("*_pb2.py"):
+            shutil.copy2(generated, dest / generated.relative_to(ROOT))
         return cls(dest)
 
     def env(self) -> dict[str, str]:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-try:
-    from devhost.protos import function_rpc_pb2
-except ModuleNotFoundError as exc:  # a checkout installed without make
+from pathlib import Path
+
+if not (Path(__file__).parent / "function_rpc_pb2.py").is_file():  # a checkout installed without make
     raise ModuleNotFoundError(
         "devhost.protos.function_rpc_pb2 is generated when `make install` sets up .venv; run it first"
-    ) from exc
+    )
+
+from devhost.protos import function_rpc_pb2
 
 __all__ = ["function_rpc_pb2"]
