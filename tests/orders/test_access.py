@@ -216,3 +216,22 @@ def test_every_route_of_the_app_is_behind_the_check() -> None:
         reader = platform[f"{method} {path} reader"]
         assert (reader == 403) == (Role.READER not in rule), (path, reader)
     assert without["GET /api/health none"] == 200
+
+
+# ---- the operators' documentation ----------------------------------------------------------------------
+def test_the_documented_table_of_who_may_call_what_is_the_mapping() -> None:
+    text = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    section = text.split("### Who may call what", 1)[1].split("\n\n- ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    documented: dict[tuple[str, str], object] = {}
+    for row in rows:
+        route, *cells = [cell.strip() for cell in row.strip("|").split("|")]
+        method, path = route.strip("`").split(" ", 1)
+        if cells[0].startswith("anyone"):
+            documented[(method, path)] = ANYONE
+        else:
+            documented[(method, path)] = frozenset(
+                role for role, cell in zip(Role, cells, strict=True) if cell == "yes"
+            )
+    assert [r.value for r in Role] == ["submitter", "reader", "operator"]  # the table's column order
+    assert documented == access.ROUTES
