@@ -2,9 +2,10 @@
 
 Three roles. A storefront is a ``submitter``: it submits orders and reads an order by its id (the status
 URL it was given). A ``reader`` reads everything (orders, counts, audit, breakers, dead letters, the
-document, the console without its action buttons). An ``operator`` does everything, the actions included. :data:`ROUTES` names
-the roles of every route; ``function_app.py`` registers each HTTP route through it (a route it does not
-name cannot be registered) and a test holds it equal to the OpenAPI document's routes.
+document, the console without its action buttons). An ``operator`` does everything, the actions included.
+:data:`ROUTES` names the roles of every route; ``function_app.py`` registers each HTTP route through it
+(a route it does not name cannot be registered) and a test holds it equal to the OpenAPI document's
+routes.
 
 Who is asking, in the order checked:
 
