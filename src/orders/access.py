@@ -20,8 +20,8 @@ Who is asking, in the order checked:
   accepted: addresses end up in logs.
 
 ``API_AUTH=open`` lets everyone do everything, as ``func start`` does locally; it is ignored on App
-Service (``WEBSITE_INSTANCE_ID`` set). No credential: 401; a credential without the route's role: 403.
-Either way nothing else runs.
+Service (``WEBSITE_INSTANCE_ID`` or ``WEBSITE_SITE_NAME`` set, outside Core Tools). No credential: 401;
+a credential without the route's role: 403. Either way nothing else runs.
 """
 
 from __future__ import annotations
@@ -102,7 +102,10 @@ class AccessSettings:
         """``API_AUTH``, ``WEBSITE_AUTH_ENABLED`` (set by App Service, never by this repository) and
         ``SUBMISSION_KEY``."""
         env = os.environ if environ is None else environ
-        on_app_service = bool(env.get("WEBSITE_INSTANCE_ID"))
+        # App Service names the site and the instance; Core Tools says it is Core Tools.
+        on_app_service = bool(env.get("WEBSITE_INSTANCE_ID") or env.get("WEBSITE_SITE_NAME")) and (
+            env.get("FUNCTIONS_CORETOOLS_ENVIRONMENT", "").lower() != "true"
+        )
         wants_open = env.get("API_AUTH", "").strip().lower() == "open"
         if wants_open and on_app_service:
             log.error("API_AUTH=open is ignored on App Service: the roles are enforced")

@@ -126,6 +126,9 @@ def test_open_lets_everyone_do_everything_but_not_on_app_service() -> None:
     assert opened is not None and opened.roles == frozenset(Role) and opened.actor == "local"
     assert AccessSettings.from_environment({"API_AUTH": "open"}).open
     assert not AccessSettings.from_environment({"API_AUTH": "open", "WEBSITE_INSTANCE_ID": "1"}).open
+    assert not AccessSettings.from_environment({"API_AUTH": "open", "WEBSITE_SITE_NAME": "func-x"}).open
+    core_tools = {"API_AUTH": "open", "WEBSITE_SITE_NAME": "x", "FUNCTIONS_CORETOOLS_ENVIRONMENT": "true"}
+    assert AccessSettings.from_environment(core_tools).open
     assert not AccessSettings.from_environment({}).open  # the roles unless told otherwise
 
 
