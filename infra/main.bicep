@@ -53,6 +53,9 @@ param stepCompleteBySeconds int = 30
 @description('SUPERVISOR_SCHEDULE: six-field NCRONTAB schedule of the Supervisor sweep. Every 30 seconds by default: frequent enough for 30-second steps, and within the monthly free grant of executions.')
 param supervisorSchedule string = '*/30 * * * * *'
 
+@description('ORDER_RETENTION: ISO 8601 duration a finished order (Processed or Compensated) is kept before it is purged; a purged order id is refused for as long again. Orders in Error are kept until an operator acts.')
+param orderRetention string = 'P30D'
+
 @minValue(1)
 @description('SUPERVISOR_MAX_FAILURES: failures of one step after which the Supervisor sets its order to Error (and the OrderEnteredError alert fires).')
 param supervisorMaxFailures int = 3
@@ -200,6 +203,7 @@ module api 'app/function-app.bicep' = {
     stateShards: stateShards
     stepCompleteBySeconds: stepCompleteBySeconds
     supervisorSchedule: supervisorSchedule
+    orderRetention: orderRetention
     supervisorMaxFailures: supervisorMaxFailures
     supervisorBackoffSeconds: supervisorBackoffSeconds
     supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds

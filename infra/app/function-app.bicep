@@ -52,6 +52,9 @@ param stepCompleteBySeconds int
 @description('SUPERVISOR_SCHEDULE.')
 param supervisorSchedule string
 
+@description('ORDER_RETENTION.')
+param orderRetention string
+
 @description('SUPERVISOR_MAX_FAILURES.')
 param supervisorMaxFailures int
 
@@ -126,6 +129,7 @@ var appSettings = {
   SUPERVISOR_BACKOFF_SECONDS: string(supervisorBackoffSeconds)
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
   CANCEL_GRACE_SECONDS: '1'
+  ORDER_RETENTION: orderRetention
   // Empty: each step's breaker stays open as long as the order workflow's retry policy says (10 s).
   BREAKER_RESET_SECONDS: ''
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'

@@ -19,7 +19,7 @@ from tests.support import wait_for
 AGENTS = ("inventory", "payment", "shipping")
 STATUS_EVENTS_PER_ORDER = 5  # received, step-completed x 3, processed
 # Status polling, health probes and the timer run whatever the orders do.
-NOT_PER_ORDER = {"get_order", "health", "supervisor"}
+NOT_PER_ORDER = {"get_order", "health", "supervisor", "retention"}
 
 
 @pytest.fixture(scope="module")

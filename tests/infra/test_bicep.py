@@ -21,7 +21,7 @@ import pytest
 import yaml
 from pycep import BicepParser
 
-from adapters.table_store import watch_table_name
+from adapters.table_store import history_table_name, watch_table_name
 from engine import queues, telemetry
 from orders.catalog import CATALOG
 from orders.settings import SERVICE_URL_SETTINGS, SETTING_NAMES
@@ -577,12 +577,19 @@ def test_storage_accepts_entra_id_only_and_holds_the_state_tables() -> None:
         {"name": "deploymentContainerName", "publicAccess": "None"}
     ]
     tables = [t["name"] for t in account["tableServices"]["tables"]]
-    assert tables == ["stateTableName", "${stateTableName}watch", "${stateTableName}sim"]
-    # with the default name: orders, orderswatch and orderssim, as the store and the simulators expect
+    assert tables == [
+        "stateTableName",
+        "${stateTableName}watch",
+        "${stateTableName}history",
+        "${stateTableName}sim",
+    ]
+    # with the default name: orders, orderswatch, ordershistory and orderssim, as the store and the
+    # simulators expect
     default = parsed(INFRA / "main.bicep")["parameters"]["stateTableName"]["default"]
-    assert [default, f"{default}watch", f"{default}sim"] == [
+    assert [default, f"{default}watch", f"{default}history", f"{default}sim"] == [
         "orders",
         watch_table_name("orders"),
+        history_table_name("orders"),
         ledger_table_name("orders"),
     ]
 
