@@ -186,15 +186,24 @@ class StoreFixes:
     records deleted. The adapter rewrites unconditionally: when the clean-up purges the task between the
     read and the rewrite, the task is back in the history, uncounted, and its next purge takes the shard's
     tally below what the history holds. Seed 69 with only this one off.
+
+    ``rewatch_new_task``: a submission that wrote the task under a watch entry it did not insert (one left
+    by an earlier attempt that died before writing) puts the entry again, at the task's CompleteBy. The
+    adapter relies on the entry it found; but a sweep that read the task as absent (it was not written
+    yet) deletes that entry just after, and the task is never watched again: never recovered if it stalls,
+    never moved to the history when it finishes. Seed 71 with only this one off.
     """
 
     history_first: bool = True
     keep_watch_of_live_task: bool = True
     archive_if_unchanged: bool = True
+    rewatch_new_task: bool = True
 
 
 FIXED = StoreFixes()
-ADAPTER = StoreFixes(history_first=False, keep_watch_of_live_task=False, archive_if_unchanged=False)
+ADAPTER = StoreFixes(
+    history_first=False, keep_watch_of_live_task=False, archive_if_unchanged=False, rewatch_new_task=False
+)
 
 
 class SimStateStore:
@@ -337,6 +346,11 @@ class SimStateStore:
         else:
             raise ConcurrencyError(order_id)
         assert written is not None
+        if watched and added is None and self.protocol.rewatch_new_task:
+            # The entry found was left by an attempt that died before writing; a sweep may have read the
+            # task as absent and be about to delete it: put it again (its ETag changes, so such a delete
+            # is refused), at the task's own CompleteBy.
+            await self._put_watch(state, "create: under an entry it did not insert")
         for (_, row_key, value, _), etag in zip(operations, written, strict=True):
             if isinstance(value, LiveState | InputRow | StepState) and etag is not None:
                 record.etags[row_key] = etag
