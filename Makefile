@@ -11,7 +11,7 @@ IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(P
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-emulator bench-emulator-compare emulator clean
+.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-emulator bench-emulator-compare emulator clean simulate simulate-long
 
 install: $(STAMP) node_modules/.installed
 
@@ -66,6 +66,15 @@ refresh-contracts: $(STAMP)
 
 test: install lint check-infra
 	$(BIN)/python -m pytest
+
+# The deterministic simulation of the engine (docs/simulation.md): the fixed seeds make test runs, or one
+# seed, e.g. make simulate SEED=42 (a failing seed's report names its ORDERS too).
+simulate: $(STAMP)
+	$(BIN)/python -m simulation $(if $(SEED),--seed $(SEED)) $(if $(ORDERS),--orders $(ORDERS))
+
+# Consecutive seeds from a random start (or START=n) for SECONDS (default 600), printing every failing seed.
+simulate-long: $(STAMP)
+	$(BIN)/python -m simulation --seconds $(or $(SECONDS),600) $(if $(START),--start $(START))
 
 # The whole system under a fault profile, e.g. DEMO_ARGS="--orders 200 --hang 0.05" make demo
 demo: install

@@ -1,7 +1,8 @@
 """Azure Functions bindings (Python v2 model). Wiring only: every function calls the layers below.
 
-HTTP API -> orders.api; Service Bus triggers -> the engine's Scheduler and Agents; the timer -> the
-Supervisor. The same file runs in Azure, under Functions Core Tools, and under the local devhost.
+HTTP API -> orders.api, each route behind the role check of orders.access; Service Bus triggers -> the
+engine's Scheduler and Agents; the timer -> the Supervisor. The same file runs in Azure, under Functions
+Core Tools, and under the local devhost.
 
 Every function is ``async def``: the Python worker runs them on its one event loop, so an Agent waiting
 on a hung remote service, or any function waiting on storage, holds no thread of the worker's small
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,9 +27,12 @@ from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.ports import BreakerStore
 from engine.tasks import TaskService
-from orders.api import Call, OrdersApi, Reply
+from orders import access
+from orders.access import AccessSettings, Caller, Role
+from orders.api import Call, OrdersApi, Reply, error
 from orders.breakers import BreakersApi
 from orders.catalog import CATALOG, SERVICES
+from orders.console import SIGN_IN
 from orders.console import console as console_page
 from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
@@ -36,7 +41,10 @@ from orders.services.declaration import ServiceDefinition
 from orders.telemetry_setup import configure_telemetry
 
 configure_telemetry()
-app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+# Anonymous at the host: every API route is checked by orders.access instead (see _api), since the host
+# takes no signed-in session in place of a function key and people share the storefront's routes.
+app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+ACCESS = AccessSettings.from_environment()
 
 
 async def _tasks() -> TaskService:
@@ -63,9 +71,13 @@ def _respond(reply: Reply) -> func.HttpResponse:
     )
 
 
-def _call(req: func.HttpRequest) -> Call:
-    headers = {name.lower(): value for name, value in req.headers.items()}
-    return Call(req.get_body(), headers.get("content-type"), headers, dict(req.params))
+def _headers(req: func.HttpRequest) -> dict[str, str]:
+    return {name.lower(): value for name, value in req.headers.items()}
+
+
+def _call(req: func.HttpRequest, caller: Caller) -> Call:
+    headers = _headers(req)
+    return Call(req.get_body(), headers.get("content-type"), headers, dict(req.params), caller.actor)
 
 
 def _base_url(req: func.HttpRequest) -> str:
@@ -73,125 +85,155 @@ def _base_url(req: func.HttpRequest) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+Handler = Callable[[func.HttpRequest, Caller], Awaitable[func.HttpResponse]]
+
+
+def _api(route: str, method: str) -> Callable[[Handler], object]:
+    """Register an API route behind the role check of orders.access.ROUTES (KeyError: it has no rule)."""
+    allowed = access.rule(method, f"/api/{route}")
+
+    def register(handler: Handler) -> object:
+        async def guarded(req: func.HttpRequest) -> func.HttpResponse:
+            caller = access.authenticate(_headers(req), ACCESS)
+            refusal = access.check(allowed, caller)
+            if refusal is not None:
+                if refusal.status == 401 and route == "console":
+                    return _page(SIGN_IN.status, SIGN_IN.body, SIGN_IN.headers)
+                reply = error(refusal.status, refusal.code, refusal.message)
+                if refusal.status == 401:
+                    reply.headers["WWW-Authenticate"] = 'Bearer realm="orders"'
+                return _respond(reply)
+            return await handler(req, caller or Caller(frozenset(), "anonymous"))
+
+        # The host knows a function by its name and its one parameter, req.
+        guarded.__name__ = guarded.__qualname__ = handler.__name__
+        guarded.__doc__ = handler.__doc__
+        return app.route(route=route, methods=[method], auth_level=func.AuthLevel.ANONYMOUS)(guarded)
+
+    return register
+
+
+def _page(status: int, body: bytes, headers: dict[str, str]) -> func.HttpResponse:
+    return func.HttpResponse(body, status_code=status, headers=headers, mimetype="text/html", charset="utf-8")
+
+
 # ---- HTTP API ---------------------------------------------------------------------------------------
-@app.route(route="orders", methods=["POST"])
-async def submit_order(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders", "POST")
+async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Accept an order: 202 with its status URL."""
     return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), _base_url(req)))
 
 
-@app.route(route="orders", methods=["GET"])
-async def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders", "GET")
+async def list_orders(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """List orders in one ProcessState, paged."""
     return _respond(await api.list_by_state(dict(req.params)))
 
 
-@app.route(route="order-counts", methods=["GET"])
-async def order_counts(req: func.HttpRequest) -> func.HttpResponse:
+@_api("order-counts", "GET")
+async def order_counts(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """How many orders each ProcessState holds."""
     return _respond(await api.counts())
 
 
-@app.route(route="orders/{orderId}", methods=["GET"])
-async def get_order(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}", "GET")
+async def get_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """An order's state and steps."""
     return _respond(await api.get(req.route_params["orderId"]))
 
 
-@app.route(route="orders/{orderId}/audit", methods=["GET"])
-async def order_audit(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}/audit", "GET")
+async def order_audit(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Who did what to an order: operator actions and automatic errors, oldest first."""
     return _respond(await api.audit(req.route_params["orderId"]))
 
 
-@app.route(route="orders/{orderId}/resubmit", methods=["POST"])
-async def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}/resubmit", "POST")
+async def resubmit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: send an order in Error back to Pending (If-Match)."""
-    return _respond(await api.resubmit(req.route_params["orderId"], _call(req)))
+    return _respond(await api.resubmit(req.route_params["orderId"], _call(req, caller)))
 
 
-@app.route(route="orders/{orderId}/cancel", methods=["POST"])
-async def cancel_order(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}/cancel", "POST")
+async def cancel_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Compensate an order that is not terminal (If-Match)."""
-    return _respond(await api.cancel(req.route_params["orderId"], _call(req)))
+    return _respond(await api.cancel(req.route_params["orderId"], _call(req, caller)))
 
 
-@app.route(route="orders/{orderId}/steps/{step}/retry", methods=["POST"])
-async def retry_step(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}/steps/{step}/retry", "POST")
+async def retry_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: re-dispatch the order's current step now (If-Match)."""
     p = req.route_params
-    return _respond(await api.retry_step(p["orderId"], p["step"], _call(req)))
+    return _respond(await api.retry_step(p["orderId"], p["step"], _call(req, caller)))
 
 
-@app.route(route="orders/{orderId}/steps/{step}/extend", methods=["POST"])
-async def extend_step(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}/steps/{step}/extend", "POST")
+async def extend_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: push the running step's CompleteBy (If-Match)."""
     p = req.route_params
-    return _respond(await api.extend_step(p["orderId"], p["step"], _call(req)))
+    return _respond(await api.extend_step(p["orderId"], p["step"], _call(req, caller)))
 
 
-@app.route(route="orders/{orderId}/steps/{step}/skip", methods=["POST"])
-async def skip_step(req: func.HttpRequest) -> func.HttpResponse:
+@_api("orders/{orderId}/steps/{step}/skip", "POST")
+async def skip_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: mark the current step done by hand and continue (If-Match)."""
     p = req.route_params
-    return _respond(await api.skip_step(p["orderId"], p["step"], _call(req)))
+    return _respond(await api.skip_step(p["orderId"], p["step"], _call(req, caller)))
 
 
-@app.route(route="deadletters", methods=["GET"])
-async def dead_letter_counts(req: func.HttpRequest) -> func.HttpResponse:
-    """Operator: how many dead-lettered messages each queue holds."""
+@_api("deadletters", "GET")
+async def dead_letter_counts(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """How many dead-lettered messages each queue holds."""
     return _respond(await dead_letters.counts())
 
 
-@app.route(route="deadletters/{queue}", methods=["GET"])
-async def list_dead_letters(req: func.HttpRequest) -> func.HttpResponse:
-    """Operator: one queue's dead-lettered messages, a page at a time."""
+@_api("deadletters/{queue}", "GET")
+async def list_dead_letters(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """One queue's dead-lettered messages, a page at a time."""
     return _respond(await dead_letters.list(req.route_params["queue"], dict(req.params)))
 
 
-@app.route(route="deadletters/{queue}/audit", methods=["GET"])
-async def dead_letter_audit(req: func.HttpRequest) -> func.HttpResponse:
-    """Operator: replays and purges on a queue that named no known order."""
+@_api("deadletters/{queue}/audit", "GET")
+async def dead_letter_audit(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """Replays and purges on a queue that named no known order."""
     return _respond(await dead_letters.audit(req.route_params["queue"]))
 
 
-@app.route(route="deadletters/{queue}/{sequenceNumber}/replay", methods=["POST"])
-async def replay_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
+@_api("deadletters/{queue}/{sequenceNumber}/replay", "POST")
+async def replay_dead_letter(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: send a copy of a dead-lettered message to its queue, then drop it."""
     p = req.route_params
-    return _respond(await dead_letters.replay(p["queue"], p["sequenceNumber"], _call(req)))
+    return _respond(await dead_letters.replay(p["queue"], p["sequenceNumber"], _call(req, caller)))
 
 
-@app.route(route="deadletters/{queue}/{sequenceNumber}/purge", methods=["POST"])
-async def purge_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
+@_api("deadletters/{queue}/{sequenceNumber}/purge", "POST")
+async def purge_dead_letter(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: drop a dead-lettered message."""
     p = req.route_params
-    return _respond(await dead_letters.purge(p["queue"], p["sequenceNumber"], _call(req)))
+    return _respond(await dead_letters.purge(p["queue"], p["sequenceNumber"], _call(req, caller)))
 
 
-@app.route(route="breakers", methods=["GET"])
-async def list_breakers(req: func.HttpRequest) -> func.HttpResponse:
-    """Operator: every agent's shared circuit breaker."""
+@_api("breakers", "GET")
+async def list_breakers(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """Every agent's shared circuit breaker."""
     return _respond(await breakers.list())
 
 
-@app.route(route="openapi.json", methods=["GET"])
-async def openapi(req: func.HttpRequest) -> func.HttpResponse:
+@_api("openapi.json", "GET")
+async def openapi(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """The OpenAPI 3.1 document of this API, generated from its models."""
     return _respond(Reply(200, document()))
 
 
-@app.route(route="console", methods=["GET"])
-async def console(req: func.HttpRequest) -> func.HttpResponse:
-    """The operator console: one HTML page over this API (the same key, from its ?code=)."""
-    page = console_page(_call(req).headers)
-    return func.HttpResponse(
-        page.body, status_code=page.status, headers=page.headers, mimetype="text/html", charset="utf-8"
-    )
+@_api("console", "GET")
+async def console(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """The operator console: one HTML page over this API, with action buttons for an operator only."""
+    page = console_page(_headers(req), can_act=Role.OPERATOR in caller.roles)
+    return _page(page.status, page.body, page.headers)
 
 
-@app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
-async def health(req: func.HttpRequest) -> func.HttpResponse:
+@_api("health", "GET")
+async def health(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Liveness."""
     return _respond(api.health())
 

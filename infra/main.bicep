@@ -43,12 +43,18 @@ param serviceUrls string = ''
 @description('SIMULATORS_KEY: the key the agents send to the simulators the app hosts when a service URL is empty; the simulators refuse service calls without it (their controls take only the host\'s master key). A new value each deployment unless set.')
 param simulatorsKey string = newGuid()
 
+@description('AZURE_AUTH_CLIENT_ID: client ID of the Microsoft Entra ID app registration people sign in with, made by infra/hooks/create-app-registration.sh (app roles Orders.Operator and Orders.Reader). Empty: App Service authentication is not configured; storefronts still submit with the submission key, and nobody can use the console or the operator routes.')
+param authClientId string = ''
+
 @minValue(1)
 @description('STEP_COMPLETE_BY_SECONDS: a step\'s budget in seconds, and how long a Pending task may wait to be claimed.')
 param stepCompleteBySeconds int = 30
 
 @description('SUPERVISOR_SCHEDULE: six-field NCRONTAB schedule of the Supervisor sweep. Every 30 seconds by default: frequent enough for 30-second steps, and within the monthly free grant of executions.')
 param supervisorSchedule string = '*/30 * * * * *'
+
+@description('ORDER_RETENTION: ISO 8601 duration a finished order (Processed or Compensated) is kept before it is purged; a purged order id is refused for as long again. Orders in Error are kept until an operator acts.')
+param orderRetention string = 'P30D'
 
 @minValue(1)
 @description('SUPERVISOR_MAX_FAILURES: failures of one step after which the Supervisor sets its order to Error (and the OrderEnteredError alert fires).')
@@ -197,11 +203,13 @@ module api 'app/function-app.bicep' = {
     stateShards: stateShards
     stepCompleteBySeconds: stepCompleteBySeconds
     supervisorSchedule: supervisorSchedule
+    orderRetention: orderRetention
     supervisorMaxFailures: supervisorMaxFailures
     supervisorBackoffSeconds: supervisorBackoffSeconds
     supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds
     serviceUrls: serviceUrls
     simulatorsKey: simulatorsKey
+    authClientId: authClientId
   }
   // The host starts as soon as the app exists: its identity must already hold its data roles.
   dependsOn: [
@@ -249,3 +257,4 @@ output SERVICE_API_URI string = api.outputs.url
 output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applicationInsightsConnectionString
 output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = messaging.outputs.fullyQualifiedNamespace
 output STATE_STORE_ENDPOINT string = storage.outputs.tableEndpoint
+output AZURE_AUTH_ENABLED bool = api.outputs.authenticationEnabled

@@ -52,6 +52,9 @@ param stepCompleteBySeconds int
 @description('SUPERVISOR_SCHEDULE.')
 param supervisorSchedule string
 
+@description('ORDER_RETENTION.')
+param orderRetention string
+
 @description('SUPERVISOR_MAX_FAILURES.')
 param supervisorMaxFailures int
 
@@ -67,6 +70,9 @@ param serviceUrls string
 @secure()
 @description('SIMULATORS_KEY: the key the agents send to the simulators this app hosts (x-simulators-key); their service calls are refused without it.')
 param simulatorsKey string
+
+@description('Client ID of the Microsoft Entra ID app registration people sign in with (App Service authentication; its app roles Orders.Operator and Orders.Reader are the API\'s operator and reader). Empty: authentication is not configured, and only the submission key is accepted.')
+param authClientId string
 
 var storageSuffix = environment().suffixes.storage
 var baseUrl = 'https://${name}.azurewebsites.net'
@@ -123,11 +129,61 @@ var appSettings = {
   SUPERVISOR_BACKOFF_SECONDS: string(supervisorBackoffSeconds)
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
   CANCEL_GRACE_SECONDS: '1'
+  ORDER_RETENTION: orderRetention
   // Empty: each step's breaker stays open as long as the order workflow's retry policy says (10 s).
   BREAKER_RESET_SECONDS: ''
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'
   // Sent as x-simulators-key to the service URLs under /api/sim only (orders.settings.service_keys).
   SIMULATORS_KEY: useSimulators ? simulatorsKey : ''
+}
+
+// App Service authentication with Microsoft Entra ID. Anonymous requests still reach the app
+// (AllowAnonymous): a storefront calls with the submission key and no sign-in, /api/health is public, and
+// the app itself answers 401 or 403 (orders.access). The platform removes clients' X-MS-CLIENT-PRINCIPAL*
+// headers and sets its own for a valid session or bearer token; no client secret: people sign in with
+// the ID token (the registration issues them), and no token store, since the app needs only the headers.
+var authConfig = {
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: authClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            'api://${authClientId}'
+            authClientId
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
+      }
+    }
+  }
+}
+var appSettingsConfig = {
+  name: 'appsettings'
+  // Settings set on the app and not here are kept: SUBMISSION_KEY, which the predeploy hook creates
+  // once (infra/hooks/predeploy.sh), so that a storefront's key survives every deployment.
+  retainCurrentAppSettings: true
+  // The <NAME>_SERVICE_URL settings are not in appSettings: their names come from catalog.json.
+  properties: union(appSettings, serviceUrlSettings)
 }
 
 module site 'br/public:avm/res/web/site:0.24.0' = {
@@ -186,13 +242,9 @@ module site 'br/public:avm/res/web/site:0.24.0' = {
         maximumInstanceCount: maximumInstanceCount
       }
     }
-    configs: [
-      {
-        name: 'appsettings'
-        // The <NAME>_SERVICE_URL settings are not in appSettings: their names come from catalog.json.
-        properties: union(appSettings, serviceUrlSettings)
-      }
-    ]
+    // Without an app registration authentication is left as it is (off on a new app): see
+    // docs/deploying.md for turning it off again.
+    configs: empty(authClientId) ? [appSettingsConfig] : [appSettingsConfig, authConfig]
   }
 }
 
@@ -204,3 +256,6 @@ output url string = baseUrl
 
 @description('Whether the app serves the remote-service simulators under /api/sim.')
 output simulatorsEnabled bool = useSimulators
+
+@description('Whether App Service authentication (Microsoft Entra ID) is configured.')
+output authenticationEnabled bool = !empty(authClientId)

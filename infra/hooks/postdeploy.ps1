@@ -4,7 +4,7 @@
 # azd hands the environment's values to hooks as variables: the outputs of infra/main.bicep
 # (SERVICE_API_URI, AZURE_RESOURCE_GROUP, AZURE_FUNCTION_APP_NAME) and whatever `azd env set` stored.
 #   SKIP_SMOKE_TEST=true   skip the check (azd env set SKIP_SMOKE_TEST true)
-#   SMOKE_FUNCTION_KEY     use this function key instead of reading it with the Azure CLI
+#   SMOKE_SUBMISSION_KEY   use this submission key instead of reading it with the Azure CLI
 #   SMOKE_PYTHON           a Python that has httpx and pydantic (default: .venv, python, or a venv
 #                          created under .azure\ with the versions pinned in requirements.txt)
 #   SMOKE_ARGS             extra orders-smoke options, e.g. "--orders 5 --timeout 300"
@@ -23,18 +23,20 @@ function Fail([string] $message) {
 if (-not $env:SERVICE_API_URI) { Fail 'SERVICE_API_URI is not set: run azd provision first' }
 $root = (Resolve-Path (Join-Path $PSScriptRoot '..\..')).Path
 
-# The API needs a function key; the signed-in identity (azd's user or the pipeline) may read it.
-$key = $env:SMOKE_FUNCTION_KEY
+# The smoke test submits and reads orders as a storefront does: with the submission key (the app setting
+# SUBMISSION_KEY, made by the predeploy hook), which the signed-in identity (azd's user or the pipeline)
+# may read. Never a host or master key: the API takes none.
+$key = $env:SMOKE_SUBMISSION_KEY
 if (-not $key) {
     if (-not (Get-Command az -ErrorAction SilentlyContinue)) {
-        Fail 'the Azure CLI (az) reads the function key: install it, or set SMOKE_FUNCTION_KEY or SKIP_SMOKE_TEST=true'
+        Fail 'the Azure CLI (az) reads the submission key: install it, or set SMOKE_SUBMISSION_KEY or SKIP_SMOKE_TEST=true'
     }
     if (-not $env:AZURE_RESOURCE_GROUP) { Fail 'AZURE_RESOURCE_GROUP is not set' }
     if (-not $env:AZURE_FUNCTION_APP_NAME) { Fail 'AZURE_FUNCTION_APP_NAME is not set' }
-    $key = az functionapp keys list -g $env:AZURE_RESOURCE_GROUP -n $env:AZURE_FUNCTION_APP_NAME `
-        --query functionKeys.default -o tsv
-    if ($LASTEXITCODE -ne 0) { Fail "could not read the function key of $env:AZURE_FUNCTION_APP_NAME" }
-    if (-not $key) { Fail "$env:AZURE_FUNCTION_APP_NAME has no default function key" }
+    $key = az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $env:AZURE_FUNCTION_APP_NAME `
+        --query "[?name=='SUBMISSION_KEY'].value | [0]" -o tsv
+    if ($LASTEXITCODE -ne 0) { Fail "could not read the submission key of $env:AZURE_FUNCTION_APP_NAME" }
+    if (-not $key) { Fail "$env:AZURE_FUNCTION_APP_NAME has no SUBMISSION_KEY setting: run azd deploy (its predeploy hook makes one)" }
 }
 
 function Test-Dependencies([string] $candidate) {

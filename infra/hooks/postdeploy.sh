@@ -5,7 +5,7 @@
 # azd hands the environment's values to hooks as variables: the outputs of infra/main.bicep
 # (SERVICE_API_URI, AZURE_RESOURCE_GROUP, AZURE_FUNCTION_APP_NAME) and whatever `azd env set` stored.
 #   SKIP_SMOKE_TEST=true   skip the check (azd env set SKIP_SMOKE_TEST true)
-#   SMOKE_FUNCTION_KEY     use this function key instead of reading it with the Azure CLI
+#   SMOKE_SUBMISSION_KEY   use this submission key instead of reading it with the Azure CLI
 #   SMOKE_PYTHON           a Python that has httpx and pydantic (default: .venv, python3, or a venv
 #                          created under .azure/ with the versions pinned in requirements.txt)
 #   SMOKE_ARGS             extra orders-smoke options, e.g. "--orders 5 --timeout 300"
@@ -24,16 +24,19 @@ fail() {
 [ -n "${SERVICE_API_URI:-}" ] || fail "SERVICE_API_URI is not set: run azd provision first"
 root=$(CDPATH='' cd -- "$(dirname -- "$0")/../.." && pwd)
 
-# The API needs a function key; the signed-in identity (azd's user or the pipeline) may read it.
-key=${SMOKE_FUNCTION_KEY:-}
+# The smoke test submits and reads orders as a storefront does: with the submission key (the app setting
+# SUBMISSION_KEY, made by the predeploy hook), which the signed-in identity (azd's user or the pipeline)
+# may read. Never a host or master key: the API takes none.
+key=${SMOKE_SUBMISSION_KEY:-}
 if [ -z "$key" ]; then
   command -v az >/dev/null 2>&1 \
-    || fail "the Azure CLI (az) reads the function key: install it, or set SMOKE_FUNCTION_KEY or SKIP_SMOKE_TEST=true"
+    || fail "the Azure CLI (az) reads the submission key: install it, or set SMOKE_SUBMISSION_KEY or SKIP_SMOKE_TEST=true"
   [ -n "${AZURE_RESOURCE_GROUP:-}" ] || fail "AZURE_RESOURCE_GROUP is not set"
   [ -n "${AZURE_FUNCTION_APP_NAME:-}" ] || fail "AZURE_FUNCTION_APP_NAME is not set"
-  key=$(az functionapp keys list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
-    --query functionKeys.default -o tsv) || fail "could not read the function key of $AZURE_FUNCTION_APP_NAME"
-  [ -n "$key" ] || fail "$AZURE_FUNCTION_APP_NAME has no default function key"
+  key=$(az functionapp config appsettings list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
+    --query "[?name=='SUBMISSION_KEY'].value | [0]" -o tsv) \
+    || fail "could not read the submission key of $AZURE_FUNCTION_APP_NAME"
+  [ -n "$key" ] || fail "$AZURE_FUNCTION_APP_NAME has no SUBMISSION_KEY setting: run azd deploy (its predeploy hook makes one)"
 fi
 
 has_dependencies() {

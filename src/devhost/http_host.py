@@ -16,24 +16,37 @@ Auth levels are not enforced by default, as with Core Tools locally. Given keys 
 host checks them as the Functions host does: the key comes in the ``x-functions-key`` header or the
 ``code`` query parameter; an ``anonymous`` function is open, a ``function`` one takes the function key or
 the master key, an ``admin`` one (and ``/admin/...``) only the master key; anything else is a 401.
+
+Given a :class:`PlatformAuth`, it also plays App Service authentication in front of the functions: it
+removes every ``X-MS-CLIENT-PRINCIPAL*`` header a client sent (unless told to trust them, so that tests
+can act as any principal) and sets the platform's own for a signed-in identity. Here an identity signs
+in with its key: as a bearer token (``Authorization: Bearer <key>``, where Azure takes an Entra ID
+access token; one that signs no one in is a 401, as the platform answers an invalid token), in
+``x-functions-key``, or through the sign-in page at ``/.auth/login/aad``, which sets a session cookie as
+the platform's does. The key never reaches the functions.
 """
 
 from __future__ import annotations
 
+import base64
 import hmac
+import html
+import json
 import logging
 import re
+import secrets
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import format_datetime
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from devhost.errors import ConfigurationError
@@ -124,9 +137,81 @@ class HostKeys:
         return _same(supplied, self.master_key)
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Someone who can sign in to the emulated platform: a name, an object id and app roles."""
+
+    name: str
+    object_id: str
+    app_roles: tuple[str, ...]
+
+    def headers(self) -> dict[str, str]:
+        """The principal headers App Service authentication sets for a signed-in Entra ID principal."""
+        claims = [{"typ": "roles", "val": role} for role in self.app_roles]
+        claims += [
+            {"typ": "name", "val": self.name},
+            {"typ": "http://schemas.microsoft.com/identity/claims/objectidentifier", "val": self.object_id},
+        ]
+        body = {"auth_typ": "aad", "claims": claims, "name_typ": "name", "role_typ": "roles"}
+        return {
+            "x-ms-client-principal": base64.b64encode(json.dumps(body).encode()).decode(),
+            "x-ms-client-principal-name": self.name,
+            "x-ms-client-principal-id": self.object_id,
+            "x-ms-client-principal-idp": "aad",
+        }
+
+
+PRINCIPAL_HEADER_PREFIX = "x-ms-client-principal"
+SESSION_COOKIE = "AppServiceAuthSession"
+LOGIN_PATH = "/.auth/login/aad"
+LOGOUT_PATH = "/.auth/logout"
+
+
+@dataclass
+class PlatformAuth:
+    """App Service authentication as this host plays it: ``identities`` by the key that signs each in.
+
+    With ``trust_principal_headers`` a client's own principal headers pass through, as if the platform
+    had set them (for tests acting as any principal); without it they are removed.
+    """
+
+    identities: Mapping[str, Identity] = field(default_factory=dict)
+    trust_principal_headers: bool = False
+    _sessions: dict[str, Identity] = field(default_factory=dict, repr=False)
+
+    def identity_for_key(self, supplied: str | None) -> Identity | None:
+        """The identity ``supplied`` signs in, if any (compared in constant time)."""
+        found = None
+        for key, identity in self.identities.items():
+            if _same(supplied, key):
+                found = identity
+        return found
+
+    def start_session(self, identity: Identity) -> str:
+        """A new session for ``identity``: the cookie's value."""
+        token = secrets.token_urlsafe(32)
+        self._sessions[token] = identity
+        return token
+
+    def session(self, token: str | None) -> Identity | None:
+        """The identity of a session cookie, if it is one of ours."""
+        return self._sessions.get(token) if token else None
+
+    def end_session(self, token: str | None) -> None:
+        """Forget a session (sign-out)."""
+        if token:
+            self._sessions.pop(token, None)
+
+
 def _same(supplied: str | None, key: str | None) -> bool:
     # Constant-time comparison: the time taken must not tell how much of a guessed key was right.
     return bool(supplied and key) and hmac.compare_digest(str(supplied).encode(), str(key).encode())
+
+
+def _bearer(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, if there is one."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
 
 
 def _supplied_key(request: Request) -> str | None:
@@ -311,19 +396,22 @@ class HttpHost:
         route_prefix: str,
         worker: LanguageWorker,
         keys: HostKeys | None = None,
+        platform: PlatformAuth | None = None,
     ) -> None:
         self._worker = worker
         self.keys = keys or HostKeys()
+        self.platform = platform
         self._prefix = route_prefix.strip().strip("/")
         routes = [compile_route(spec) for spec in specs]
         # Stable sort: among equally specific routes, declaration order decides.
         self.routes: list[CompiledRoute] = sorted(routes, key=lambda route: route.precedence)
-        self.app = self._asgi
+        # Every request goes to _dispatch, whatever its path holds: a route pattern would not match a
+        # percent-encoded line break, and the host must answer that with its own 404 like any other path.
+        self.app = Starlette()
+        self.app.router.default = self._asgi
         self._server: uvicorn.Server | None = None
 
     async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Every request reaches the host's own routing, whatever its path holds (a router's path pattern
-        # would answer some, e.g. one with a newline, with a plain-text 404 of its own).
         if scope["type"] != "http":
             return
         response = await self._dispatch(Request(scope, receive))
@@ -339,9 +427,73 @@ class HttpHost:
             return path[len(head) :]
         return None
 
+    async def _sign_in(self, request: Request) -> Response:
+        """The platform's sign-in and sign-out endpoints, played with keys instead of Entra ID."""
+        assert self.platform is not None
+        path = request.scope["path"].rstrip("/")
+        if path == LOGOUT_PATH:
+            self.platform.end_session(request.cookies.get(SESSION_COOKIE))
+            response = RedirectResponse("/.auth/login/aad", status_code=302)
+            response.delete_cookie(SESSION_COOKIE, path="/")
+            return response
+        body = (await request.body()).decode("utf-8", "replace") if request.method == "POST" else ""
+        fields = parse_qs(body)
+        target = (fields.get("post_login_redirect_uri") or [""])[0] or request.query_params.get(
+            "post_login_redirect_uri", "/api/console"
+        )
+        if not target.startswith("/") or target.startswith("//") or urlsplit(target).netloc:
+            target = "/api/console"  # only this host's own paths: no open redirect
+        if request.method == "POST":
+            identity = self.platform.identity_for_key((fields.get("key") or [""])[0])
+            if identity is not None:
+                response = RedirectResponse(target, status_code=302)
+                response.set_cookie(
+                    SESSION_COOKIE, self.platform.start_session(identity), httponly=True, samesite="strict"
+                )
+                return response
+        refused = request.method == "POST"
+        page = (
+            '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign in (devhost)</title>'
+            '<link rel="icon" href="data:,"></head><body><h1>Sign in</h1>'
+            "<p>The devhost plays App Service authentication: sign in with the reader's or the operator's "
+            "key from devhost.json.</p>"
+            + ("<p role='alert'>That key signs no one in.</p>" if refused else "")
+            + f'<form method="post" action="{LOGIN_PATH}"><input type="hidden" '
+            f'name="post_login_redirect_uri" value="{html.escape(target)}"><label for="key">Key</label> '
+            '<input id="key" name="key" type="password" autocomplete="off" required> '
+            '<button type="submit">Sign in</button></form></body></html>'
+        )
+        return HTMLResponse(page, status_code=401 if refused else 200, headers={"Cache-Control": "no-store"})
+
+    def _platform_headers(self, request: Request) -> list[tuple[str, str]]:
+        """The request's headers as the functions get them behind the emulated platform."""
+        items = list(request.headers.items())
+        if self.platform is None:
+            return items
+        if not self.platform.trust_principal_headers:
+            items = [(k, v) for k, v in items if not k.lower().startswith(PRINCIPAL_HEADER_PREFIX)]
+        identity = self.platform.session(request.cookies.get(SESSION_COOKIE))
+        keyed = self.platform.identity_for_key(request.headers.get(KEY_HEADER))
+        if keyed is not None:
+            identity = keyed
+            items = [(k, v) for k, v in items if k.lower() != KEY_HEADER]  # the platform consumed it
+        bearer = _bearer(request)
+        if bearer is not None:
+            identity = self.platform.identity_for_key(bearer)
+            items = [(k, v) for k, v in items if k.lower() != "authorization"]
+        if identity is not None:
+            items = [(k, v) for k, v in items if not k.lower().startswith(PRINCIPAL_HEADER_PREFIX)]
+            items += list(identity.headers().items())
+        return items
+
     async def _dispatch(self, request: Request) -> Response:
         method = request.method.upper()
         path = request.scope["path"]  # percent-decoded, as route values are
+        if self.platform is not None and path.rstrip("/") in (LOGIN_PATH, LOGOUT_PATH):
+            return await self._sign_in(request)
+        token = _bearer(request) if self.platform is not None else None
+        if self.platform is not None and token is not None and self.platform.identity_for_key(token) is None:
+            return _error(401, "Unauthorized", "the bearer token signs no one in")
         if path.rstrip("/") == "/admin/host/status" and method == "GET":
             if not self.keys.allows("admin", _supplied_key(request)):
                 return _unauthorized(path)
@@ -368,7 +520,7 @@ class HttpHost:
         http_request = protos.RpcHttp(
             method=method,
             url=_request_url(request),
-            headers=_join_multi(request.headers.items(), ", "),
+            headers=_join_multi(self._platform_headers(request), ", "),
             query=_join_multi(request.query_params.multi_items(), ","),
             params=route_params,
             body=protos.TypedData(bytes=body),
@@ -413,7 +565,6 @@ class HttpHost:
         """Serve until :meth:`stop`; in-flight requests get ``graceful_timeout`` seconds to finish."""
         config = uvicorn.Config(
             self.app,
-            interface="asgi3",  # a bound method, which uvicorn's detection would take for ASGI 2
             lifespan="off",
             access_log=False,
             log_config=None,

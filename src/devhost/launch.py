@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -27,6 +27,7 @@ class RunningDevhost:
     sim_port: int
     sb_port: int
     azurite_port: int
+    keys: dict[str, str] = field(default_factory=dict)  # per role, with auth="roles"
 
     @property
     def api_url(self) -> str:
@@ -71,10 +72,14 @@ def start(
     timeout: float = 120,
     function_key: str | None = None,
     master_key: str | None = None,
+    auth: str = "open",
+    trust_principal_headers: bool = False,
 ) -> RunningDevhost:
     """Start the stack with ``env`` over this process's environment; return once ``/api/health`` answers.
 
-    ``function_key`` and ``master_key`` turn on the HTTP key checks (``--function-key``, ``--master-key``).
+    ``function_key`` and ``master_key`` turn on the HTTP key checks (``--function-key``, ``--master-key``);
+    ``auth="roles"`` the API's roles (``--auth roles``, the keys then in ``RunningDevhost.keys``), and
+    ``trust_principal_headers`` lets clients act as any Entra ID principal (``--trust-principal-headers``).
 
     Raises RuntimeError (after stopping it) if the stack exits or does not answer in ``timeout`` seconds.
     """
@@ -87,11 +92,12 @@ def start(
     for flag, key in (("--function-key", function_key), ("--master-key", master_key)):
         if key:
             command += [flag, key]
+    command += ["--auth", auth] + (["--trust-principal-headers"] if trust_principal_headers else [])
     with (data_dir / "devhost.out").open("ab") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
-    running = RunningDevhost(process, data_dir, *ports)
+    running = RunningDevhost(process, data_dir, ports[0], ports[1], ports[2], ports[3])
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
@@ -103,6 +109,7 @@ def start(
         if _ready(data_dir):
             try:
                 if httpx.get(f"{running.api_url}/api/health", timeout=1).status_code == 200:
+                    running.keys = dict(json.loads((data_dir / "devhost.json").read_text()).get("keys", {}))
                     return running
             except httpx.HTTPError:
                 pass

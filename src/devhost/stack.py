@@ -6,6 +6,13 @@ with the repository's queue config, the remote-service simulators, and N functio
 a short delay, as the platform would. ``<data-dir>/devhost.json`` tells which process is which;
 ``<data-dir>/stats/`` holds the emulator's per-queue operation counts and each worker process's
 executions per function (read them with ``devhost.counts.read_counts``).
+
+The API is open by default, as under ``func start``. ``--auth roles`` enforces the roles of
+``orders.access`` with one key per role, written to ``devhost.json`` (``"keys"``): the submitter's is the
+app's submission key, checked by the app as in Azure; the reader's and the operator's sign in an Entra ID
+principal with that app role, with the devhost playing App Service authentication (it strips clients'
+principal headers and sets its own). ``--trust-principal-headers`` lets clients' principal headers through
+instead, so that tests can act as any principal.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ import argparse
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -47,6 +56,41 @@ DEFAULT_SETTINGS = {
     "SUPERVISOR_MAX_BACKOFF_SECONDS": "30",
     "STATE_TABLE_NAME": "orders",
 }
+
+
+AUTH_MODES = ("open", "roles")
+# Who the reader's and the operator's keys sign in, with the app roles of the app registration.
+ROLE_IDENTITIES = {
+    "reader": ("reader (devhost)", "Orders.Reader"),
+    "operator": ("operator (devhost)", "Orders.Operator"),
+}
+
+
+def role_keys() -> dict[str, str]:
+    """A fresh key per role: submitter, reader, operator."""
+    return {role: secrets.token_urlsafe(24) for role in ("submitter", *ROLE_IDENTITIES)}
+
+
+def auth_settings(mode: str, keys: dict[str, str], trust_principal_headers: bool) -> dict[str, str]:
+    """The workers' settings for an auth mode: the app's (API_AUTH, SUBMISSION_KEY, and the platform's
+    WEBSITE_AUTH_ENABLED) and the HTTP host's identities."""
+    if mode == "open":
+        return {"API_AUTH": "open"}
+    identities = {
+        keys[role]: {
+            "name": name,
+            "objectId": str(uuid.uuid5(uuid.NAMESPACE_URL, f"devhost:{role}")),
+            "appRoles": [app_role],
+        }
+        for role, (name, app_role) in ROLE_IDENTITIES.items()
+    }
+    return {
+        "API_AUTH": "roles",
+        "SUBMISSION_KEY": keys["submitter"],
+        "WEBSITE_AUTH_ENABLED": "true",
+        "DEVHOST_IDENTITIES": json.dumps(identities),
+        "DEVHOST_TRUST_PRINCIPAL_HEADERS": "true" if trust_principal_headers else "false",
+    }
 
 
 @dataclass
@@ -101,6 +145,7 @@ class Stack:
         self.workers: list[Child] = []
         self._stopping = False
         self.ready = False  # set once worker 1 answers: devhost.json then says "ready": true
+        self.keys = role_keys() if args.auth == "roles" else {}
 
     # ---- start -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -176,6 +221,10 @@ class Stack:
             "ServiceBusConnection": servicebus.connection_string(a.sb_port),
         }
         settings.update(os.environ)
+        # The auth mode is the devhost's to say, whatever the environment holds.
+        for name in ("SUBMISSION_KEY", "WEBSITE_AUTH_ENABLED", "DEVHOST_IDENTITIES"):
+            settings.pop(name, None)
+        settings.update(auth_settings(a.auth, self.keys, a.trust_principal_headers))
         # The workers take the keys as settings, like the rest of their configuration.
         if a.function_key:
             settings["DEVHOST_FUNCTION_KEY"] = a.function_key
@@ -208,11 +257,14 @@ class Stack:
                 for i, w in enumerate(self.workers)
             ],
             "http": f"http://127.0.0.1:{self.args.port}/api",
+            "auth": self.args.auth,
+            **({"keys": self.keys} if self.keys else {}),
             # Until then the devhost is still starting and gives up if a worker dies.
             "ready": self.ready,
         }
         path = self.data_dir / "devhost.json"
         tmp = path.with_suffix(".json.tmp")
+        tmp.touch(mode=0o600)  # it may hold the role keys: for this user only
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(path)  # readers never see a half-written file
 
@@ -300,6 +352,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--master-key",
         help="the master key: the only key admin-level routes take (default: $DEVHOST_MASTER_KEY)",
     )
+    p.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        default=os.environ.get("DEVHOST_AUTH", "open"),
+        help="open: anyone may call every route, as with func start (default; $DEVHOST_AUTH); roles: the "
+        "API's roles, with one key per role in <data-dir>/devhost.json",
+    )
+    p.add_argument(
+        "--trust-principal-headers",
+        action="store_true",
+        help="with --auth roles: pass clients' X-MS-CLIENT-PRINCIPAL* headers on as if App Service "
+        "authentication had set them (tests acting as an Entra ID principal); otherwise they are removed",
+    )
     p.add_argument("--verbose", action="store_true", help="DEBUG logs from the emulator and the workers")
     return p
 
@@ -309,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.workers < 1:
         print("orders-devhost: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.trust_principal_headers and args.auth != "roles":
+        print("orders-devhost: --trust-principal-headers needs --auth roles", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s devhost: %(message)s", stream=sys.stdout)
     stack = Stack(args)

@@ -32,7 +32,7 @@ from typing import Any
 from devhost.errors import ConfigurationError
 from devhost.functions import FunctionSpec, TriggerKind, describe
 from devhost.host_config import HostSettings, load_host_settings
-from devhost.http_host import HostKeys, HttpHost
+from devhost.http_host import HostKeys, HttpHost, Identity, PlatformAuth
 from devhost.language_worker import AppLoadError, LanguageWorker
 from devhost.servicebus_host import ServiceBusHost
 from devhost.timer_host import TimerHost
@@ -49,6 +49,31 @@ CLOSE_MARGIN_SECONDS = 5.0
 FUNCTION_KEY_SETTING = "DEVHOST_FUNCTION_KEY"
 MASTER_KEY_SETTING = "DEVHOST_MASTER_KEY"
 STATS_INTERVAL_SECONDS = 0.5
+# App Service authentication, played by the HTTP host when the app is told it is on (the platform's own
+# signal, WEBSITE_AUTH_ENABLED): who signs in with which key, and whether clients' principal headers pass.
+PLATFORM_AUTH_SETTING = "WEBSITE_AUTH_ENABLED"
+IDENTITIES_SETTING = "DEVHOST_IDENTITIES"
+TRUST_PRINCIPAL_HEADERS_SETTING = "DEVHOST_TRUST_PRINCIPAL_HEADERS"
+
+
+def platform_auth(environ: Mapping[str, str]) -> PlatformAuth | None:
+    """The emulated platform authentication the settings ask for (None: off).
+
+    ``DEVHOST_IDENTITIES`` is a JSON object: key -> ``{"name", "objectId", "appRoles": [...]}``. Raises
+    ConfigurationError when it is not.
+    """
+    if environ.get(PLATFORM_AUTH_SETTING, "").strip().lower() != "true":
+        return None
+    try:
+        raw = json.loads(environ.get(IDENTITIES_SETTING) or "{}")
+        identities = {
+            str(key): Identity(str(v["name"]), str(v["objectId"]), tuple(str(r) for r in v["appRoles"]))
+            for key, v in raw.items()
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigurationError(f"{IDENTITIES_SETTING} is not a JSON object of identities: {exc}") from exc
+    trust = environ.get(TRUST_PRINCIPAL_HEADERS_SETTING, "").strip().lower() == "true"
+    return PlatformAuth(identities, trust_principal_headers=trust)
 
 
 def write_execution_stats(path: Path, worker: LanguageWorker) -> None:
@@ -183,7 +208,9 @@ class Worker:
         self.http: HttpHost | None = None
         self.http_socket: socket.socket | None = None
         if self.http_port is not None:
-            self.http = HttpHost(http_specs, self.settings.route_prefix, self.worker, self.keys)
+            self.http = HttpHost(
+                http_specs, self.settings.route_prefix, self.worker, self.keys, platform_auth(self.environ)
+            )
             self.http_socket = self.http.bind(self.http_host, self.http_port)
 
     async def _write_stats(self) -> None:
@@ -211,7 +238,8 @@ class Worker:
             prefix = f"/{self.settings.route_prefix}" if self.settings.route_prefix else ""
             parts.append(
                 f"HTTP on http://{self.http_host}:{self.http_port}{prefix} ({len(self.http.routes)} routes, "
-                f"keys {'checked' if self.keys.enforced else 'not checked'})"
+                f"keys {'checked' if self.keys.enforced else 'not checked'}, "
+                f"App Service authentication {'played' if self.http.platform else 'off'})"
             )
         for listener in self.servicebus.listeners:
             parts.append(f"Functions.{listener.spec.name} <- Service Bus {listener.entity}")

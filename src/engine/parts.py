@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .clock import Clock
 from .ports import BreakerStore, MessageSender, StateStore
 from .settings import EngineSettings
 from .state import TaskRecord
-from .transitions import Context
+from .transitions import Context, random_id
 from .workflow import WorkflowCatalog
 
 
@@ -24,6 +25,8 @@ class EngineParts:
     clock: Clock
     settings: EngineSettings
     breakers: BreakerStore | None = None
+    # Where the unique part of message ids comes from (a seeded source makes a simulated run reproducible).
+    new_id: Callable[[], str] = random_id
 
     def context(self, instance_id: str = "", record: TaskRecord | None = None) -> Context:
         """What a transition needs, as of now on this engine's clock: with a record, the definition of
@@ -31,4 +34,4 @@ class EngineParts:
         workflow = None
         if record is not None:
             workflow = self.catalog.find(record.state.workflow, record.state.workflow_version)
-        return Context(workflow, self.settings, self.clock.now(), instance_id)
+        return Context(workflow, self.settings, self.clock.now(), instance_id, self.new_id)

@@ -90,7 +90,7 @@ class TaskService:
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
-        kick = transitions.command(order_id, CommandKind.START, "submitted")
+        kick = transitions.command(order_id, CommandKind.START, "submitted", new_id=self.parts.new_id)
         await deliver(self.parts.sender, saved_task.attach([kick], stored))
         telemetry.info(log, "submitted", **telemetry.context(order_id))
         return True, stored

@@ -10,7 +10,7 @@ Supervisor recovers it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +41,11 @@ __all__ = ["Context", "Decision", "EngineSettings", "Outgoing"]
 _MAY_HAVE_EFFECT = (StepStatus.COMPLETED, StepStatus.RUNNING, StepStatus.FAILED, StepStatus.COMPENSATING)
 
 
+def random_id() -> str:
+    """A fresh random id: where the unique part of a command's message id comes from by default."""
+    return uuid.uuid4().hex
+
+
 @dataclass(frozen=True)
 class Context:
     """What a transition needs besides the record."""
@@ -49,6 +54,8 @@ class Context:
     settings: EngineSettings
     now: datetime
     instance_id: str = ""
+    # Where unique ids come from (a seeded source makes a simulated run reproducible).
+    new_id: Callable[[], str] = random_id
 
     @property
     def steps(self) -> tuple[StepDefinition, ...]:
@@ -116,12 +123,18 @@ def status(
     )
 
 
-def command(order_id: str, kind: CommandKind, reason: str, at: datetime | None = None) -> Outgoing:
+def command(
+    order_id: str,
+    kind: CommandKind,
+    reason: str,
+    at: datetime | None = None,
+    new_id: Callable[[], str] = random_id,
+) -> Outgoing:
     """A message asking the Scheduler to look at a task (now, or at ``at``)."""
     return Outgoing(
         queue=queues.SCHEDULER_QUEUE,
         body=SchedulerCommand(order_id=order_id, kind=kind, reason=reason),
-        message_id=f"{order_id}:{kind.value}:{uuid.uuid4().hex}",
+        message_id=f"{order_id}:{kind.value}:{new_id()}",
         correlation_id=order_id,
         scheduled_at=at,
     )
@@ -409,7 +422,8 @@ def recover_expired(
         state.complete_by = ctx.now + window
         _touch(record, ctx)
         return Decision(
-            Outcome.KICKED, (command(state.order_id, CommandKind.START, "supervisor: kick lost"),)
+            Outcome.KICKED,
+            (command(state.order_id, CommandKind.START, "supervisor: kick lost", new_id=ctx.new_id),),
         )
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
@@ -455,7 +469,8 @@ def _give_back(record: TaskRecord, ctx: Context, at: datetime, reason: str, outc
     else:
         kind = CommandKind.RESUME
     _touch(record, ctx)
-    return Decision(outcome, (command(state.order_id, kind, reason, at=at if at > ctx.now else None),))
+    scheduled = at if at > ctx.now else None
+    return Decision(outcome, (command(state.order_id, kind, reason, at=scheduled, new_id=ctx.new_id),))
 
 
 # ---- operator and application requests --------------------------------------------------------
@@ -471,7 +486,7 @@ def resubmit(record: TaskRecord, ctx: Context) -> Decision:
     state.next_attempt_at = None
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     _touch(record, ctx)
-    return _moved(command(state.order_id, CommandKind.START, "operator: resubmit"))
+    return _moved(command(state.order_id, CommandKind.START, "operator: resubmit", new_id=ctx.new_id))
 
 
 def cancel(record: TaskRecord, ctx: Context) -> Decision:
@@ -504,7 +519,7 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
     at = resume_at if resume_at > ctx.now else None
     return _moved(
         status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
-        command(state.order_id, CommandKind.RESUME, "cancel", at=at),
+        command(state.order_id, CommandKind.RESUME, "cancel", at=at, new_id=ctx.new_id),
     )
 
 
@@ -527,7 +542,7 @@ def _hand_back(record: TaskRecord, ctx: Context, reason: str) -> Decision:
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     _touch(record, ctx)
     kind = CommandKind.START if forward else CommandKind.RESUME
-    return _moved(command(state.order_id, kind, reason))
+    return _moved(command(state.order_id, kind, reason, new_id=ctx.new_id))
 
 
 def retry_step(record: TaskRecord, ctx: Context, index: int) -> Decision:

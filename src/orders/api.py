@@ -32,7 +32,6 @@ from engine.retention import Purged
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
-from .identity import actor_of
 from .models import (
     ActionRequest,
     AuditPage,
@@ -74,13 +73,15 @@ class Reply:
 
 @dataclass(frozen=True)
 class Call:
-    """What an operator action needs from the HTTP request: its body, and its headers and query
-    parameters (header names in lower case) for the ETag guard and for who is asking."""
+    """What an operator action needs from the HTTP request: its body, its headers and query parameters
+    (header names in lower case) for the ETag guard, and who is asking as the audit trail names them
+    (:mod:`orders.access` authenticated them before the action runs)."""
 
     body: bytes = b""
     content_type: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)
+    actor: str = "local"
 
 
 def error(status: int, code: str, message: str, details: list[FieldError] | None = None) -> Reply:
@@ -95,12 +96,17 @@ def etag(record: TaskRecord) -> str:
 
 
 def _if_match(headers: Mapping[str, str]) -> list[str] | None:
-    """The strong entity tags in ``If-Match`` (None when the header is missing or empty)."""
+    """The strong entity tags in ``If-Match``, ``*`` as itself (None when the header is missing or empty).
+
+    A weak tag never matches under If-Match's strong comparison (RFC 9110 13.1.1), so it is left out:
+    a header of weak tags only is an empty list, a precondition that cannot hold (412), not a missing
+    one (428).
+    """
     raw = headers.get("if-match", "").strip()
     if not raw:
         return None
-    # A weak tag never matches under If-Match's strong comparison (RFC 9110 13.1.1).
-    return [t.strip().strip('"') for t in raw.split(",") if t.strip() and not t.strip().startswith("W/")]
+    tags = [t.strip() for t in raw.split(",") if t.strip()]
+    return [t.strip('"') for t in tags if not t.startswith("W/")]
 
 
 # Status and code per engine error the API expects; the first class in an error's MRO that is listed
@@ -293,13 +299,15 @@ class OrdersApi:
         if isinstance(body, Reply):
             return body
         tags = _if_match(call.headers)
-        if not tags or "*" in tags:
+        if tags is None or "*" in tags:
             return error(
                 428,
                 "PreconditionRequired",
                 "send If-Match with the ETag of GET /api/orders/{orderId}, so the action applies only "
                 "to the version you read",
             )
+        if not tags:
+            return engine_error(PreconditionFailed(order_id))
         try:
             tasks = await self._tasks()
             version = tags[0]
@@ -307,7 +315,7 @@ class OrdersApi:
                 version = (await tasks.get(order_id)).version
                 if version not in tags:
                     raise PreconditionFailed(order_id)
-            action = Action(actor=actor_of(call.headers, call.params), note=body.note, version=version)
+            action = Action(actor=call.actor, note=body.note, version=version)
             record = await change(tasks, action, body)
         except EngineError as exc:
             return engine_error(exc)

@@ -5,8 +5,10 @@ one document with the style and script inline, so a browser makes one request fo
 from anywhere else (not even ``/favicon.ico``: its icon is an empty ``data:`` one). Its
 Content-Security-Policy allows exactly that: the inline style and script by their SHA-256 (nothing
 injected into the page could run), calls to this origin only, no frames, no forms posting elsewhere.
-The page holds no secret: the script reads the function key from the page's own ``?code=`` and sends it
-as ``x-functions-key`` on each call; with App Service authentication the session cookie goes along too.
+The page holds no secret and no key ever appears in its address: its calls carry what the browser
+already has, the session cookie of App Service authentication (same origin). It comes in two variants,
+for a caller who may act (operator) and for one who may only read, which shows no action buttons; the
+API refuses an action to a reader either way. A browser that is not signed in gets :data:`SIGN_IN`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def _build() -> Page:
+def _build(can_act: bool) -> Page:
     template = (STATIC / "console.html").read_text(encoding="utf-8")
+    template = template.replace("<body>", f'<body data-actions="{"on" if can_act else "off"}">', 1)
     style = (STATIC / "console.css").read_text(encoding="utf-8")
     script = (STATIC / "console.js").read_text(encoding="utf-8")
     html = template.replace("{{style}}", style).replace("{{script}}", script)
@@ -57,19 +60,38 @@ def _build() -> Page:
         "Cache-Control": "private, no-cache",
         "ETag": '"' + hashlib.sha256(body).hexdigest()[:32] + '"',
         "X-Content-Type-Options": "nosniff",
-        # The key is in the page's address: never send that address to anyone.
+        # Nothing about this page (which orders are open) is anyone else's business.
         "Referrer-Policy": "no-referrer",
+        # One copy per variant: a cache must not hand an operator's copy to a reader or the reverse.
+        "Vary": "Cookie, Authorization, X-Functions-Key",
     }
     return Page(200, body, headers)
 
 
-PAGE = _build()
+PAGE = _build(can_act=True)
+READ_ONLY_PAGE = _build(can_act=False)
+LOGIN_PATH = "/.auth/login/aad?post_login_redirect_uri=/api/console"
+SIGN_IN = Page(
+    401,
+    (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign in</title>'
+        '<link rel="icon" href="data:,"></head><body>'
+        f'<p>The console needs you signed in. <a href="{LOGIN_PATH}">Sign in</a>.</p></body></html>'
+    ).encode(),
+    {
+        "Content-Security-Policy": "default-src 'none'; img-src data:; base-uri 'none'; "
+        "form-action 'none'; frame-ancestors 'none'",
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+    },
+)
 
 
-def console(headers: Mapping[str, str]) -> Page:
-    """``GET /api/console`` (``headers`` with lower-case names): the page, or 304 when the browser's copy
-    (``If-None-Match``) is current."""
+def console(headers: Mapping[str, str], can_act: bool = True) -> Page:
+    """``GET /api/console`` (``headers`` with lower-case names): the page for a caller who may act or
+    only read, or 304 when the browser's copy (``If-None-Match``) is that one and current."""
+    page = PAGE if can_act else READ_ONLY_PAGE
     tags = {t.strip() for t in headers.get("if-none-match", "").split(",")}
-    if PAGE.headers["ETag"] in tags:
-        return Page(304, b"", {k: v for k, v in PAGE.headers.items() if k in ("ETag", "Cache-Control")})
-    return PAGE
+    if page.headers["ETag"] in tags:
+        return Page(304, b"", {k: v for k, v in page.headers.items() if k in ("ETag", "Cache-Control")})
+    return page

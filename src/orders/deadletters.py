@@ -33,7 +33,6 @@ from engine.state import AuditEntry
 from engine.tasks import TaskService
 
 from .api import MAX_PAGE_SIZE, Call, Reply, error, parse_body
-from .identity import actor_of
 from .models import ActionRequest, _View
 
 log = logging.getLogger("orders.deadletters")
@@ -213,7 +212,7 @@ class DeadLettersApi:
             return error(404, "NotFound", f"no message {number} in {queue}'s dead-letter queue")
         except DeadLetterUnreachable as exc:
             return error(409, "Unreachable", f"{exc}; try again once older messages are handled")
-        actor = actor_of(call.headers, call.params)
+        actor = call.actor
         log.info("dead letter %s: %s #%d (%s) by %s", action, queue, number, message.message_id, actor)
         audited_on = await self._record(parts, action, queue, message, actor, body.note)
         outcome = DeadLetterOutcome(queue=queue, action=action, message=view(message), audited_on=audited_on)

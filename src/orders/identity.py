@@ -1,26 +1,31 @@
-"""Who is asking: the actor an operator action is audited as.
+"""Who is asking, as App Service authentication tells it: the signed-in principal of a request.
 
-In Azure the Functions host has already authenticated the request before the function runs, either
-with App Service authentication (Easy Auth), which passes the signed-in principal in the
-``X-MS-CLIENT-PRINCIPAL-NAME`` and ``X-MS-CLIENT-PRINCIPAL`` headers, or with a function or host key,
-sent as ``x-functions-key`` or ``?code=``. The host does not tell the function *which* named key
-matched, and the key itself is a secret that must not be stored, so the actor records a short SHA-256
-prefix of the key: whoever holds the keys can tell which one it was (hash each key and compare), and
-the audit trail leaks nothing usable. When both are present both are recorded. With neither (the local
-runner with no keys configured) the actor is ``local``.
+With App Service authentication on (Microsoft Entra ID), the platform validates the session or bearer
+token before the request reaches the app, removes any ``X-MS-CLIENT-PRINCIPAL*`` header the client sent
+and sets its own: ``X-MS-CLIENT-PRINCIPAL`` (base64 JSON of the token's claims, with ``role_typ`` naming
+the claim type of roles), ``-NAME`` and ``-ID`` (the object id). Without it nothing removes a client's
+headers, so they are read only when :mod:`orders.access` has been told the platform's authentication is
+on; this module only parses them.
 
-Easy Auth removes client-sent ``X-MS-CLIENT-PRINCIPAL*`` headers only when it is enabled; without it
-a caller holding a key could send any name, which is why the key's hash is recorded alongside.
+The audit trail names a principal as ``user:<name> oid:<object id>``: the name for a person reading it,
+the object id because names change and the object id is what Entra ID and its sign-in logs key on.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-KEY_HASH_CHARS = 12
+MAX_NAME_CHARS = 256
+PRINCIPAL_HEADERS = (
+    "x-ms-client-principal",
+    "x-ms-client-principal-name",
+    "x-ms-client-principal-id",
+    "x-ms-client-principal-idp",
+)
 _NAME_CLAIMS = (
     "name",
     "preferred_username",
@@ -28,37 +33,66 @@ _NAME_CLAIMS = (
     "email",
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name",
 )
+_OBJECT_ID_CLAIMS = ("http://schemas.microsoft.com/identity/claims/objectidentifier", "oid")
+# Entra ID's v2 tokens carry app roles as "roles"; role_typ in the principal says which type it used.
+_ROLE_CLAIMS = ("roles", "http://schemas.microsoft.com/ws/2008/06/identity/claims/role")
 
 
-def key_fingerprint(key: str) -> str:
-    """The part of a key's SHA-256 that the audit trail keeps."""
-    return hashlib.sha256(key.encode()).hexdigest()[:KEY_HASH_CHARS]
+@dataclass(frozen=True)
+class Principal:
+    """A signed-in person or application: its name, object id and app role values."""
+
+    name: str | None
+    object_id: str | None
+    app_roles: frozenset[str]
+
+    @property
+    def actor(self) -> str:
+        """How the audit trail names it."""
+        parts = [f"user:{(self.name or self.object_id or 'unknown')[:MAX_NAME_CHARS]}"]
+        if self.object_id:
+            parts.append(f"oid:{self.object_id[:MAX_NAME_CHARS]}")
+        return " ".join(parts)
 
 
-def _principal_from_token(encoded: str) -> str | None:
-    """A name from the base64 JSON of ``X-MS-CLIENT-PRINCIPAL`` (its claims), if one is there."""
+def _decoded(encoded: str) -> dict[str, Any] | None:
     try:
         data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4)))
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def _claims(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    found = data.get("claims")
+    if not isinstance(found, list):
+        return []
+    return [
+        (str(c["typ"]), str(c["val"]))
+        for c in found
+        if isinstance(c, dict) and c.get("typ") and c.get("val") is not None
+    ]
+
+
+def _first(claims: list[tuple[str, str]], wanted: tuple[str, ...]) -> str | None:
+    for kind in wanted:
+        for typ, val in claims:
+            if typ == kind and val:
+                return val
+    return None
+
+
+def principal_of(headers: Mapping[str, str]) -> Principal | None:
+    """The principal the platform's headers describe (names in lower case), or None when there is none."""
+    encoded = headers.get("x-ms-client-principal")
+    data = _decoded(encoded) if encoded else None
+    if encoded and data is None:
+        return None  # the platform never sends one it cannot decode
+    claims = _claims(data or {})
+    role_types = {*_ROLE_CLAIMS, *([str(data["role_typ"])] if data and data.get("role_typ") else [])}
+    name = headers.get("x-ms-client-principal-name") or _first(claims, _NAME_CLAIMS)
+    object_id = headers.get("x-ms-client-principal-id") or _first(claims, _OBJECT_ID_CLAIMS)
+    if not (name or object_id):
         return None
-    claims = data.get("claims")
-    if isinstance(claims, list):
-        for wanted in _NAME_CLAIMS:
-            for claim in claims:
-                if isinstance(claim, dict) and claim.get("typ") == wanted and claim.get("val"):
-                    return str(claim["val"])
-    return str(data["userDetails"]) if data.get("userDetails") else None
-
-
-def actor_of(headers: Mapping[str, str], params: Mapping[str, str]) -> str:
-    """``user:<name>``, ``key:<sha256 prefix>``, both, or ``local``. Header names in lower case."""
-    name = headers.get("x-ms-client-principal-name") or None
-    if name is None and headers.get("x-ms-client-principal"):
-        name = _principal_from_token(headers["x-ms-client-principal"])
-    key = headers.get("x-functions-key") or params.get("code")
-    parts = [f"user:{name[:256]}"] if name else []
-    if key:
-        parts.append(f"key:{key_fingerprint(key)}")
-    return " ".join(parts) or "local"
+    roles = frozenset(val for typ, val in claims if typ in role_types)
+    return Principal(name, object_id, roles)

@@ -18,6 +18,8 @@ from pydantic.json_schema import models_json_schema
 
 from engine.state import ProcessState
 
+from . import access
+from .access import ANYONE, Role, Rule
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_PAGE_SIZE
 from .breakers import BreakerList
 from .deadletters import DeadLetterAuditPage, DeadLetterCounts, DeadLetterListing, DeadLetterOutcome
@@ -75,7 +77,11 @@ class Operation:
     body: type[BaseModel] | None = None
     body_required: bool = False
     answers: dict[int, Answer] = field(default_factory=dict)
-    anonymous: bool = False
+
+    @property
+    def allowed(self) -> Rule:
+        """Who may call it: orders.access.ROUTES, the one place that says."""
+        return access.rule(self.method, f"/api{self.path}")
 
 
 def _error(text: str) -> Answer:
@@ -312,7 +318,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "get",
         "/console",
         "console",
-        "The operator console: an HTML page that calls this API with the key of its own ?code=",
+        "The operator console: an HTML page over this API for a signed-in person (action buttons for "
+        "an operator only)",
         "operator",
         (
             Param(
@@ -343,7 +350,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "Liveness",
         "service",
         answers={200: Answer("alive", Health)},
-        anonymous=True,
     ),
     Operation(
         "get",
@@ -421,10 +427,30 @@ def document() -> dict[str, Any]:
             if answer.headers:
                 response["headers"] = {name: _HEADERS[name] for name in answer.headers}
             entry["responses"][str(status)] = response
-        if op.anonymous:
+        allowed = op.allowed
+        if allowed == ANYONE:
             entry["security"] = []
-        else:  # answered by the Functions host before the function runs; its body is the host's
-            entry["responses"]["401"] = {"description": "no valid function key (or principal)"}
+        else:
+            roles = [r.value for r in Role if r in allowed]
+            entry["x-roles"] = roles
+            entry["security"] = [{"entraId": []}] + (
+                [{"submissionKey": []}] if Role.SUBMITTER in allowed else []
+            )
+            entry["responses"]["401"] = (
+                {
+                    "description": "not signed in: a page with a link to sign in",
+                    "content": {"text/html": {"schema": {"type": "string"}}},
+                }
+                if op.path == "/console"
+                else {
+                    "description": "no credential: not signed in, and no valid submission key",
+                    "content": {"application/json": {"schema": refs[(ErrorBody, "serialization")]}},
+                }
+            )
+            entry["responses"]["403"] = {
+                "description": f"signed in (or keyed) without the role this needs: {' or '.join(roles)}",
+                "content": {"application/json": {"schema": refs[(ErrorBody, "serialization")]}},
+            }
         paths.setdefault(f"/api{op.path}", {})[op.method] = entry
     return {
         "openapi": "3.1.0",
@@ -432,17 +458,31 @@ def document() -> dict[str, Any]:
             "title": TITLE,
             "version": VERSION,
             "description": 'Errors are always {"error": {"code", "message", "details"?}}. Operator '
-            "actions need If-Match with the ETag of GET /api/orders/{orderId}.",
+            "actions need If-Match with the ETag of GET /api/orders/{orderId}. Each operation names "
+            "the roles that may call it (x-roles): submitter (a storefront, with the submission key), "
+            "reader and operator (people signed in with Microsoft Entra ID, by app role).",
         },
         "paths": paths,
         "components": {
             "schemas": schemas,
             "securitySchemes": {
-                "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
-                "functionKeyQuery": {"type": "apiKey", "in": "query", "name": "code"},
+                "entraId": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "Microsoft Entra ID through App Service authentication: a browser's "
+                    "session (sign in at /.auth/login/aad) or a bearer token for the app registration; "
+                    "the app roles Orders.Operator and Orders.Reader give the roles operator and reader",
+                },
+                "submissionKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-functions-key",
+                    "description": "the submission key (SUBMISSION_KEY): the submitter role only",
+                },
             },
         },
-        "security": [{"functionKey": []}, {"functionKeyQuery": []}],
+        "security": [{"entraId": []}],
     }
 
 

@@ -351,3 +351,9 @@ def test_accepted_connections_send_without_delay() -> None:
             server.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+def test_a_path_with_an_encoded_line_break_gets_the_hosts_own_404(serve: Callable[..., Client]) -> None:
+    client = serve(leveled_app())
+    missing = client.get("/api/things%0Aelse")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NotFound"

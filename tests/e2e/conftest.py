@@ -188,10 +188,14 @@ def start_stack(
     port: int | None = None,
     function_key: str | None = None,
     master_key: str | None = None,
+    auth: str = "open",
+    trust_principal_headers: bool = False,
 ) -> LocalStack:
     """Start orders-devhost on free ports and wait until its HTTP API answers.
 
-    With keys the devhost checks them; the stack's ``api`` client then sends the function key.
+    With keys the devhost checks them; the stack's ``api`` client then sends the function key. With
+    ``auth="roles"`` it enforces the API's roles; the ``api`` client then acts as the operator (its key),
+    and ``stack.devhost.keys`` holds every role's key.
     """
     try:
         running = launch.start(
@@ -201,11 +205,14 @@ def start_stack(
             port=port,
             function_key=function_key,
             master_key=master_key,
+            auth=auth,
+            trust_principal_headers=trust_principal_headers,
         )
     except RuntimeError as exc:
         log = data_dir / "devhost.out"
         raise AssertionError(f"{exc}\n{log.read_text() if log.exists() else ''}") from exc
-    headers = {"x-functions-key": function_key} if function_key else None
+    key = running.keys.get("operator") or function_key
+    headers = {"x-functions-key": key} if key else None
     api = httpx.Client(base_url=running.api_url, timeout=10, headers=headers)
     sims = httpx.Client(base_url=running.simulators_url, timeout=10)
     return LocalStack(running, data_dir, api, sims, running.sb_port)

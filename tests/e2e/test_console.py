@@ -1,4 +1,6 @@
-"""The operator console in a real headless Chromium against the local stack, with function keys checked.
+"""The operator console in a real headless Chromium against the local stack with the roles enforced
+(``orders-devhost --auth roles``): a person signs in at the sign-in page, as with App Service
+authentication, and the page works with that session; an operator can act, a reader sees no actions.
 
 The browser is Debian's ``chromium`` driven through its ``chromedriver``; without them these tests are
 skipped (``apt-get install chromium chromium-driver``). ``CONSOLE_SCREENSHOT=docs/console.png`` saves
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -28,16 +31,15 @@ from tests.e2e.test_deadletters import QUEUE, dead_lettered, poison
 from tests.e2e.test_retention import kept_as
 from tests.support import wait_for
 
-FUNCTION_KEY = "console-function-key"
 HANG = {"hangRate": 1, "hangMs": 60_000}
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """This module's stack checks function keys, as Azure does; its ``api`` client sends the function key
+    """This module's stack enforces the roles, as Azure does; its ``api`` client acts as the operator
     (``calm`` from conftest builds on it)."""
-    running = start_stack(tmp_path_factory.mktemp("devhost"), workers=2, function_key=FUNCTION_KEY)
+    running = start_stack(tmp_path_factory.mktemp("devhost"), workers=2, auth="roles")
     try:
         yield running
     finally:
@@ -73,8 +75,18 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
         chrome.quit()
 
 
-def open_console(browser: WebDriver, stack: LocalStack) -> None:
-    browser.get(f"{stack.devhost.api_url}/api/console?code={FUNCTION_KEY}")
+def open_console(browser: WebDriver, stack: LocalStack, role: str = "operator") -> None:
+    """Open the console as a person would: refused, follow its sign-in link, sign in, and back."""
+    browser.get(f"{stack.devhost.api_url}/api/console")
+    browser.find_element(By.LINK_TEXT, "Sign in").click()
+    wait_for(lambda: browser.find_elements(By.ID, "key"), timeout=10, what="the sign-in form")
+    # The one complaint so far is the refusal itself (reading the log empties it).
+    complaints = problems(browser)
+    assert all("401" in entry["message"] for entry in complaints), complaints
+    browser.find_element(By.ID, "key").send_keys(stack.devhost.keys[role])
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(lambda: urlsplit(browser.current_url).path == "/api/console", timeout=10, what="the console")
+    assert not urlsplit(browser.current_url).query, "no key, nothing at all, in the console's address"
     wait_for(
         lambda: int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes") or 0) >= 1,
         timeout=20,
@@ -143,21 +155,34 @@ class Addresses(HTMLParser):
         self.found += [str(v) for k, v in attrs if k in ("src", "href", "action", "formaction") and v]
 
 
-def test_the_route_needs_the_key_and_answers_a_self_contained_page(stack: LocalStack) -> None:
+def test_the_route_needs_a_signed_in_reader_or_operator_and_answers_a_self_contained_page(
+    stack: LocalStack,
+) -> None:
     url = f"{stack.devhost.api_url}/api/console"
-    assert httpx.get(url, timeout=10).status_code == 401
-    assert httpx.get(url, params={"code": "wrong"}, timeout=10).status_code == 401
-    page = httpx.get(url, params={"code": FUNCTION_KEY}, timeout=10)
+    keys = stack.devhost.keys
+    refused = httpx.get(url, timeout=10)
+    assert (
+        refused.status_code == 401 and "/.auth/login/aad?post_login_redirect_uri=/api/console" in refused.text
+    )
+    assert httpx.get(url, params={"code": keys["operator"]}, timeout=10).status_code == 401  # no key in URLs
+    submitter = httpx.get(url, headers={"x-functions-key": keys["submitter"]}, timeout=10)
+    assert submitter.status_code == 403 and submitter.json()["error"]["code"] == "Forbidden"
+    page = httpx.get(url, headers={"x-functions-key": keys["operator"]}, timeout=10)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<body data-actions="on">' in page.text
+    reader = httpx.get(url, headers={"x-functions-key": keys["reader"]}, timeout=10)
+    assert reader.status_code == 200 and '<body data-actions="off">' in reader.text
     policy = page.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy
     assert page.headers["cache-control"] and page.headers["x-content-type-options"] == "nosniff"
-    assert FUNCTION_KEY not in page.text
+    assert all(key not in page.text for key in keys.values())
     assert "ORDER_RETENTION" in page.text  # what the finished states' counts cover
     parser = Addresses()
     parser.feed(page.text)
     assert parser.found and all(a.startswith("#") or a == "data:," for a in parser.found), parser.found
-    again = httpx.get(url, headers={"x-functions-key": FUNCTION_KEY, "if-none-match": page.headers["etag"]})
+    again = httpx.get(
+        url, headers={"x-functions-key": keys["operator"], "if-none-match": page.headers["etag"]}, timeout=10
+    )
     assert again.status_code == 304
 
 
@@ -240,7 +265,8 @@ def test_an_action_confirmed_in_the_page_changes_the_order(stack: LocalStack, br
         lambda: "done" in status(browser), timeout=10, what=f"the action's answer, not {status(browser)!r}"
     )
     [_, extend] = [e for e in audit(stack, order_id) if e["action"] == "extend"]
-    assert extend["note"] == "inventory is slow today" and extend["actor"].startswith("key:")
+    assert extend["note"] == "inventory is slow today"
+    assert extend["actor"].startswith("user:operator (devhost) oid:")  # the signed-in person
     assert stack.order(order_id)["steps"][0]["completeBy"] > before
     timeline = browser.find_element(By.ID, "order-timeline").text
     wait_for(
@@ -287,3 +313,41 @@ def test_dead_letter_counts_show_and_a_replay_is_confirmed(stack: LocalStack, br
     wait_for(lambda: "replayed" in status(browser), timeout=15, what=f"the replay, not {status(browser)!r}")
     left = stack.api.get(f"/api/deadletters/{QUEUE}", params={"pageSize": 100}).json()["items"]
     assert message["sequenceNumber"] not in [m["sequenceNumber"] for m in left]
+
+
+@pytest.mark.usefixtures("calm")
+def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebDriver) -> None:
+    stack.faults(inventory=HANG)
+    order_id = stack.submit()
+    held(stack, order_id)
+    message = dead_lettered(stack, poison(stack, {"garbage": True}))
+    open_console(browser, stack, role="reader")
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-actions") == "off"
+    wait_for(lambda: "Running" in cell(browser, order_id, "reserve-inventory").text, timeout=15, what="a row")
+    open_order(browser, order_id)
+    assert browser.find_element(By.ID, "order-summary").text  # the order is shown...
+    steps = browser.find_element(By.ID, "order-steps")
+    assert steps.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert steps.find_elements(By.TAG_NAME, "button") == []  # ...with no action on its steps
+    for gone in ("order-resubmit", "order-cancel", "confirm"):
+        assert browser.find_elements(By.ID, gone) == [], gone
+    row = browser.find_element(By.CSS_SELECTOR, f'#deadletters tr[data-queue="{QUEUE}"]')
+    row.find_element(By.TAG_NAME, "button").click()  # listing is reading: allowed
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#deadletter-items tbody tr th"), timeout=10)
+    listed = browser.find_element(By.ID, "deadletter-items").text
+    assert str(message["sequenceNumber"]) in listed
+    assert browser.find_elements(By.CSS_SELECTOR, "#deadletter-items button") == []
+    labels = [b.get_attribute("aria-label") or b.text for b in browser.find_elements(By.TAG_NAME, "button")]
+    assert not [x for x in labels if x.split(" ")[0] in {"Retry", "Extend", "Skip", "Replay", "Resubmit"}]
+    assert problems(browser) == []
+    # And the API agrees: the reader's session cannot act even without the page.
+    session = "; ".join(f"{c['name']}={c['value']}" for c in browser.get_cookies())
+    etag = stack.api.get(f"/api/orders/{order_id}").headers["etag"]
+    forged = httpx.post(
+        f"{stack.devhost.api_url}/api/orders/{order_id}/cancel",
+        headers={"cookie": session, "if-match": etag},
+        timeout=10,
+    )
+    assert forged.status_code == 403
+    assert stack.order(order_id)["processState"] == "Processing"
+    stack.act(order_id, "cancel")

@@ -106,7 +106,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "empty": lambda value: value is None or len(value) == 0,
     "union": _union,
     "items": lambda obj: [{"key": k, "value": obj[k]} for k in sorted(obj, key=str.lower)],
-    "environment": lambda: {"suffixes": {"storage": "core.windows.net"}},
+    "environment": lambda: {
+        "suffixes": {"storage": "core.windows.net"},
+        "authentication": {"loginEndpoint": "https://login.microsoftonline.com/"},
+    },
+    "tenant": lambda: {"tenantId": "00000000-0000-0000-0000-0000000000te"},
 }
 OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "equals": lambda a, b: a == b,

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from pycep import BicepParser
 
-from adapters.table_store import watch_table_name
+from adapters.table_store import history_table_name, watch_table_name
 from engine import queues, telemetry
 from orders.catalog import CATALOG
 from orders.settings import SERVICE_URL_SETTINGS, SETTING_NAMES
@@ -273,11 +273,60 @@ def app_settings() -> dict[str, Any]:
 
 
 def test_the_site_module_receives_the_app_settings_and_one_url_setting_per_service() -> None:
-    configs = module(APP / "function-app.bicep", "avm/res/web/site")["configs"]
+    path = APP / "function-app.bicep"
+    configs = module(path, "avm/res/web/site")["configs"]["operator"]["operands"]
+    assert configs["true_value"][0] == configs["false_value"][0] == "appSettingsConfig"
     merged = {
         "function": {"type": "union", "parameters": {"arg_1": "appSettings", "arg_2": "serviceUrlSettings"}}
     }
-    assert configs == [{"name": "appsettings", "properties": merged}]
+    assert variable(path, "appSettingsConfig") == {
+        "name": "appsettings",
+        # The submission key lives on the app only (set by the predeploy hook), so it must be kept.
+        "retainCurrentAppSettings": True,
+        "properties": merged,
+    }
+
+
+# ---- who may call the API --------------------------------------------------------------------------------
+def test_authentication_is_configured_exactly_when_an_app_registration_is_given() -> None:
+    path = APP / "function-app.bicep"
+    configs = module(path, "avm/res/web/site")["configs"]["operator"]["operands"]
+    assert configs["condition"] == {
+        "function": {"type": "empty", "parameters": {"item_to_test": "authClientId"}}
+    }
+    assert configs["true_value"] == ["appSettingsConfig"]
+    assert configs["false_value"] == ["appSettingsConfig", "authConfig"]
+    main = parsed(INFRA / "main.bicep")
+    assert main["parameters"]["authClientId"]["default"] == ""
+    assert main["modules"]["api"]["config"]["params"]["authClientId"] == "authClientId"
+    mapping = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert mapping["authClientId"] == {"value": "${AZURE_AUTH_CLIENT_ID=}"}
+
+
+def test_entra_id_lets_anonymous_requests_through_for_the_app_to_decide() -> None:
+    auth = variable(APP / "function-app.bicep", "authConfig")
+    assert auth["name"] == "authsettingsV2"
+    settings = auth["properties"]
+    assert settings["platform"] == {"enabled": True}
+    # The storefront's key-only calls and /api/health must reach the app, which answers 401 itself.
+    assert settings["globalValidation"] == {
+        "requireAuthentication": False,
+        "unauthenticatedClientAction": "AllowAnonymous",
+    }
+    assert settings["httpSettings"]["requireHttps"] is True
+    entra = settings["identityProviders"]["azureActiveDirectory"]
+    assert entra["enabled"] is True and entra["registration"]["clientId"] == "authClientId"
+    assert entra["registration"]["openIdIssuer"].startswith("${environment().authentication.loginEndpoint}")
+    assert "clientSecretSettingName" not in entra["registration"], "no secret: ID tokens sign people in"
+    assert settings["login"]["tokenStore"] == {"enabled": False}
+
+
+def test_the_app_settings_never_claim_the_platforms_authentication_or_hold_the_submission_key() -> None:
+    # WEBSITE_AUTH_ENABLED is the platform's to set: set by hand, forged principal headers would count.
+    for path in BICEP_FILES:
+        found = set(strings(parsed(path)))
+        assert "WEBSITE_AUTH_ENABLED" not in found, path.name
+        assert "SUBMISSION_KEY" not in found and "API_AUTH" not in found, path.name
 
 
 def test_the_url_settings_are_built_from_the_services_of_the_generated_catalog() -> None:
@@ -544,12 +593,19 @@ def test_storage_accepts_entra_id_only_and_holds_the_state_tables() -> None:
         {"name": "deploymentContainerName", "publicAccess": "None"}
     ]
     tables = [t["name"] for t in account["tableServices"]["tables"]]
-    assert tables == ["stateTableName", "${stateTableName}watch", "${stateTableName}sim"]
-    # with the default name: orders, orderswatch and orderssim, as the store and the simulators expect
+    assert tables == [
+        "stateTableName",
+        "${stateTableName}watch",
+        "${stateTableName}history",
+        "${stateTableName}sim",
+    ]
+    # with the default name: orders, orderswatch, ordershistory and orderssim, as the store and the
+    # simulators expect
     default = parsed(INFRA / "main.bicep")["parameters"]["stateTableName"]["default"]
-    assert [default, f"{default}watch", f"{default}sim"] == [
+    assert [default, f"{default}watch", f"{default}history", f"{default}sim"] == [
         "orders",
         watch_table_name("orders"),
+        history_table_name("orders"),
         ledger_table_name("orders"),
     ]
 

@@ -22,7 +22,13 @@ def app_settings(service_urls: str) -> dict[str, Any]:
     """The appsettings the site module receives for this SERVICE_URLS."""
     evaluator = Evaluator(
         FUNCTION_APP,
-        {"name": "func-x", "serviceUrls": service_urls, "simulatorsKey": "the-key", "stateShards": 8},
+        {
+            "name": "func-x",
+            "serviceUrls": service_urls,
+            "simulatorsKey": "the-key",
+            "stateShards": 8,
+            "authClientId": "",
+        },
     )
     site = body_object(evaluator.file.modules["site"].body)
     assert site is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -218,7 +219,6 @@ async def test_actions_need_if_match_and_a_stale_etag_changes_nothing(h: Harness
     for action in (h.api.resubmit, h.api.cancel):
         assert code(await action("o-1", Call())) == (428, "PreconditionRequired")
         assert code(await action("o-1", Call(headers={"if-match": "*"}))) == (428, "PreconditionRequired")
-        assert code(await action("o-1", Call(headers={"if-match": 'W/"x"'}))) == (428, "PreconditionRequired")
         assert code(await action("o-1", Call(headers={"if-match": '"stale"'}))) == (412, "PreconditionFailed")
     bodies = ((h.api.retry_step, {}), (h.api.extend_step, {"seconds": 5}), (h.api.skip_step, {"note": "n"}))
     for step_action, body in bodies:
@@ -227,6 +227,24 @@ async def test_actions_need_if_match_and_a_stale_etag_changes_nothing(h: Harness
     assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
     listed = Call(headers={"if-match": f'"other", {read.headers["ETag"]}'})
     assert (await h.api.cancel("o-1", listed)).status == 202  # any of the listed tags may match
+
+
+async def test_weak_tags_alone_fail_the_precondition_rather_than_miss_it(h: Harness) -> None:
+    """Under If-Match's strong comparison a weak tag never matches (RFC 9110 13.1.1): 412, not 428."""
+    await h.submit({**ORDER, "orderId": "o-1"})
+    read = await h.api.get("o-1")
+    before = h.store.state("o-1").model_dump()
+    weak_current = "W/" + read.headers["ETag"]
+    for tags in ('W/"x"', weak_current, f'W/"x", {weak_current}'):
+        for action in (h.api.resubmit, h.api.cancel):
+            refused = await action("o-1", Call(headers={"if-match": tags}))
+            assert code(refused) == (412, "PreconditionFailed"), tags
+    step = await h.api.retry_step("o-1", "reserve-inventory", Call(headers={"if-match": weak_current}))
+    assert code(step) == (412, "PreconditionFailed")
+    assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
+    # A weak tag beside the current strong one does not stop the strong one from matching.
+    mixed = Call(headers={"if-match": f"{weak_current}, {read.headers['ETag']}"})
+    assert (await h.api.cancel("o-1", mixed)).status == 202
 
 
 async def test_step_actions_validate_their_bodies_and_name_real_steps(h: Harness) -> None:
@@ -262,13 +280,14 @@ async def test_skip_is_audited_with_the_caller_and_the_note(h: Harness) -> None:
     skipped = await h.api.skip_step(
         "o-1",
         "reserve-inventory",
-        guarded(read, {"note": "reserved by phone"}, **{"x-ms-client-principal-name": "ann"}),
+        replace(guarded(read, {"note": "reserved by phone"}), actor="user:ann oid:0001"),
     )
     assert skipped.status == 202 and skipped.body["steps"][0]["state"] == "Completed"
     trail = await h.api.audit("o-1")
     assert trail.status == 200
     [entry] = trail.body["items"]
-    assert entry["actor"] == "user:ann" and entry["action"] == "skip" and entry["note"] == "reserved by phone"
+    assert entry["actor"] == "user:ann oid:0001" and entry["action"] == "skip"
+    assert entry["note"] == "reserved by phone"
     assert (entry["processStateBefore"], entry["processStateAfter"]) == ("Pending", "Pending")
     assert (entry["stepStateBefore"], entry["stepStateAfter"]) == ("NotStarted", "Completed")
     assert code(await h.api.audit("o-2")) == (404, "NotFound")

@@ -37,6 +37,32 @@ class Parts(HTMLParser):
         self._open = None
 
 
+class Marked(HTMLParser):
+    """The ids of elements inside (or being) an element marked ``data-acts``, and how many table
+    headers are so marked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside: set[str] = set()
+        self.columns = 0
+        self._stack: list[tuple[str, bool]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        marked = "data-acts" in found or any(m for _, m in self._stack)
+        if marked and found.get("id"):
+            self.inside.add(str(found["id"]))
+        if tag == "th" and "data-acts" in found:
+            self.columns += 1
+        if tag not in ("input", "meta", "link", "br", "img"):
+            self._stack.append((tag, marked))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack:
+            if self._stack.pop()[0] == tag:
+                break
+
+
 def parts() -> Parts:
     parser = Parts()
     parser.feed(console.PAGE.body.decode())
@@ -70,11 +96,37 @@ def test_the_policy_allows_the_inline_script_and_style_by_hash_and_only_this_ori
     assert console.PAGE.headers["Referrer-Policy"] == "no-referrer"
 
 
-def test_the_key_is_read_from_the_address_and_sent_as_a_header_never_written_into_the_page() -> None:
+def test_the_script_sends_no_key_and_reads_none_from_the_address() -> None:
     script = parts().inline["script"][0]
-    assert 'URLSearchParams(location.search).get("code")' in script
-    assert 'headers["x-functions-key"] = KEY' in script
+    # The browser's own session goes along (same origin); the page never handles a key.
+    assert "location.search" not in script and "x-functions-key" not in script.lower()
+    assert 'credentials: "same-origin"' in script
     assert "innerHTML" not in script and "document.write" not in script  # text only: nothing injected
+
+
+def test_a_reader_gets_the_page_without_action_controls_and_its_own_etag() -> None:
+    operator, reader = console.console({}, can_act=True), console.console({}, can_act=False)
+    assert b'<body data-actions="on">' in operator.body and b'<body data-actions="off">' in reader.body
+    assert operator.headers["ETag"] != reader.headers["ETag"]
+    # Same script and style in both: the policy's hashes hold for either page.
+    assert operator.headers["Content-Security-Policy"] == reader.headers["Content-Security-Policy"]
+    script = parts().inline["script"][0]
+    assert 'const CAN_ACT = document.body.dataset.actions === "on";' in script
+    assert 'querySelectorAll("[data-acts]").forEach((node) => node.remove())' in script
+    marked = Marked()
+    marked.feed(reader.body.decode())
+    # The order's buttons, the steps' and dead letters' action columns and the confirmation dialog go.
+    assert {"order-resubmit", "order-cancel", "confirm"} <= marked.inside
+    assert marked.columns == 2
+    # A reader's copy is never taken for an operator's: each variant answers 304 to its own tag only.
+    assert console.console({"if-none-match": reader.headers["ETag"]}, can_act=False).status == 304
+    assert console.console({"if-none-match": reader.headers["ETag"]}, can_act=True).status == 200
+
+
+def test_the_sign_in_page_links_to_the_platform_login_and_carries_no_script() -> None:
+    page = console.SIGN_IN
+    assert page.status == 401 and b'href="/.auth/login/aad?post_login_redirect_uri=/api/console"' in page.body
+    assert b"<script" not in page.body and "default-src 'none'" in page.headers["Content-Security-Policy"]
 
 
 def test_a_current_copy_is_not_sent_again() -> None:

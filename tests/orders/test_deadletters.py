@@ -158,13 +158,14 @@ async def test_unknown_queues_are_404_everywhere(h: Harness) -> None:
 async def test_replay_of_an_order_s_message_is_audited_on_the_order(h: Harness) -> None:
     await h.tasks.submit("o-1", {"orderId": "o-1", **ORDER}, "hash")
     h.port.queues["agent-payment"] = [letter(7, "o-1")]
-    call = Call(json.dumps({"note": "fixed"}).encode(), "application/json", {"x-functions-key": "k"})
+    call = Call(json.dumps({"note": "fixed"}).encode(), "application/json", actor="user:ann oid:0001")
     reply = await h.api.replay("agent-payment", "7", call)
     assert reply.status == 200, reply.body
     assert reply.body["auditedOn"] == "order:o-1" and reply.body["message"]["sequenceNumber"] == 7
     assert h.port.sent == [("agent-payment", 7)]
     [entry] = h.audit.orders["o-1"]
-    assert entry.action == "deadletter-replay" and entry.note == "fixed" and entry.actor.startswith("key:")
+    assert entry.action == "deadletter-replay" and entry.note == "fixed"
+    assert entry.actor == "user:ann oid:0001"
     assert entry.process_state_before == entry.process_state_after
     assert "sequence number 7" in (entry.detail or "")
     assert h.audit.queues == []

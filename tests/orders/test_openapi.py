@@ -8,7 +8,7 @@ from typing import Any
 import schemathesis
 
 from devhost.functions import load_functions
-from orders import openapi
+from orders import access, openapi
 from orders.models import ErrorBody, ExtendRequest, OrderStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,4 +73,6 @@ def test_etags_if_match_and_errors_are_documented() -> None:
             assert "If-Match" in names
             assert {"202", "409", "412", "428"} <= set(entry["responses"])
             assert "ETag" in entry["responses"]["202"]["headers"]
-        assert ("401" in entry["responses"]) == (not op.anonymous)
+        public = op.allowed == access.ANYONE
+        assert ("401" in entry["responses"]) == ("403" in entry["responses"]) == (not public)
+        assert (entry["security"] == []) == public

@@ -1,5 +1,6 @@
 """The azd postdeploy hook: declared in azure.yaml, valid shell, skipped on request, and it hands the
-function key the Azure CLI reads to the smoke test. A fake ``az`` stands in for the Azure CLI."""
+submission key the Azure CLI reads (the app setting, never a host or function key) to the smoke test. A
+fake ``az`` stands in for the Azure CLI."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from smoke.cli import EXIT_API_ERROR
 from tests.smoke.fake_api import Canned, serve
 from tests.smoke.helpers import HOOK, ROOT, fake_az, run_hook
 
-AZ_CALL = "functionapp keys list -g rg-test -n func-test --query functionKeys.default -o tsv"
+AZ_CALL = (
+    "functionapp config appsettings list -g rg-test -n func-test "
+    "--query [?name=='SUBMISSION_KEY'].value | [0] -o tsv"
+)
 
 
 def azd_outputs(url: str, fake_bin: Path) -> dict[str, str]:
@@ -54,8 +58,8 @@ def test_the_windows_variant_does_the_same_steps() -> None:
     script = (ROOT / "infra" / "hooks" / "postdeploy.ps1").read_text()
     for needle in (
         "$env:SKIP_SMOKE_TEST -eq 'true'",
-        "az functionapp keys list -g $env:AZURE_RESOURCE_GROUP -n $env:AZURE_FUNCTION_APP_NAME",
-        "--query functionKeys.default -o tsv",
+        "az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $env:AZURE_FUNCTION_APP_NAME",
+        """--query "[?name=='SUBMISSION_KEY'].value | [0]" -o tsv""",
         "$env:ORDERS_SMOKE_KEY = $key",
         "-m smoke --url $env:SERVICE_API_URI",
         "exit $LASTEXITCODE",
@@ -84,7 +88,7 @@ def test_a_failing_az_fails_the_hook(tmp_path: Path) -> None:
     fake_az(tmp_path / "bin", key="", exit_code=1)
     result = run_hook(azd_outputs("http://127.0.0.1:9", tmp_path / "bin"))
     assert result.returncode == 1
-    assert "could not read the function key of func-test" in result.stderr
+    assert "could not read the submission key of func-test" in result.stderr
 
 
 def test_the_key_from_az_reaches_the_api_and_the_smoke_verdict_is_the_hooks(tmp_path: Path) -> None:
@@ -101,3 +105,10 @@ def test_the_key_from_az_reaches_the_api_and_the_smoke_verdict_is_the_hooks(tmp_
     assert sent == [("GET", "/api/health", "key-from-az"), ("POST", "/api/orders", "key-from-az")]
     assert result.returncode == EXIT_API_ERROR, "the smoke test's failure is the hook's"
     assert "key-from-az" not in result.stdout + result.stderr
+
+
+def test_an_app_without_a_submission_key_fails_the_hook_with_the_way_out(tmp_path: Path) -> None:
+    fake_az(tmp_path / "bin", key="")
+    result = run_hook(azd_outputs("http://127.0.0.1:9", tmp_path / "bin"))
+    assert result.returncode == 1
+    assert "func-test has no SUBMISSION_KEY setting: run azd deploy" in result.stderr

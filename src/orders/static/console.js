@@ -1,9 +1,10 @@
 "use strict";
-// The operator console. Everything it shows comes from the HTTP API of the same app; the function key
-// comes from this page's own ?code= and is sent as x-functions-key on every call (never written into
-// the page), and with App Service authentication the session cookie goes along as well.
+// The operator console. Everything it shows comes from the HTTP API of the same app, called with what
+// the browser already holds (the session cookie of App Service authentication): no key, no address
+// carrying one. The server says in <body data-actions> whether this caller may act; a reader's page
+// has no action buttons (and the API would refuse the actions anyway).
 (() => {
-  const KEY = new URLSearchParams(location.search).get("code");
+  const CAN_ACT = document.body.dataset.actions === "on";
   const BASE = location.pathname.replace(/[^/]*$/, ""); // the page is /api/console: calls go to /api/...
   const REFRESH_MS = 4000;
   const SLOW_EVERY = 4; // counts and dead letters cost more to read: every fourth refresh
@@ -43,7 +44,6 @@
 
   async function call(method, path, options = {}) {
     const headers = { accept: "application/json" };
-    if (KEY) headers["x-functions-key"] = KEY;
     if (options.etag) headers["if-match"] = options.etag;
     let body;
     if (options.body !== undefined) {
@@ -56,7 +56,7 @@
     let data = null;
     if ((response.headers.get("content-type") || "").includes("json")) data = await response.json();
     if (response.status === 401) {
-      throw new Error("The API refused the key: open the console as /api/console?code=<function key>.");
+      throw new Error("You are not signed in any more: reload the page to sign in again.");
     }
     return { status: response.status, data, etag: response.headers.get("etag") };
   }
@@ -174,12 +174,12 @@
       el("td", { class: "num", text: step.compensationAttempts }),
       el("td", {}, live(step) ? countdown(step.completeBy) : "-"),
       el("td", { text: step.lastError || "" }),
-      el("td", {},
+      CAN_ACT ? el("td", {},
         stepButton(step.name, "retry", "Retry"),
         stepButton(step.name, "extend", "Extend"),
-        stepButton(step.name, "skip", "Skip")),
+        stepButton(step.name, "skip", "Skip")) : null,
     ));
-    fill($("order-steps").tBodies[0], steps, "no steps", 7);
+    fill($("order-steps").tBodies[0], steps, "no steps", CAN_ACT ? 7 : 6);
     const events = [{ at: order.createdAt, actor: "", action: "submitted", processStateAfter: "Pending" }, ...audit];
     const rows = events.map((e) => el("tr", {},
       el("td", { text: new Date(e.at).toLocaleString() }),
@@ -340,12 +340,12 @@
       el("td", { text: [m.reason, m.description].filter(Boolean).join(": ") }),
       el("td", { text: when(m.enqueuedAt) }),
       el("td", { class: "num", text: m.deliveryCount }),
-      el("td", {}, el("button", {
+      CAN_ACT ? el("td", {}, el("button", {
         type: "button", text: "Replay", "aria-label": `Replay message ${m.sequenceNumber} of ${queue}`,
         onclick: guard(() => replay(queue, m.sequenceNumber)),
-      })),
+      })) : null,
     ));
-    fill($("deadletter-items").tBodies[0], rows, "empty", 7);
+    fill($("deadletter-items").tBodies[0], rows, "empty", CAN_ACT ? 7 : 6);
   }
 
   async function replay(queue, sequenceNumber) {
@@ -381,10 +381,16 @@
     timer = setTimeout(refresh, REFRESH_MS);
   }
 
+  if (!CAN_ACT) {
+    // Read only: no action controls at all, not even disabled ones.
+    document.querySelectorAll("[data-acts]").forEach((node) => node.remove());
+  }
   $("refresh").addEventListener("click", () => { tick = 0; refresh(); });
   $("order-reload").addEventListener("click", guard(() => selected && openOrder(selected.order.orderId)));
-  $("order-resubmit").addEventListener("click", guard(() => act("resubmit", "Resubmit", "resubmit")));
-  $("order-cancel").addEventListener("click", guard(() => act("cancel", "Cancel", "cancel")));
+  if (CAN_ACT) {
+    $("order-resubmit").addEventListener("click", guard(() => act("resubmit", "Resubmit", "resubmit")));
+    $("order-cancel").addEventListener("click", guard(() => act("cancel", "Cancel", "cancel")));
+  }
   $("open-order").addEventListener("submit", guard((event) => {
     event.preventDefault();
     return openOrder($("order-id").value.trim());

@@ -1,0 +1,180 @@
+"""Who may do what: the roles, the one mapping from route to roles, and the check every route goes through.
+
+Three roles. A storefront is a ``submitter``: it submits orders and reads an order by its id (the status
+URL it was given). A ``reader`` reads everything (orders, counts, audit, breakers, dead letters, the
+document, the console without its action buttons). An ``operator`` does everything, the actions included.
+:data:`ROUTES` names the roles of every route; ``function_app.py`` registers each HTTP route through it
+(a route it does not name cannot be registered) and a test holds it equal to the OpenAPI document's
+routes.
+
+Who is asking, in the order checked:
+
+- a principal signed in with Microsoft Entra ID through App Service authentication, with its app roles
+  (``Orders.Operator``, ``Orders.Reader``). Its headers are believed only when the platform says its
+  authentication is on (``WEBSITE_AUTH_ENABLED``): the platform then removes any the client sent and
+  sets its own. With it off they are ignored, so a forged one earns a 401;
+- the submission key (``SUBMISSION_KEY``) in ``x-functions-key``: a storefront's credential, worth the
+  submitter role only. The app checks it, not the Functions host: every route is anonymous at the host,
+  because the host takes no App Service session in place of a function key, and the submitter's two
+  routes are also people's, who sign in and hold no key. A key in the address (``?code=``) is not
+  accepted: addresses end up in logs.
+
+``API_AUTH=open`` lets everyone do everything, as ``func start`` does locally; it is ignored on App
+Service (``WEBSITE_INSTANCE_ID`` or ``WEBSITE_SITE_NAME`` set, outside Core Tools). No credential: 401;
+a credential without the route's role: 403. Either way nothing else runs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, Literal
+
+from .identity import Principal, principal_of
+
+log = logging.getLogger("orders.access")
+
+KEY_HEADER = "x-functions-key"
+
+
+class Role(StrEnum):
+    """What a caller may do; a caller may hold several."""
+
+    SUBMITTER = "submitter"
+    READER = "reader"
+    OPERATOR = "operator"
+
+
+# Entra ID app roles of the app registration (infra/hooks/create-app-registration.sh) -> role.
+APP_ROLES: Final = {"Orders.Operator": Role.OPERATOR, "Orders.Reader": Role.READER}
+
+ANYONE: Final = "anyone"  # no credential needed (liveness only)
+Rule = frozenset[Role] | Literal["anyone"]
+
+_SUBMIT = frozenset({Role.SUBMITTER, Role.OPERATOR})
+_STOREFRONT_READ = frozenset({Role.SUBMITTER, Role.READER, Role.OPERATOR})
+_READ = frozenset({Role.READER, Role.OPERATOR})
+_OPERATE = frozenset({Role.OPERATOR})
+
+# (METHOD, path as in the OpenAPI document) -> who may call it. The one place roles are given to routes.
+ROUTES: Final[dict[tuple[str, str], Rule]] = {
+    ("POST", "/api/orders"): _SUBMIT,
+    ("GET", "/api/orders/{orderId}"): _STOREFRONT_READ,
+    ("GET", "/api/orders"): _READ,
+    ("GET", "/api/order-counts"): _READ,
+    ("GET", "/api/orders/{orderId}/audit"): _READ,
+    ("POST", "/api/orders/{orderId}/resubmit"): _OPERATE,
+    ("POST", "/api/orders/{orderId}/cancel"): _OPERATE,
+    ("POST", "/api/orders/{orderId}/steps/{step}/retry"): _OPERATE,
+    ("POST", "/api/orders/{orderId}/steps/{step}/extend"): _OPERATE,
+    ("POST", "/api/orders/{orderId}/steps/{step}/skip"): _OPERATE,
+    ("GET", "/api/deadletters"): _READ,
+    ("GET", "/api/deadletters/{queue}"): _READ,
+    ("GET", "/api/deadletters/{queue}/audit"): _READ,
+    ("POST", "/api/deadletters/{queue}/{sequenceNumber}/replay"): _OPERATE,
+    ("POST", "/api/deadletters/{queue}/{sequenceNumber}/purge"): _OPERATE,
+    ("GET", "/api/breakers"): _READ,
+    ("GET", "/api/openapi.json"): _READ,
+    ("GET", "/api/console"): _READ,
+    ("GET", "/api/health"): ANYONE,
+}
+
+
+def rule(method: str, path: str) -> Rule:
+    """Who may call ``METHOD path``; KeyError for a route with no rule (it must not be served)."""
+    return ROUTES[(method.upper(), path)]
+
+
+@dataclass(frozen=True)
+class AccessSettings:
+    """What the check trusts, from the app settings."""
+
+    open: bool = False
+    platform_authentication: bool = False
+    submission_key: str | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> AccessSettings:
+        """``API_AUTH``, ``WEBSITE_AUTH_ENABLED`` (set by App Service, never by this repository) and
+        ``SUBMISSION_KEY``."""
+        env = os.environ if environ is None else environ
+        # App Service names the site and the instance; Core Tools says it is Core Tools.
+        on_app_service = bool(env.get("WEBSITE_INSTANCE_ID") or env.get("WEBSITE_SITE_NAME")) and (
+            env.get("FUNCTIONS_CORETOOLS_ENVIRONMENT", "").lower() != "true"
+        )
+        wants_open = env.get("API_AUTH", "").strip().lower() == "open"
+        if wants_open and on_app_service:
+            log.error("API_AUTH=open is ignored on App Service: the roles are enforced")
+        return cls(
+            open=wants_open and not on_app_service,
+            platform_authentication=env.get("WEBSITE_AUTH_ENABLED", "").strip().lower() == "true",
+            submission_key=env.get("SUBMISSION_KEY") or None,
+        )
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: its roles and how the audit trail names it."""
+
+    roles: frozenset[Role]
+    actor: str
+    principal: Principal | None = None
+
+
+def _same(supplied: str, key: str) -> bool:
+    # Constant time: how long a comparison takes must not tell how much of a guess was right.
+    return hmac.compare_digest(supplied.encode(), key.encode())
+
+
+def authenticate(headers: Mapping[str, str], settings: AccessSettings) -> Caller | None:
+    """Who sent a request with these headers (names in lower case); None: no valid credential."""
+    if settings.open:
+        return Caller(frozenset(Role), "local")
+    principal = principal_of(headers) if settings.platform_authentication else None
+    supplied = headers.get(KEY_HEADER)
+    keyed = bool(supplied and settings.submission_key and _same(supplied, settings.submission_key))
+    if principal is None and not keyed:
+        return None
+    roles = {APP_ROLES[r] for r in principal.app_roles if r in APP_ROLES} if principal else set()
+    if keyed:
+        roles.add(Role.SUBMITTER)
+    actor = principal.actor if principal else "key:submission"
+    return Caller(frozenset(roles), actor, principal)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is refused: a status (401 or 403), an error code and a message."""
+
+    status: int
+    code: str
+    message: str
+
+
+def check(allowed: Rule, caller: Caller | None) -> Refusal | None:
+    """None if ``caller`` may call a route with rule ``allowed``, else the refusal."""
+    if allowed == ANYONE:
+        return None
+    if caller is None:
+        return Refusal(
+            401,
+            "Unauthorized",
+            f"sign in with Microsoft Entra ID (/.auth/login/aad), or send the submission key in {KEY_HEADER}",
+        )
+    if caller.roles & allowed:
+        return None
+    needed = " or ".join(sorted(allowed))
+    held = ", ".join(sorted(caller.roles)) or "no role of this app"
+    return Refusal(403, "Forbidden", f"this needs the role {needed}; you have {held}")
+
+
+def roles_table() -> list[tuple[str, str, str]]:
+    """(METHOD, path, roles) per route, for the documentation."""
+    return [
+        (method, path, "anyone" if allowed == ANYONE else ", ".join(r for r in Role if r in allowed))
+        for (method, path), allowed in ROUTES.items()
+    ]

@@ -1,0 +1,270 @@
+"""Who acts in a simulated run: the processes that host the engine's functions, the client that submits
+orders, the application that cancels some, the operator, and the two timers.
+
+A process is built the way the composition root builds the Function App (``orders.runtime.build``): one
+:class:`~engine.parts.EngineParts` over its store, the shared broker and breakers; a Scheduler, one Agent
+per declared service, a Supervisor, the retention clean-up and the task service, all the engine's own
+classes. The host around them does what the Functions host and ``function_app.py`` do: parse a message
+(a malformed one is refused), call the function, complete the message or abandon it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from engine import queues
+from engine.agent import Agent
+from engine.errors import EngineError
+from engine.inbound import parse
+from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from engine.parts import EngineParts
+from engine.retention import Retention, RetentionPolicy
+from engine.scheduler import Scheduler
+from engine.supervisor import Supervisor
+from engine.tasks import Action, TaskService
+
+from .bus import Message
+from .store import SimStateStore
+from .world import Crash, StoreUnavailable, Worker
+
+if TYPE_CHECKING:
+    from .run import Simulation
+
+
+@dataclass
+class Host:
+    """What one process runs."""
+
+    tasks: TaskService
+    scheduler: Scheduler
+    supervisor: Supervisor
+    retention: Retention
+    agents: dict[str, Agent]
+
+
+def build_host(sim: Simulation, worker: Worker) -> Host:
+    """The engine as a process of the Function App builds it, on the simulated ports."""
+    store = SimStateStore(sim.tables, sim.world, sim.oracle, protocol=sim.protocol)
+    parts = EngineParts(
+        sim.catalog, store, sim.bus, sim.clock, sim.settings, sim.breakers, new_id=sim.world.new_id
+    )
+    agents = {
+        name: Agent.for_catalog(
+            sim.catalog,
+            name,
+            sim.actions[name],
+            sim.bus,
+            sim.clock,
+            breakers=sim.breakers,
+            instance_id=worker.name,
+        )
+        for name in sim.catalog.agents
+    }
+    policy = RetentionPolicy(
+        retention=timedelta(seconds=sim.profile.retention_seconds),
+        batch=sim.world.rng.choice((3, 20, 200)),
+        max_seconds=1e12,  # bounded by batches, not the wall clock (a run must not depend on it)
+        idle=timedelta(seconds=sim.profile.sweep_seconds * 3),
+    )
+    return Host(
+        tasks=TaskService(parts),
+        scheduler=Scheduler(parts, worker.name),
+        supervisor=Supervisor(parts),
+        retention=Retention(store, sim.clock, policy),
+        agents=agents,
+    )
+
+
+_MODELS: dict[str, type[SchedulerCommand | AgentReply | AgentRequest]] = {
+    queues.SCHEDULER_QUEUE: SchedulerCommand,
+    queues.REPLY_QUEUE: AgentReply,
+}
+
+
+async def consume(worker: Worker, message: Message) -> None:
+    """A Service Bus-triggered function, as ``function_app.py`` binds it."""
+    host: Host = worker.host
+    body = message.body
+    queue = message.queue
+    if isinstance(body, bytes):  # what arrives off the wire: parsed, or refused as poison
+        model = _MODELS.get(queue, AgentRequest)
+        body = parse(model, body, queue, message.message_id, message.deliveries)
+    if queue == queues.SCHEDULER_QUEUE:
+        await host.scheduler.handle_command(body)
+    elif queue == queues.REPLY_QUEUE:
+        await host.scheduler.handle_reply(body)
+    else:
+        await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A function's failure is the host's to log; the simulation only needs it collected."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def in_process[T](sim: Simulation, call: Callable[[Host], Awaitable[T]]) -> T:
+    """Run ``call`` as one HTTP request to a running process (raises what the request raised, or
+    :class:`Crash` if the process died under it)."""
+    worker = sim.world.any_alive()
+    while worker is None:
+        await asyncio.sleep(0.5)
+        worker = sim.world.any_alive()
+    host: Host = worker.host
+
+    async def request() -> T:
+        return await call(host)
+
+    return await sim.world.run_in(worker, request())
+
+
+# ---- the client ---------------------------------------------------------------------------------------
+class Client:
+    """The storefront: submits each order at its time, retries a request that failed or whose process
+    died (it cannot tell whether it was written), and submits some orders again later."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.submissions: dict[str, list[str]] = {}
+
+    def body(self, order_id: str, variant: int) -> tuple[dict[str, Any], str]:
+        """The order's body and its hash (another variant: another body)."""
+        document = {"orderId": order_id, "items": [{"sku": f"sku-{variant}", "quantity": 1 + variant}]}
+        return document, f"{order_id}#{variant}"
+
+    async def submit(self, order_id: str, workflow: str, variant: int = 0) -> None:
+        sim = self.sim
+        document, identity = self.body(order_id, variant)
+        outcomes = self.submissions.setdefault(order_id, [])
+        for attempt in range(1000):
+            try:
+                created, _ = await in_process(
+                    sim, lambda host: host.tasks.submit(order_id, document, identity, workflow)
+                )
+            except (Crash, StoreUnavailable):
+                await asyncio.sleep(sim.world.rng.uniform(0.1, 2.0) * (1 + min(attempt, 5)))
+                continue
+            except EngineError as exc:
+                outcomes.append(type(exc).__name__)
+                sim.oracle.note(order_id, f"submission #{variant} refused: {type(exc).__name__}")
+                return
+            outcomes.append("created" if created else "exists")
+            sim.oracle.note(order_id, f"submission #{variant}: {'created' if created else 'exists'}")
+            return
+        sim.oracle.violation(order_id, "the client could not submit the order in 1000 tries")
+
+
+# ---- the operator and the application ---------------------------------------------------------------
+class Operator:
+    """People acting on orders through the API: the application cancels some; an operator retries,
+    extends, skips and resubmits, mostly on orders that need it (in Error, or in flight), sometimes on
+    any (the API must refuse what the state does not allow, and change nothing)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    async def cancel(self, order_id: str) -> None:
+        await self._act(order_id, "cancel", lambda host, version: host.tasks.cancel(order_id))
+
+    async def act(self, order_id: str) -> None:
+        sim = self.sim
+        rng = sim.world.rng
+        try:
+            record = await in_process(sim, lambda host: host.tasks.get(order_id))
+        except (Crash, StoreUnavailable, EngineError):
+            return
+        state = record.state
+        step = record.steps[state.current_step]
+        version = record.version if rng.random() < 0.5 else None
+        action = rng.random()
+        if state.process_state.value == "Error":
+            if (state.last_error or "").startswith("compensation of"):
+                sim.services.fix(order_id, state.current_step)
+            choice = ("resubmit", "retry", "skip")[int(action * 3)]
+        elif state.process_state.in_flight:
+            choice = ("retry", "extend", "skip", "cancel", "retry", "extend")[int(action * 6)]
+        else:
+            choice = ("retry", "extend", "skip", "cancel", "resubmit")[int(action * 5)]
+        name = step.name
+        if rng.random() < 0.1:  # another step than the current one: refused
+            name = record.steps[rng.randrange(len(record.steps))].name
+        seconds = rng.uniform(0.5, sim.profile.complete_by_seconds * 2)
+        calls: dict[str, Callable[[Host, Action], Awaitable[Any]]] = {
+            "resubmit": lambda host, a: host.tasks.resubmit(order_id, a),
+            "retry": lambda host, a: host.tasks.retry_step(order_id, name, a),
+            "skip": lambda host, a: host.tasks.skip_step(order_id, name, "done by hand", a),
+            "extend": lambda host, a: host.tasks.extend_step(order_id, name, seconds, a),
+            "cancel": lambda host, a: host.tasks.cancel(order_id, a),
+        }
+        await self._act(order_id, choice, calls[choice], version)
+
+    async def _act(
+        self,
+        order_id: str,
+        what: str,
+        call: Callable[[Host, Action], Awaitable[Any]],
+        version: str | None = None,
+    ) -> None:
+        sim = self.sim
+        truth = sim.oracle.orders.get(order_id)
+        if truth is None:
+            return
+        action = Action(actor="operator:simulated", note="simulated", version=version)
+        try:
+            await in_process(sim, lambda host: call(host, action))
+        except (Crash, StoreUnavailable):
+            # Not answered: it may have been saved (and audited) or not.
+            truth.operator_unsure[what] = truth.operator_unsure.get(what, 0) + 1
+            sim.oracle.note(order_id, f"operator {what}: no answer")
+            return
+        except EngineError as exc:
+            sim.oracle.note(order_id, f"operator {what}: refused ({type(exc).__name__})")
+            sim.oracle.count(f"operator {what} refused")
+            return
+        truth.operator_done[what] = truth.operator_done.get(what, 0) + 1
+        sim.oracle.count(f"operator {what} done")
+        sim.oracle.note(order_id, f"operator {what}: done")
+
+
+# ---- the timers -----------------------------------------------------------------------------------------
+class Timers:
+    """The Supervisor's and the clean-up's timer: each fires on one running process; a run still going
+    when the next is due is skipped, unless the profile lets two overlap (two instances)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.running: dict[str, int] = {"sweep": 0, "retention": 0}
+        self.sweeps = 0
+
+    def start(self) -> None:
+        self.sim.loop.call_later(self.sim.profile.sweep_seconds, self._tick)
+
+    def _tick(self) -> None:
+        sim = self.sim
+        if sim.stopped:
+            return
+        overlap = sim.world.rng.random() < sim.profile.overlapping_sweeps
+        for what in ("sweep", "retention"):
+            if self.running[what] and not overlap:
+                continue
+            worker = sim.world.any_alive()
+            if worker is None:
+                continue
+            self.running[what] += 1
+            host: Host = worker.host
+            job = host.supervisor.sweep() if what == "sweep" else host.retention.run()
+            task = sim.world.run_in(worker, self._run(what, job))
+            task.add_done_callback(_retrieve)
+        sim.loop.call_later(sim.profile.sweep_seconds, self._tick)
+
+    async def _run(self, what: str, job: Awaitable[Any]) -> None:
+        try:
+            await job
+            if what == "sweep":
+                self.sweeps += 1
+        finally:
+            self.running[what] -= 1

@@ -1,0 +1,347 @@
+"""One seeded run: build the world from the seed, let the orders arrive under faults, stop the faults, wait
+for everything to settle, check the invariants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import queues
+from engine.breaker import BreakerRecord
+from engine.settings import EngineSettings
+from engine.workflow import WorkflowCatalog, WorkflowDefinition
+
+from . import checks
+from .actors import Client, Operator, Timers, build_host, consume
+from .bus import Bus
+from .loop import VirtualClock, VirtualLoop
+from .oracle import AlertHandler, Oracle
+from .profile import Profile, draw
+from .services import Services
+from .store import FIXED, SimBreakerStore, StoreFixes
+from .tables import Tables
+from .world import StoreUnavailable, Worker, World
+
+
+def _catalog(base: WorkflowCatalog, profile: Profile) -> WorkflowCatalog:
+    """The declared workflows with this run's breaker settings (as BREAKER_RESET_SECONDS does)."""
+
+    def adjust(workflow: WorkflowDefinition) -> WorkflowDefinition:
+        steps = tuple(
+            step.model_copy(
+                update={
+                    "retry": step.retry.model_copy(
+                        update={
+                            "breaker_reset_seconds": profile.breaker_reset_seconds,
+                            "breaker_fail_max": profile.breaker_fail_max,
+                        }
+                    )
+                }
+            )
+            for step in workflow.steps
+        )
+        return workflow.model_copy(update={"steps": steps})
+
+    return WorkflowCatalog(workflows=tuple(adjust(w) for w in base.workflows))
+
+
+@dataclass
+class Result:
+    """What a run found."""
+
+    seed: int
+    profile: Profile
+    violations: list[tuple[str, str]]
+    states: dict[str, int]
+    virtual_seconds: float
+    wall_seconds: float
+    cpu_seconds: float  # the process's CPU time: what a run costs on one core, whatever else runs beside
+    digest: str
+    stats: dict[str, Any] = field(default_factory=dict)
+    traces: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """No invariant broken."""
+        return not self.violations
+
+    @property
+    def orders(self) -> int:
+        return self.profile.orders
+
+    def report(self, traces: int = 2) -> str:
+        """The run in a few lines; with violations, the first ones and the trace of their orders."""
+        lines = [
+            f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} - {self.orders} orders "
+            f"{' '.join(f'{k}={v}' for k, v in sorted(self.states.items()))}; "
+            f"{self.virtual_seconds:.0f} simulated s in {self.cpu_seconds:.2f} s of CPU; "
+            f"digest {self.digest}",
+            f"  profile: {self.profile.describe()}",
+        ]
+        if self.violations:
+            lines.append(f"  {len(self.violations)} violation(s):")
+            lines += [f"    {order or '-'}: {what}" for order, what in self.violations[:20]]
+            shown = 0
+            for order, _ in self.violations:
+                if order in self.traces and shown < traces:
+                    shown += 1
+                    lines.append(f"  trace of {order}:")
+                    lines += [f"    {t:10.3f} {what}" for t, what in self.traces[order][-60:]]
+            lines.append(f"  reproduce: make simulate SEED={self.seed} ORDERS={self.orders}")
+        return "\n".join(lines)
+
+
+def default_catalog() -> WorkflowCatalog:
+    """The declared workflows (the simulation is local tooling: it reads the declaration)."""
+    from orders.catalog import CATALOG
+
+    return CATALOG
+
+
+class Simulation:
+    """The world of one seed."""
+
+    def __init__(
+        self,
+        seed: int,
+        orders: int | None = None,
+        catalog: WorkflowCatalog | None = None,
+        protocol: StoreFixes = FIXED,
+        max_orders: int | None = None,
+    ) -> None:
+        base = catalog or default_catalog()
+        self.seed = seed
+        self.protocol = protocol
+        self.profile = profile = draw(seed, base.agents, orders, max_orders)
+        self.loop = VirtualLoop()
+        self.clock = VirtualClock(self.loop)
+        self.world = World(profile, random.Random(seed), self.loop)
+        self.catalog = _catalog(base, profile)
+        self.settings = EngineSettings(
+            step_complete_by_seconds=profile.complete_by_seconds,
+            supervisor_max_failures=profile.max_failures,
+            backoff_base_seconds=profile.backoff_base_seconds,
+            backoff_max_seconds=profile.backoff_max_seconds,
+            cancel_grace_seconds=profile.cancel_grace_seconds,
+        )
+        self.oracle = Oracle(self.catalog, self.loop.time, profile.max_failures)
+        self.tables = Tables()
+        self.breakers = SimBreakerStore(
+            self.tables, _BreakerRequests(self.world, self.oracle), self._breaker_written
+        )
+        self.services = Services(self.world, self.catalog, self.oracle)
+        self.actions = self.services.actions()
+        consumed = {
+            queues.SCHEDULER_QUEUE,
+            queues.REPLY_QUEUE,
+            *(queues.agent_queue(a) for a in self.catalog.agents),
+        }
+        self.bus = Bus(self.world, self.oracle, consume, consumed)
+        self.client = Client(self)
+        self.operator = Operator(self)
+        self.timers = Timers(self)
+        self.stopped = False
+        self.outstanding = 0  # client, application and operator actions not finished yet
+        self.quiet_at = 0.0
+        self.bound = 0.0
+        self.world.on_restart = self._host
+        self.world.workers = [self._built(Worker(slot, 0)) for slot in range(profile.workers)]
+
+    def _host(self, worker: Worker) -> None:
+        worker.host = build_host(self, worker)
+
+    def _built(self, worker: Worker) -> Worker:
+        worker.host = build_host(self, worker)
+        return worker
+
+    def _breaker_written(self, record: BreakerRecord) -> None:
+        self.oracle.breaker_written(record)
+
+    # ---- scheduling the load ------------------------------------------------------------------------
+    def _later(self, at: float, make: Any, *args: Any) -> None:
+        self.outstanding += 1
+
+        def start() -> None:
+            task = self.loop.create_task(self._tracked(make(*args)))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+        self.loop.call_at(at, start)
+
+    async def _tracked(self, action: Coroutine[Any, Any, None]) -> None:
+        try:
+            await action
+        finally:
+            self.outstanding -= 1
+
+    def _plan(self) -> None:
+        profile, rng, oracle = self.profile, self.world.rng, self.oracle
+        names = self.catalog.names
+        times = sorted(rng.uniform(0.0, profile.arrival_seconds) for _ in range(profile.orders))
+        order_ids: list[str] = []
+        for i, at in enumerate(times):
+            order_id = f"o{self.seed}-{i:05d}"
+            workflow = names[rng.randrange(len(names))]
+            current = self.catalog.current(workflow)
+            assert current is not None
+            oracle.expect(order_id, workflow, current.version)
+            order_ids.append(order_id)
+            self._later(at, self.client.submit, order_id, workflow)
+            if rng.random() < profile.resubmit_rate:
+                again = at + rng.uniform(0.0, min(profile.retention_seconds, profile.arrival_seconds * 2))
+                self._later(again, self.client.submit, order_id, workflow, int(rng.random() < 0.3))
+            if rng.random() < profile.resubmit_rate:  # a double submission at once
+                self._later(at + rng.uniform(0.0, 0.05), self.client.submit, order_id, workflow)
+            if rng.random() < profile.cancel_rate:
+                self._later(
+                    at + rng.uniform(0.0, profile.complete_by_seconds * 3), self.operator.cancel, order_id
+                )
+            if rng.random() < profile.poison_rate:
+                queue = rng.choice((queues.SCHEDULER_QUEUE, queues.REPLY_QUEUE))
+                self.loop.call_at(
+                    at + rng.uniform(0.0, 1.0),
+                    self.bus.enqueue,
+                    queue,
+                    b'{"orderId": 42, "not": "a message"}',
+                    f"poison-{i}",
+                    order_id,
+                )
+        for _ in range(profile.operator_actions):
+            at = rng.uniform(0.0, profile.arrival_seconds * 1.5)
+            known = [o for o, t in zip(order_ids, times, strict=True) if t <= at]
+            if known:
+                self._later(at, self.operator.act, known[rng.randrange(len(known))])
+
+    def _bound(self) -> float:
+        """How long after the faults stop every order must have reached a terminal state: a lock left by a
+        dead process, then a step's whole recovery (its deadline, possibly extended, a sweep, the longest
+        backoff, a breaker's open interval and the hold margin), twice over."""
+        p = self.profile
+        lock = 60.0
+        recovery = 4 * p.complete_by_seconds + 2 * p.sweep_seconds + p.backoff_max_seconds
+        return 2 * (
+            lock + p.restart_seconds + recovery + p.breaker_reset_seconds + p.cancel_grace_seconds + 1
+        )
+
+    def settled(self) -> bool:
+        """Nothing left to do: every order terminal, no action or message pending, no watch entry."""
+        if self.outstanding or self.bus.unsettled():
+            return False
+        if any(t.state is None or not t.state.terminal for t in self.oracle.orders.values()):
+            return False
+        return not self.tables.table("orderswatch").rows()
+
+    async def _main(self) -> None:
+        self._plan()
+        self.timers.start()
+        await asyncio.sleep(self.profile.arrival_seconds * 1.5 + 1.0)
+        self.world.faults = False
+        self.quiet_at = self.loop.time()
+        self.bound = self._bound()
+        step = max(self.profile.sweep_seconds, 1.0)
+        while not self.settled() and self.loop.time() < self.quiet_at + self.bound:
+            await asyncio.sleep(step)
+        # One more sweep interval, so that a last move the checks would miss has time to show.
+        await asyncio.sleep(self.profile.sweep_seconds * 2)
+        self.stopped = True
+
+    def run(self) -> Result:
+        """Run the seed to the end and check it."""
+        started, cpu = time.perf_counter(), time.process_time()
+        handler = AlertHandler(self.oracle)
+        engine_log = logging.getLogger("engine")
+        engine_log.addHandler(handler)
+        saved_level = engine_log.level
+        engine_log.setLevel(logging.ERROR)
+        self.loop.set_exception_handler(lambda loop, context: None)
+        state = random.getstate()
+        random.seed(self.seed)  # tenacity's jitter draws from the module's generator
+        try:
+            self.loop.run_until_complete(self._main())
+            self._drain()
+            checks.final(self)
+        finally:
+            random.setstate(state)
+            engine_log.removeHandler(handler)
+            engine_log.setLevel(saved_level)
+            self.loop.close()
+        states: dict[str, int] = {}
+        for truth in self.oracle.orders.values():
+            name = truth.state.value if truth.state is not None else "never created"
+            states[name] = states.get(name, 0) + 1
+        return Result(
+            seed=self.seed,
+            profile=self.profile,
+            violations=list(self.oracle.violations),
+            states=states,
+            virtual_seconds=self.loop.time(),
+            wall_seconds=time.perf_counter() - started,
+            cpu_seconds=time.process_time() - cpu,
+            digest=self.digest(),
+            stats=checks.stats(self),
+            traces={
+                order: self.oracle.trace(order)
+                for order in {o for o, _ in self.oracle.violations}
+                if order in self.oracle.orders
+            },
+        )
+
+    def _drain(self) -> None:
+        """Stop what is still running (handlers of status-less work, timers' last runs)."""
+        pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            with contextlib.suppress(BaseException):
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+    def digest(self) -> str:
+        """A fingerprint of the run's end state (tables, ledger, messages): equal for equal runs."""
+        h = hashlib.blake2b(digest_size=8)
+        for name in ("orders", "orderswatch", "ordershistory", "breakers"):
+            for pk, rk, row in self.tables.table(name).rows():
+                h.update(f"{name}|{pk}|{rk}|{row.etag}\n".encode())
+        for (service, key), effect in sorted(self.services.ledger.items()):
+            h.update(f"{service}|{key}|{effect.applied_at}|{effect.compensated_at}\n".encode())
+        for message in self.bus.messages:
+            h.update(f"{message.message_id}|{message.state}|{message.deliveries}\n".encode())
+        return h.hexdigest()
+
+
+class _BreakerRequests:
+    """The world's requests, noting when the Supervisor could not read the breakers (then it holds
+    nothing, and the policy lets a timeout count)."""
+
+    def __init__(self, world: World, oracle: Oracle) -> None:
+        self.world = world
+        self.oracle = oracle
+
+    def before(self, kind: str) -> Awaitable[None]:
+        try:
+            return self.world.before(kind)
+        except StoreUnavailable:
+            if kind == "breaker.load-all":
+                self.oracle.breakers_unreadable()
+            raise
+
+    def after(self, kind: str) -> None:
+        try:
+            self.world.after(kind)
+        except StoreUnavailable:
+            if kind == "breaker.load-all":
+                self.oracle.breakers_unreadable()
+            raise
+
+
+def run(
+    seed: int, orders: int | None = None, protocol: StoreFixes = FIXED, max_orders: int | None = None
+) -> Result:
+    """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it)."""
+    return Simulation(seed, orders, protocol=protocol, max_orders=max_orders).run()

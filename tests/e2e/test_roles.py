@@ -1,0 +1,259 @@
+"""Who may do what, through ``orders-devhost --auth roles``, for every operation of GET /api/openapi.json.
+
+With the devhost playing App Service authentication (clients' principal headers removed): no credential
+is a 401, a forged principal header a 401, the submitter's key a 403 but on its two routes, the reader's a
+403 on every POST, the operator's never refused; and no refusal changes the state store. With the devhost
+trusting principal headers: an Entra ID principal is what its app roles say, and the audit trail names
+it by name and object id.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from engine import queues
+from orders import access
+from orders.access import Role
+from tests.e2e.conftest import LocalStack, new_order, start_stack, stop_stack
+from tests.e2e.test_openapi_contract import Store
+from tests.e2e.test_retention import kept_as
+from tests.support import wait_for
+
+HANG = {"hangRate": 1, "hangMs": 60_000}
+OBJECT_ID = str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class Call:
+    """One concrete request for one documented operation."""
+
+    method: str
+    path: str  # as documented
+    url: str
+    params: dict[str, str]
+    body: dict[str, Any] | None
+    if_match: bool
+
+
+def principal(*app_roles: str, name: str = "ada@contoso.example") -> dict[str, str]:
+    """The headers App Service authentication sets for a signed-in Entra ID principal."""
+    claims = [{"typ": "roles", "val": role} for role in app_roles]
+    claims += [
+        {"typ": "name", "val": name},
+        {"typ": "http://schemas.microsoft.com/identity/claims/objectidentifier", "val": OBJECT_ID},
+    ]
+    body = {"auth_typ": "aad", "claims": claims, "name_typ": "name", "role_typ": "roles"}
+    return {
+        "X-MS-CLIENT-PRINCIPAL": base64.b64encode(json.dumps(body).encode()).decode(),
+        "X-MS-CLIENT-PRINCIPAL-NAME": name,
+        "X-MS-CLIENT-PRINCIPAL-ID": OBJECT_ID,
+        "X-MS-CLIENT-PRINCIPAL-IDP": "aad",
+    }
+
+
+def documented_calls(document: dict[str, Any], order: dict[str, Any]) -> list[Call]:
+    """A request per operation of the document, aimed at a real order, its first step, a real queue."""
+    values = {
+        "orderId": order["orderId"],
+        "step": order["steps"][0]["name"],
+        "queue": queues.SCHEDULER_QUEUE,
+        "sequenceNumber": "1",
+    }
+    bodies: dict[str, dict[str, Any]] = {
+        "submit_order": new_order(),
+        "extend_step": {"seconds": 5},
+        "skip_step": {"note": "by hand"},
+    }
+    calls = []
+    for path, methods in document["paths"].items():
+        for method, entry in methods.items():
+            url = path
+            for name, value in values.items():
+                url = url.replace(f"{{{name}}}", value)
+            parameters = entry.get("parameters", [])
+            query = {p["name"]: "Pending" for p in parameters if p["in"] == "query" and p["required"]}
+            if_match = any(p["name"] == "If-Match" for p in parameters)
+            calls.append(Call(method.upper(), path, url, query, bodies.get(entry["operationId"]), if_match))
+    return calls
+
+
+def send(stack: LocalStack, call: Call, headers: dict[str, str], etag: str) -> httpx.Response:
+    sent = {**headers, **({"If-Match": etag} if call.if_match else {})}
+    with httpx.Client(base_url=stack.devhost.api_url, timeout=30) as client:
+        return client.request(call.method, call.url, params=call.params, json=call.body, headers=sent)
+
+
+def refused(response: httpx.Response, status: int) -> bool:
+    """``status`` with the error shape (the console's 401 is a page with a link to sign in)."""
+    if response.status_code != status:
+        return False
+    if "text/html" in response.headers.get("content-type", ""):
+        return status == 401 and "/.auth/login/aad" in response.text
+    code = response.json()["error"]["code"]
+    return code == {401: "Unauthorized", 403: "Forbidden"}[status]
+
+
+def key(stack: LocalStack, role: str) -> dict[str, str]:
+    return {"x-functions-key": stack.devhost.keys[role]}
+
+
+# ---- the devhost playing the platform --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def roles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    running = start_stack(tmp_path_factory.mktemp("roles"), workers=1, auth="roles")
+    try:
+        yield running
+    finally:
+        stop_stack(running)
+
+
+@pytest.fixture(scope="module")
+def processed(roles: LocalStack) -> dict[str, Any]:
+    """A finished order already moved to the history, so that nothing moves it during a test."""
+    order_id = roles.submit()
+    order = roles.wait_terminal(order_id)
+    wait_for(lambda: kept_as(roles, order_id) == "archive", timeout=30, what="the move to the history")
+    return order
+
+
+def test_the_keys_are_in_devhost_json(roles: LocalStack) -> None:
+    state = roles.state
+    assert state["auth"] == "roles" and set(state["keys"]) == {"submitter", "reader", "operator"}
+    assert state["keys"] == roles.devhost.keys and len(set(state["keys"].values())) == 3
+
+
+def test_every_operation_refuses_whom_it_should_and_refusals_change_nothing(
+    roles: LocalStack, processed: dict[str, Any]
+) -> None:
+    document = roles.api.get("/api/openapi.json").json()
+    calls = documented_calls(document, processed)
+    assert {(c.method, c.path) for c in calls} == set(access.ROUTES)
+    etag = roles.api.get(f"/api/orders/{processed['orderId']}").headers["etag"]
+    store = Store(roles)
+    before = store.snapshot()
+    problems: list[str] = []
+    for call in calls:
+        rule = access.rule(call.method, call.path)
+        label = f"{call.method} {call.path}"
+        if rule == access.ANYONE:
+            assert send(roles, call, {}, etag).status_code == 200, label
+            continue
+        forged = principal("Orders.Operator", "Orders.Reader")
+        for who, headers, status in (
+            ("no credential", {}, 401),
+            ("a forged principal", forged, 401),
+            ("a wrong key", {"x-functions-key": "not-a-key"}, 401),
+            ("the submitter", key(roles, "submitter"), None if Role.SUBMITTER in rule else 403),
+            ("the reader", key(roles, "reader"), 403 if call.method == "POST" else None),
+        ):
+            if status is None:
+                continue
+            response = send(roles, call, headers, etag)
+            if not refused(response, status):
+                problems.append(f"{label} for {who}: {response.status_code} {response.text[:200]}")
+    store.service.close()
+    assert not problems, "\n".join(problems)
+    assert Store(roles).snapshot() == before, "a refused request wrote to the state store"
+    assert roles.api.get(f"/api/orders/{processed['orderId']}").headers["etag"] == etag
+
+
+def test_every_operation_lets_in_whom_it_should(roles: LocalStack, processed: dict[str, Any]) -> None:
+    document = roles.api.get("/api/openapi.json").json()
+    etag = roles.api.get(f"/api/orders/{processed['orderId']}").headers["etag"]
+    problems: list[str] = []
+    for call in documented_calls(document, processed):
+        rule = access.rule(call.method, call.path)
+        if rule == access.ANYONE:
+            continue
+        for role in Role:
+            if role not in rule:
+                continue
+            response = send(roles, call, key(roles, role), etag)
+            if response.status_code in (401, 403) or response.status_code >= 500:
+                problems.append(f"{call.method} {call.path} as {role}: {response.status_code}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_submitters_key_submits_and_reads_its_order(roles: LocalStack) -> None:
+    with httpx.Client(base_url=roles.devhost.api_url, headers=key(roles, "submitter"), timeout=10) as shop:
+        accepted = shop.post("/api/orders", json=new_order())
+        assert accepted.status_code == 202, accepted.text
+        status = shop.get(accepted.headers["location"].removeprefix(roles.devhost.api_url))
+        assert status.status_code == 200 and status.json()["orderId"] == accepted.json()["orderId"]
+        assert shop.get("/api/orders", params={"processState": "Pending"}).status_code == 403
+        assert shop.get("/api/console").status_code == 403
+        # In the address the key counts for nothing: addresses end up in logs.
+        keyless = httpx.post(
+            f"{roles.devhost.api_url}/api/orders",
+            params={"code": roles.devhost.keys["submitter"]},
+            json=new_order(),
+            timeout=10,
+        )
+        assert keyless.status_code == 401
+
+
+# ---- the devhost trusting principal headers ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trusting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    running = start_stack(
+        tmp_path_factory.mktemp("trusting"), workers=1, auth="roles", trust_principal_headers=True
+    )
+    try:
+        yield running
+    finally:
+        stop_stack(running)
+
+
+def test_an_entra_principal_is_what_its_app_roles_say(trusting: LocalStack) -> None:
+    order_id = trusting.submit()
+    order = trusting.wait_terminal(order_id)
+    document = trusting.api.get("/api/openapi.json").json()
+    etag = trusting.api.get(f"/api/orders/{order_id}").headers["etag"]
+    problems: list[str] = []
+    for call in documented_calls(document, order):
+        rule = access.rule(call.method, call.path)
+        if rule == access.ANYONE:
+            continue
+        label = f"{call.method} {call.path}"
+        reader = send(trusting, call, principal("Orders.Reader"), etag)
+        if (refused(reader, 403) if call.method == "POST" else reader.status_code not in (401, 403)) is False:
+            problems.append(f"{label} as an Entra reader: {reader.status_code}")
+        nobody = send(trusting, call, principal("Some.Other.Role"), etag)
+        if not refused(nobody, 403):
+            problems.append(f"{label} signed in without a role of this app: {nobody.status_code}")
+        operator = send(trusting, call, principal("Orders.Operator"), etag)
+        if operator.status_code in (401, 403) or operator.status_code >= 500:
+            problems.append(f"{label} as an Entra operator: {operator.status_code}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_audit_names_the_principal_by_name_and_object_id(trusting: LocalStack) -> None:
+    trusting.faults(inventory=HANG)
+    try:
+        order_id = trusting.submit()
+        trusting.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="a hung step")
+        etag = trusting.api.get(f"/api/orders/{order_id}").headers["etag"]
+        operator = {**principal("Orders.Operator", name="grace@contoso.example"), "If-Match": etag}
+        with httpx.Client(base_url=trusting.devhost.api_url, timeout=10) as client:
+            extended = client.post(
+                f"/api/orders/{order_id}/steps/reserve-inventory/extend",
+                json={"seconds": 60, "note": "slow today"},
+                headers=operator,
+            )
+            assert extended.status_code == 202, extended.text
+            trail = client.get(f"/api/orders/{order_id}/audit", headers=principal("Orders.Reader"))
+        [entry] = trail.json()["items"]
+        assert entry["actor"] == f"user:grace@contoso.example oid:{OBJECT_ID}"
+        assert entry["action"] == "extend" and entry["note"] == "slow today"
+    finally:
+        trusting.clear_faults()
+    cancelled = trusting.act(order_id, "cancel")
+    assert cancelled.status_code == 202, cancelled.text

@@ -1,0 +1,30 @@
+"""Each of four deliberately planted engine bugs is caught by the fixed seeds that make test runs, and the
+seed that caught it passes once the bug is taken out again."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulation.run import Result, run
+from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
+from tests.simulation.planted import PLANTS
+
+
+def _first_failure() -> tuple[int, Result] | None:
+    for seed in FIXED_SEEDS:
+        result = run(seed, max_orders=FIXED_MAX_ORDERS)
+        if not result.ok:
+            return seed, result
+    return None
+
+
+@pytest.mark.parametrize("bug", list(PLANTS))
+def test_the_fixed_seeds_catch_a_planted_bug(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    PLANTS[bug](monkeypatch)
+    caught = _first_failure()
+    monkeypatch.undo()
+    assert caught is not None, f"no fixed seed caught: {bug}"
+    seed, result = caught
+    print(f"{bug}: caught by seed {seed}: {result.violations[0][1]}")
+    clean = run(seed, max_orders=FIXED_MAX_ORDERS)
+    assert clean.ok, clean.report()
