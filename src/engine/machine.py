@@ -123,6 +123,9 @@ TABLE: tuple[Rule, ...] = (
     Rule(Op.COMPENSATION_FAILED, C, ((E, "compensation failed (alert)"),), phase=BACK, step=UNDOING),
     # The Supervisor, for a task past its CompleteBy. It knows no business logic: it counts failures.
     Rule(Op.KICK, P, ((P, "kick lost (Supervisor re-kicks)"),), unlocked=True),
+    # An undo given back (or cancelled) waits unlocked for a Scheduler, as a Pending task does: its lost
+    # command is no failure of the step, whose undo was not even dispatched.
+    Rule(Op.KICK, C, ((C, "resume lost (Supervisor re-kicks)"),), unlocked=True),
     Rule(
         Op.EXPIRE,
         R,

@@ -403,8 +403,8 @@ def recover_expired(
 
     It knows no business logic: it counts the failure, then either gives the task back for another
     Scheduler to pick up after a growing backoff, or, past the threshold, sets Error and alerts.
-    A Pending task past its CompleteBy lost its kick and is simply kicked again. A task not past its
-    CompleteBy, or not in flight, is refused.
+    A task waiting unlocked for a Scheduler (Pending, or Compensating given back) past its CompleteBy lost
+    its kick and is simply kicked again. A task not past its CompleteBy, or not in flight, is refused.
 
     ``breakers`` are the circuit breakers by service (agent), as the sweep read them. When the current
     step's service has an open breaker, the step did not fail, its service is down: the task is held
@@ -421,9 +421,9 @@ def recover_expired(
     if allows(Operation.KICK, record):
         state.complete_by = ctx.now + window
         _touch(record, ctx)
+        kind = CommandKind.START if state.process_state is ProcessState.PENDING else CommandKind.RESUME
         return Decision(
-            Outcome.KICKED,
-            (command(state.order_id, CommandKind.START, "supervisor: kick lost", new_id=ctx.new_id),),
+            Outcome.KICKED, (command(state.order_id, kind, "supervisor: kick lost", new_id=ctx.new_id),)
         )
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
