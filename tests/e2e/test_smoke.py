@@ -79,7 +79,8 @@ def test_the_postdeploy_hook_runs_the_smoke_test_with_the_key_az_reads(
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "smoke test PASSED: 1/1 orders Processed" in result.stdout
     assert calls.read_text().splitlines() == [
-        "functionapp keys list -g rg-local -n func-local --query functionKeys.default -o tsv"
+        "functionapp config appsettings list -g rg-local -n func-local "
+        "--query [?name=='SUBMISSION_KEY'].value | [0] -o tsv"
     ]
 
     skipped = run_hook({**env, "SKIP_SMOKE_TEST": "true"})
