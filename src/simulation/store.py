@@ -221,7 +221,7 @@ class SimStateStore:
         self.observer = observer
         self.shards = shards
         self._tallies: dict[str, tuple[str, dict[str, int]]] = {}
-        self._audit_numbers = 0
+        self._tables = tables
 
     def _pk(self, order_id: str) -> str:
         return shard_of(order_id, self.shards)
@@ -255,8 +255,7 @@ class SimStateStore:
 
     def _audit_key(self, order_id: str, entry: AuditEntry, n: int) -> str:
         # The adapter adds a random tail so that two instances' entries of one microsecond stay apart.
-        self._audit_numbers += 1
-        return f"audit|{order_id}|{stamp(entry.at)}|{n:02d}{id(self) % 10_000:04d}{self._audit_numbers:08d}"
+        return f"audit|{order_id}|{stamp(entry.at)}|{n:02d}{self._tables.number():08d}"
 
     def _record(self, order_id: str, rows: list[tuple[str, Row]]) -> TaskRecord | None:
         state_row = input_row = None

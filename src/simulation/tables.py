@@ -196,7 +196,12 @@ class Tables:
 
     def __init__(self) -> None:
         self._etags = itertools.count(1)
+        self._numbers = itertools.count(1)
         self._tables: dict[str, Table] = {}
+
+    def number(self) -> int:
+        """A number unique in this account (a unique tail for keys that could otherwise collide)."""
+        return next(self._numbers)
 
     def table(self, name: str) -> Table:
         """The table ``name`` (created on first use)."""

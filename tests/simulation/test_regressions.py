@@ -1,16 +1,24 @@
-"""The bugs the simulation found, kept as tests of the engine."""
+"""The bugs the simulation found, each kept as its seed: the seed passes, and fails again with the bug put
+back (so a change that makes the seed miss its bug shows here: hunt another, see src/simulation/seeds.py).
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from engine import transitions
+import pytest
+
+from engine import machine, transitions
 from engine.decisions import Outcome
+from engine.machine import Operation
 from engine.messages import CommandKind, SchedulerCommand
 from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
+from simulation.run import run
+from simulation.store import FIXED, StoreFixes
 
 # ---- in the engine ------------------------------------------------------------------------------------
 
@@ -44,3 +52,35 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
     [message] = decision.messages
     assert isinstance(message.body, SchedulerCommand)
     assert message.body.kind is CommandKind.RESUME
+
+
+def test_seed_108_charges_no_failure_for_a_lost_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixed = run(108)
+    assert fixed.ok, fixed.report()
+    without_fix = tuple(
+        r
+        for r in machine.TABLE
+        if not (r.operation is Operation.KICK and r.source is ProcessState.COMPENSATING)
+    )
+    monkeypatch.setattr(machine, "TABLE", without_fix)
+    result = run(108)
+    assert any("the policy needs" in what for _, what in result.violations), result.report()
+
+
+# ---- in the store's protocol (adapters.table_store still has them: docs/simulation.md) -----------------
+# (the fixes turned off, the seed, what breaks)
+STORE_BUGS = [
+    (("history_first",), 84, "the order was started 2 times"),
+    (("keep_watch_of_live_task", "rewatch_new_task"), 177, "a finished order was never moved to the history"),
+    (("archive_if_unchanged",), 86, "the tally says"),
+    (("rewatch_new_task",), 71, "a finished order was never moved to the history"),
+]
+
+
+@pytest.mark.parametrize(("fixes", "seed", "symptom"), STORE_BUGS)
+def test_store_protocol_bug(fixes: tuple[str, ...], seed: int, symptom: str) -> None:
+    fixed = run(seed, protocol=FIXED)
+    assert fixed.ok, fixed.report()
+    broken: StoreFixes = replace(FIXED, **dict.fromkeys(fixes, False))
+    result = run(seed, protocol=broken)
+    assert any(symptom in what for _, what in result.violations), result.report()
