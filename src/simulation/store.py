@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+# The adapter's own key layout, so the simulated store cannot drift from what the adapter writes.
+from adapters.table_store import _archive_key as archive_key
+from adapters.table_store import _gone_key as gone_key
+from adapters.table_store import _input_key as input_key
+from adapters.table_store import _listed_state, listing_key, shard_of
+from adapters.table_store import _stamp as stamp
+from adapters.table_store import _state_key as state_key
+from adapters.table_store import _step_key as step_key
 from engine.breaker import BreakerRecord
 from engine.errors import BreakerConflict, ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page, PurgeReport, StateCounts
@@ -75,44 +82,6 @@ class Observer(Protocol):
 
 
 # ---- keys, as the adapter writes them ------------------------------------------------------------------
-def shard_of(order_id: str, shards: int) -> str:
-    """The partition of a task."""
-    return f"s{zlib.crc32(order_id.encode()) % shards:02d}"
-
-
-def stamp(at: datetime) -> str:
-    """A time as a fixed-width string that sorts as the time does."""
-    return at.strftime("%Y%m%dT%H%M%S%fZ")
-
-
-def state_key(order_id: str) -> str:
-    return f"order|{order_id}|state"
-
-
-def input_key(order_id: str) -> str:
-    return f"order|{order_id}|input"
-
-
-def step_key(order_id: str, index: int) -> str:
-    return f"order|{order_id}|step|{index:02d}"
-
-
-def listing_key(state: ProcessState, since: datetime, order_id: str) -> str:
-    return f"index|{state.value}|{stamp(since)}|{order_id}|"
-
-
-def archive_key(order_id: str) -> str:
-    return f"order|{order_id}"
-
-
-def gone_key(until: datetime, order_id: str) -> str:
-    return f"gone|{stamp(until)}|{order_id}|"
-
-
-def _listed_state(key: str) -> str:
-    return key.split("|", 2)[1]
-
-
 # ---- stored values (immutable; copied on the way to the engine) ----------------------------------------
 @dataclass(frozen=True, slots=True)
 class LiveState:
