@@ -127,9 +127,13 @@ def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(
     order_id = calm.submit(workflow=workflow)
     order = calm.wait_terminal(order_id, timeout=90)
     assert order["processState"] == "Error" and order["failureCount"] == 3
-    assert any(
-        telemetry.ORDER_ENTERED_ERROR in line and order_id in line
-        for line in calm.all_worker_logs().splitlines()
+    # The alert is raised after the state is saved, so the order can be seen in Error a moment before it.
+    wait_for(
+        lambda: any(
+            telemetry.ORDER_ENTERED_ERROR in line and order_id in line
+            for line in calm.all_worker_logs().splitlines()
+        ),
+        what="the OrderEnteredError alert in a worker's log",
     )
     calm.clear_faults()
     response = calm.act(order_id, "resubmit")
@@ -213,7 +217,7 @@ def test_a_poison_message_is_dead_lettered_and_workers_keep_going(calm: LocalSta
                 dead_lettered, timeout=30, interval=0.0, what="the poison message in the dead-letter queue"
             )
     assert found[0].dead_letter_reason == "MaxDeliveryCountExceeded"
-    assert telemetry.POISON_MESSAGE in calm.all_worker_logs()
+    wait_for(lambda: telemetry.POISON_MESSAGE in calm.all_worker_logs(), what="the poison message's alert")
     assert [w["pid"] for w in calm.state["workers"]] == pids  # no worker crashed
 
 

@@ -1,0 +1,73 @@
+"""What one order costs in messages, derived from its workflow's declaration: the one formula that the
+tests and the Capacity figures (``bench/orders_throughput.py``) use, so a workflow with other steps changes
+the expected counts without anyone editing a number.
+
+An order that runs straight through (no retry, no recovery, no undo) of a workflow of ``n`` steps:
+
+- one command to the Scheduler (the submission's kick);
+- per step, one request to its Agent's queue and one reply to the Scheduler;
+- ``n + 2`` status messages: ``received``, ``step-completed`` per step, ``processed``.
+
+Each message on a queue a function reads is sent, received and completed once: three client operations;
+the status queue is read by the application, so only its sends count here. In all, ``7 n + 5`` operations.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import queues
+from .workflow import WorkflowDefinition
+
+RECEIVED, STEP_COMPLETED, PROCESSED = "received", "step-completed", "processed"
+# A message a function reads: sent, received (peek-lock), completed.
+READ_MESSAGE_OPERATIONS = ("send", "receive", "complete")
+
+
+@dataclass(frozen=True)
+class OrderTraffic:
+    """The messages one order sends, per kind and per queue."""
+
+    commands: int
+    requests: dict[str, int] = field(default_factory=dict)  # per agent
+    replies: int = 0
+    status_events: tuple[str, ...] = ()
+
+    def messages(self) -> dict[str, int]:
+        """Messages sent per queue, every queue the order uses."""
+        return {
+            queues.SCHEDULER_QUEUE: self.commands,
+            **{queues.agent_queue(agent): count for agent, count in self.requests.items()},
+            queues.REPLY_QUEUE: self.replies,
+            queues.STATUS_QUEUE: len(self.status_events),
+        }
+
+    def servicebus(self) -> dict[str, dict[str, int]]:
+        """Client operations per queue, as the broker counts them (the status queue: sends only)."""
+        return {
+            queue: (
+                {"send": count}
+                if queue == queues.STATUS_QUEUE
+                else dict.fromkeys(READ_MESSAGE_OPERATIONS, count)
+            )
+            for queue, count in self.messages().items()
+        }
+
+    def servicebus_total(self) -> int:
+        """Every client operation of the order, summed over its queues."""
+        return sum(sum(operations.values()) for operations in self.servicebus().values())
+
+    def deliveries(self) -> dict[str, int]:
+        """Messages delivered to a function, per queue (each is one execution of that queue's trigger)."""
+        return {queue: count for queue, count in self.messages().items() if queue != queues.STATUS_QUEUE}
+
+
+def processed_order(workflow: WorkflowDefinition) -> OrderTraffic:
+    """The traffic of an order of ``workflow`` that runs straight through to Processed."""
+    return OrderTraffic(
+        commands=1,
+        requests=dict(Counter(step.agent for step in workflow.steps)),
+        replies=len(workflow.steps),
+        status_events=(RECEIVED, *[STEP_COMPLETED] * len(workflow.steps), PROCESSED),
+    )
