@@ -41,11 +41,14 @@ the save (one transaction); the Scheduler skips the load when its message carrie
 ``engine.saved_task``).
 
 A submission checks the history for the id, so a finished task moved there is not submitted again as a
-new one: it inserts the watch entry, then writes the task and reads the history's ``order|<id>`` at the
-same time. That is safe because a finished task leaves the live table only after its history copy is
-written and before its watch entry is deleted: if the insert succeeded, no earlier task with the id can
-still be on its way out. If an entry was there, the read comes after the write; a task written when the
-history had the id is deleted again before anything is sent.
+new one: it inserts the watch entry, then, if the insert succeeded, reads the history's ``order|<id>`` and
+writes the task only if the id is not there. That is safe because a finished task leaves the live table
+only after its history copy is written and before its watch entry is deleted: if the insert succeeded, no
+earlier task with the id can still be on its way out, so the history cannot gain the id between the read
+and the write. If an entry was there, the read comes after the write, and a task written when the history
+had the id is deleted again before anything is sent; a task written under an entry the submission did not
+insert (one left by an attempt that died before writing) puts the entry again at its own CompleteBy, so a
+sweep that found no task under it and is about to delete it is refused.
 
 The store uses the asynchronous clients (``azure.data.tables.aio``, on azure-core's aiohttp transport), so
 a slow table service holds no thread. Like every aio client, they belong to the event loop they are
@@ -431,7 +434,8 @@ class TableStateStore:
 
         The watch entry goes first: a crash in between leaves an entry the Supervisor removes, while the
         other order could leave a Pending task nobody watches. A submission refused because the order
-        exists (409) changes neither that order's watch entry nor, for a finished order, adds one.
+        exists (409) never moves that order's watch entry; the entry it inserted itself goes again only if
+        the history answered (no live task has the id), since a live task may have no other entry.
         """
         state_entity = self._state_entity(record)
         operations: list[Any] = [
@@ -440,19 +444,21 @@ class TableStateStore:
             *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
         ]
         operations += [("create", entity) for _, entity, *_ in self._listing_operations(record, state_entity)]
+        watched = bool(state_entity["Watched"])
         # Insert only: an entry already there is the task's own (or one left by a crash before its
         # transaction), and never later than that task's CompleteBy; moving it would break that bound.
-        added = await self._add_watch(record.state) if state_entity["Watched"] else None
+        added = await self._add_watch(record.state) if watched else None
         for _ in range(_RACES):
+            found: TableEntity | None = None
             if added is not None and self.history is not None:
                 # No watch entry was there: no earlier task with this id is still leaving the live table,
-                # so the history can be read at the same time as the task is written.
-                written, found = await asyncio.gather(
-                    self._create_live(operations), self._read_archive(record.order_id)
-                )
+                # so the history, read first, cannot gain the id before the write. Written only if the id
+                # is not there, the task never has to be taken back (a lost answer or a crash could not
+                # leave it behind).
+                found = await self._read_archive(record.order_id)
+                written = await self._create_live(operations) if found is None else None
             else:
                 written = await self._create_live(operations)
-                found = None
                 if written is not None and self.history is not None:
                     found = await self._read_archive(record.order_id)
             if written is not None and found is None:
@@ -460,17 +466,22 @@ class TableStateStore:
             if written is not None:
                 # The id is in the history: take the new task back, as if never written.
                 await self._delete_created(record.order_id, operations)
-            answer = await self._existing(record, added, found if written is not None else None)
+            answer = await self._existing(record, added, found)
             if answer is not None:
                 return answer
             # Gone in between (another submission of the id took its own write back): try again.
         else:
             raise ConcurrencyError(record.order_id)
+        if watched and added is None:
+            # Written under an entry this submission did not insert (left by an earlier attempt that died
+            # before writing): a sweep may have read it, found no task and be about to delete it. Put it
+            # again, at this task's CompleteBy: its ETag changes, so such a delete is refused.
+            await self._put_watch(record.state)
         # The transaction's answer carries every new ETag: no need to read the task back.
         for (_, entity), result in zip(operations, written, strict=True):
             if entity.get("Kind") in ("state", "step", "input"):
                 record.etags[entity["RowKey"]] = result["etag"]
-        record.indexed = bool(state_entity["Watched"])
+        record.indexed = watched
         record.listed = state_entity["IndexKey"]
         record.mark_saved()
         return CreateOutcome.CREATED, record
@@ -480,7 +491,9 @@ class TableStateStore:
     ) -> tuple[CreateOutcome, TaskRecord] | None:
         """The answer to a submission of an id that is taken: from the history if it has the id (it
         holds finished tasks, and a tombstone refuses any input), else from the live task; None if neither
-        has it any more. A watch entry this submission added goes again."""
+        has it any more. A watch entry this submission added goes again only when the history answered:
+        a live task's only entry may be that one (another submission of the id wrote the task), and the
+        Supervisor removes it once the task no longer needs it."""
         order_id = record.order_id
         if found is None and self.history is not None:
             found = await self._read_archive(order_id)
@@ -489,9 +502,8 @@ class TableStateStore:
             existing = await self._load_live(order_id)
             if existing is None:
                 return None
-        if added is not None and (existing is None or not existing.indexed):
-            # The order is not watched (it has finished): a refused or repeated submission leaves
-            # nothing behind.
+        if added is not None and existing is None:
+            # No live task: a refused or repeated submission of an id in the history leaves nothing.
             await self._remove_watch(order_id, added)
         if found is not None:
             if found.get("Kind") != "archive":
@@ -830,8 +842,10 @@ class TableStateStore:
         Its audit entries are copied with their keys (upserts, so a second attempt writes the same rows),
         then the task and its listing entry are inserted with the shard's tally counting it, in one
         transaction; if the task is there already (an earlier attempt), it is written again instead,
-        uncounted. Then the live records (state, input, steps, listing entry, audit entries) are deleted
-        in one transaction conditional on the ETags read; audit entries beyond what fits go first.
+        uncounted and only if unchanged since read, and if the history holds it as a tombstone (purged
+        since), nothing is written. Then the live records (state, input, steps, listing entry, audit
+        entries) are deleted in one transaction conditional on the ETags read; audit entries beyond what
+        fits go first.
         """
         if record.archived:
             return True
@@ -874,18 +888,26 @@ class TableStateStore:
             found = await self._read_archive(order_id)
             if found is None:
                 continue  # not the task: the tally appeared meanwhile
+            if found.get("Kind") == "tombstone" and found.get("FinishedAt") == archive["UpdatedAt"]:
+                return True  # moved and purged since the first attempt: only the live records are left
             if found.get("Kind") != "archive" or found.get("CreatedAt") != archive["CreatedAt"]:
                 # Cannot happen while the task is live: its id is refused as long as the history has it.
                 log.error("order %s: the history holds another task with its id; not archived", order_id)
                 return False
-            # An earlier attempt wrote it: write it again (the trail may have grown), uncounted.
+            # An earlier attempt wrote it: write it again (the trail may have grown), uncounted, only if it
+            # is still as read (purged meanwhile, it would come back uncounted: look again instead).
             operations = [
-                ("upsert", archive, {"mode": UpdateMode.REPLACE}),
+                ("update", archive, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH}),
                 ("upsert", listing, {"mode": UpdateMode.REPLACE}),
                 *copies,
             ]
             self.counter.add(table=HISTORY, entities=len(operations))
-            await submit_transaction(self._history(), operations)
+            try:
+                await submit_transaction(self._history(), operations)
+            except TableTransactionError as exc:
+                if exc.status_code != 412:
+                    raise
+                continue  # purged (or rewritten) since it was read
             return True
         return False
 

@@ -22,7 +22,13 @@ from . import access
 from .access import ANYONE, Role, Rule
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_PAGE_SIZE
 from .breakers import BreakerList
-from .deadletters import DeadLetterAuditPage, DeadLetterCounts, DeadLetterListing, DeadLetterOutcome
+from .deadletters import (
+    MAX_SEQUENCE_NUMBER,
+    DeadLetterAuditPage,
+    DeadLetterCounts,
+    DeadLetterListing,
+    DeadLetterOutcome,
+)
 from .models import (
     ActionRequest,
     AuditPage,
@@ -289,7 +295,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "deadletters",
         (
             QUEUE,
-            Param("fromSequenceNumber", "query", {"type": "integer", "minimum": 0}, False),
+            Param(
+                "fromSequenceNumber",
+                "query",
+                {"type": "integer", "minimum": 0, "maximum": MAX_SEQUENCE_NUMBER},
+                False,
+            ),
             Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
         ),
         answers={

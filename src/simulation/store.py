@@ -133,34 +133,37 @@ def _conflict(exc: TableError) -> bool:
 
 @dataclass(frozen=True)
 class StoreFixes:
-    """Where the simulated store departs from ``adapters.table_store``: each a fix of a bug the simulation
-    found in the adapter's submission (docs/simulation.md, "What it found"). :data:`ADAPTER` turns them off
-    and models the adapter as it is.
+    """The fixes of the bugs the simulation found in the store's protocol (docs/simulation.md, "What it
+    found", findings 2 to 5), each a flag so that a regression test can turn it off and show that its seed
+    still catches the bug (``tests/simulation/test_regressions.py``). ``adapters.table_store`` has them all:
+    :data:`FIXED` is the protocol it follows, request for request (``tests/adapters/test_store_races.py``
+    builds each bug's interleaving on it); :data:`UNFIXED` turns every fix off.
 
     ``history_first``: a submission whose watch entry it inserted reads the history before it writes the
-    task. The adapter does both at once and takes the task back when the history has the id; if the
-    write's answer is lost, or the process dies before the take-back, the task stays: the Supervisor
-    starts it as if its kick were lost, the finished order runs again and can never be moved to the
-    history (the history has the id). Seed 19 under :data:`ADAPTER`.
+    task. Without it, the submission does both at once and takes the task back when the history has the
+    id; if the write's answer is lost, or the process dies before the take-back, the task stays: the
+    Supervisor starts it as if its kick were lost, the finished order runs again and can never be moved to
+    the history (the history has the id). Seed 84 with only this one off.
 
     ``keep_watch_of_live_task``: a submission refused because the task exists removes the watch entry it
-    inserted only when no live task has the id. The adapter also removes it when the live task has
+    inserted only when no live task has the id. Without it, the entry also goes when the live task has
     finished; but when two submissions of one id race, the entry the slower one inserted is the only one
     the task has (the faster one's insert found it there), so the finished task is never moved to the
-    history. Seed 2 with only this one off.
+    history. Seed 177 with this one and ``rewatch_new_task`` off (the latter also prevents it, unless the
+    process that would put the entry again dies first).
 
     ``archive_if_unchanged``: a second attempt at moving a task to the history (the first wrote the history
     but did not delete the live records) rewrites the history's copy only if it is unchanged since it read
     it, and a task the history already holds as a tombstone (moved and purged meanwhile) just has its live
-    records deleted. The adapter rewrites unconditionally: when the clean-up purges the task between the
-    read and the rewrite, the task is back in the history, uncounted, and its next purge takes the shard's
-    tally below what the history holds. Seed 69 with only this one off.
+    records deleted. Without it, the rewrite is unconditional: when the clean-up purges the task between
+    the read and the rewrite, the task is back in the history, uncounted, and its next purge takes the
+    shard's tally below what the history holds. Seed 86 with only this one off.
 
     ``rewatch_new_task``: a submission that wrote the task under a watch entry it did not insert (one left
-    by an earlier attempt that died before writing) puts the entry again, at the task's CompleteBy. The
-    adapter relies on the entry it found; but a sweep that read the task as absent (it was not written
-    yet) deletes that entry just after, and the task is never watched again: never recovered if it stalls,
-    never moved to the history when it finishes. Seed 71 with only this one off.
+    by an earlier attempt that died before writing) puts the entry again, at the task's CompleteBy. Without
+    it, the submission relies on the entry it found; but a sweep that read the task as absent (it was not
+    written yet) deletes that entry just after, and the task is never watched again: never recovered if it
+    stalls, never moved to the history when it finishes. Seed 71 with only this one off.
     """
 
     history_first: bool = True
@@ -170,14 +173,14 @@ class StoreFixes:
 
 
 FIXED = StoreFixes()
-ADAPTER = StoreFixes(
+UNFIXED = StoreFixes(
     history_first=False, keep_watch_of_live_task=False, archive_if_unchanged=False, rewatch_new_task=False
 )
 
 
 class SimStateStore:
-    """:class:`engine.ports.StateStore` on simulated tables, request for request like the adapter (but for
-    the :class:`StoreFixes`)."""
+    """:class:`engine.ports.StateStore` on simulated tables, request for request like the adapter with
+    ``protocol`` :data:`FIXED` (the default); a :class:`StoreFixes` flag turned off puts its bug back."""
 
     def __init__(
         self, tables: Tables, io: Requests, observer: Observer, shards: int = 8, protocol: StoreFixes = FIXED
@@ -269,8 +272,10 @@ class SimStateStore:
 
     # ---- submission ---------------------------------------------------------------------------------
     async def create(self, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
-        """The adapter's submission: watch entry first (insert only), then the task's transaction with a
-        read of the history at the same time, answered from the history or the live task if taken."""
+        """The adapter's submission: watch entry first (insert only); then, if it inserted it, a read of the
+        history and the task's transaction only if the id is not there, else the transaction and a read of
+        the history after it; answered from the history or the live task if taken; the entry put again
+        when the task was written under one it did not insert."""
         order_id, pk = record.order_id, self._pk(record.order_id)
         state = record.state
         watched = state.process_state.in_flight and state.complete_by is not None

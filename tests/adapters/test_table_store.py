@@ -116,15 +116,37 @@ async def test_a_repeated_or_refused_submission_leaves_an_in_flight_orders_watch
     assert await _watch_entries(store) == before  # still the task's own bound, not moved later
 
 
-async def test_a_refused_submission_of_a_finished_order_adds_no_watch_entry(store: TableStateStore) -> None:
+async def test_a_refused_submission_of_a_finished_order_leaves_an_entry_only_while_it_is_live(
+    store: TableStateStore,
+) -> None:
     _, record = await store.create(new_record("o-1", {"a": 1}))
     transitions.claim(record, ctx())
     record.state.process_state = ProcessState.PROCESSED
     record.state.complete_by = None
     await store.save(record)
     [entry] = [e async for e in store.expired(NOW + timedelta(hours=1))]
-    await store.unwatch(entry)  # as the Supervisor drops a finished order's entry
+    await store.unwatch(entry)  # a finished live order with no watch entry
     assert await _watch_entries(store) == {}
+    # The entry a refused submission inserted stays while the order is live (it may be the only one the
+    # order has, see tests/adapters/test_store_races.py), and is never moved by a later one.
+    assert (await store.create(new_record("o-1", {"a": 2})))[0] is CreateOutcome.EXISTS_DIFFERENT
+    kept = await _watch_entries(store)
+    assert list(kept) == ["o-1"]
+    later = NOW + timedelta(seconds=5)
+    assert (await store.create(new_record("o-1", {"a": 1}, now=later)))[0] is CreateOutcome.EXISTS_SAME
+    assert await _watch_entries(store) == kept
+    # Its sweep moves the order to the history and removes it; refused submissions then leave nothing.
+    supervisor = Supervisor(
+        EngineParts(
+            WorkflowCatalog.of(WORKFLOW),
+            store,
+            RecordingSender(),
+            FixedClock(later + timedelta(minutes=1)),
+            SETTINGS,
+        )
+    )
+    report = await supervisor.sweep()
+    assert (report.archived, report.unwatched) == (1, 1) and await _watch_entries(store) == {}
     assert (await store.create(new_record("o-1", {"a": 2})))[0] is CreateOutcome.EXISTS_DIFFERENT
     assert (await store.create(new_record("o-1", {"a": 1})))[0] is CreateOutcome.EXISTS_SAME
     assert await _watch_entries(store) == {}

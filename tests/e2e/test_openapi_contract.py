@@ -18,6 +18,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from adapters.breaker_store import BREAKER_PARTITION
+from adapters.table_store import watch_table_name
 from devhost import azurite
 from engine import queues
 from orders.openapi import OPERATIONS
@@ -37,12 +38,11 @@ class Store:
         self.accepted: set[str] = set()
 
     def snapshot(self) -> dict[str, str]:
-        """RowKey -> ETag of every entity (task, steps, audit) of an order not accepted during
-        the run: generated ids rarely hit an accepted order, so this covers what a refused request could
-        have written. The agents' circuit breakers are left out: the accepted orders' calls move them in
-        the background too. So is the watch table, which the Supervisor maintains in the background
-        for every order (tests/adapters/test_table_store.py checks that a refused submission leaves it
-        as it was)."""
+        """Key -> ETag of every entity (task, steps, listing and audit entries, watch entry) of an order not
+        accepted during the run: generated ids rarely hit an accepted order, so this covers what a refused
+        request could have written. The watch table's entries are keyed ``watch|<PartitionKey>|<id>``,
+        which no RowKey of the state table can be. The agents' circuit breakers are left out: the accepted
+        orders' calls move them in the background too."""
         rows: dict[str, str] = {}
         for entity in self.service.get_table_client(TABLE).list_entities(select=["PartitionKey", "RowKey"]):
             key = str(entity["RowKey"])
@@ -50,6 +50,10 @@ class Store:
                 continue
             if not any(key == i or f"|{i}|" in key for i in self.accepted):
                 rows[key] = entity.metadata["etag"]
+        watch = self.service.get_table_client(watch_table_name(TABLE))
+        for entity in watch.list_entities(select=["PartitionKey", "RowKey"]):
+            if entity["RowKey"] not in self.accepted:
+                rows[f"watch|{entity['PartitionKey']}|{entity['RowKey']}"] = entity.metadata["etag"]
         return rows
 
 

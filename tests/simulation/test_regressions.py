@@ -67,7 +67,7 @@ def test_seed_108_charges_no_failure_for_a_lost_resume(monkeypatch: pytest.Monke
     assert any("the policy needs" in what for _, what in result.violations), result.report()
 
 
-# ---- in the store's protocol (adapters.table_store still has them: docs/simulation.md) -----------------
+# ---- in the store's protocol (fixed in adapters.table_store too: tests/adapters/test_store_races.py) ----
 # (the fixes turned off, the seed, what breaks)
 STORE_BUGS = [
     (("history_first",), 84, "the order was started 2 times"),

@@ -1,0 +1,240 @@
+"""The store's protocol under the interleavings the simulation found (docs/simulation.md, "What it found",
+findings 2 to 5), each built by hand on Azurite: two submissions of one id driven step by step, a process
+that dies at a given point (a step of the store that raises), the Supervisor's sweep or the clean-up run
+between two requests of another caller."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from azure.data.tables.aio import TableServiceClient
+
+from adapters import table_store
+from adapters.table_store import TableStateStore
+from engine import transitions
+from engine.messages import CommandKind, SchedulerCommand
+from engine.parts import EngineParts
+from engine.ports import CreateOutcome
+from engine.state import ProcessState
+from engine.supervisor import Supervisor
+from engine.workflow import WorkflowCatalog
+from tests.adapters.test_history import DAY, SHARDS, archived, counts, finished, live_keys, rows
+from tests.adapters.test_table_store import NOW, SETTINGS, WORKFLOW, FixedClock, ctx, new_record
+from tests.engine.fakes import RecordingSender
+
+pytestmark = pytest.mark.anyio
+
+BODY = {"id": "o-1"}
+
+
+@pytest.fixture
+async def store(azurite_connection_string: str) -> AsyncIterator[TableStateStore]:
+    async with TableServiceClient.from_connection_string(azurite_connection_string) as service:
+        store = await TableStateStore.from_service(service, "t" + uuid.uuid4().hex[:16], shards=SHARDS)
+        yield store
+        await store.close()
+
+
+def supervisor(store: TableStateStore, at: Any, sender: RecordingSender | None = None) -> Supervisor:
+    clock = FixedClock(at)
+    return Supervisor(
+        EngineParts(WorkflowCatalog.of(WORKFLOW), store, sender or RecordingSender(), clock, SETTINGS)
+    )
+
+
+async def watched(store: TableStateStore) -> dict[str, Any]:
+    """The watch table's entries: their CompleteBy by order."""
+    return {key: entity["CompleteBy"] for key, entity in (await rows(store.watch)).items()}
+
+
+async def died() -> None:
+    raise ConnectionError("the process died here")
+
+
+# ---- finding 3: a submission of an id the history holds --------------------------------------------------
+@pytest.mark.parametrize("failure", ["the write's answer is lost", "the process dies before the take-back"])
+async def test_a_submission_of_an_archived_id_that_fails_midway_leaves_no_task_to_start_again(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """A submission that inserted its watch entry reads the history before it writes anything, so a
+    failure after its write cannot leave a second task of a finished order for the Supervisor to start."""
+    await archived(store, "o-1")
+    await store.unwatch(*[e async for e in store.expired(NOW + DAY)])  # as the Supervisor does after
+    if failure == "the write's answer is lost":
+        submit = table_store.submit_transaction
+
+        async def answer_lost(table: Any, operations: list[Any], **kwargs: Any) -> Any:
+            results = await submit(table, operations, **kwargs)
+            if table is store.table and operations[0][0] == "create":
+                raise ConnectionError("the answer was lost")  # after the transaction took effect
+            return results
+
+        monkeypatch.setattr(table_store, "submit_transaction", answer_lost)
+    else:
+        monkeypatch.setattr(store, "_delete_created", lambda *args: died())
+    again = new_record("o-1", BODY, now=NOW + DAY)
+    try:
+        outcome: CreateOutcome | None = (await store.create(again))[0]
+    except ConnectionError:
+        outcome = None  # the client cannot tell whether it was written, and retries
+    monkeypatch.undo()
+    assert outcome in (CreateOutcome.EXISTS_SAME, None)
+    assert await live_keys(store, "o-1") == []
+    retried, answer = await store.create(new_record("o-1", BODY, now=NOW + DAY))
+    assert retried is CreateOutcome.EXISTS_SAME and answer.archived
+    # Past any CompleteBy the submission could have set: nothing of the order is started again.
+    sender = RecordingSender()
+    report = await supervisor(store, NOW + 2 * DAY, sender).sweep()
+    assert (report.kicked, sender.sent) == (0, [])
+    assert await live_keys(store, "o-1") == [] and await watched(store) == {}
+    assert counts(await store.count_by_state(100)) == {"Processed": 1}
+
+
+# ---- finding 2: two submissions of one id at once ---------------------------------------------------------
+async def test_the_slower_of_two_submissions_keeps_its_entry_when_the_task_finished_meanwhile(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A inserts the watch entry; B finds it there, writes the task and dies before anything else; the task
+    runs to Processed under A's entry; A's write is refused and it finds the live task finished. A's entry
+    is the only one the task has: A leaves it, and the Supervisor moves the task to the history."""
+    read_archive = store._read_archive
+    b_dead = False
+
+    async def read_unless_dead(order_id: str) -> Any:
+        if b_dead:
+            await died()
+        return await read_archive(order_id)
+
+    monkeypatch.setattr(store, "_read_archive", read_unless_dead)
+    create_live = store._create_live
+    interleaved = False
+
+    async def b_writes_first(operations: list[Any]) -> Any:
+        nonlocal interleaved, b_dead
+        if interleaved:  # B's write: B dies at its next request
+            written = await create_live(operations)
+            b_dead = True
+            return written
+        # A's write: B's whole submission, then the task's run, happen before it.
+        interleaved = True
+        with pytest.raises(ConnectionError):
+            await store.create(new_record("o-1", BODY, now=NOW + timedelta(milliseconds=1)))
+        b_dead = False
+        assert await live_keys(store, "o-1") != []
+        record = await store.load("o-1")  # the Supervisor kicks it (B sent nothing), and it runs
+        assert record is not None
+        transitions.claim(record, ctx(NOW + timedelta(seconds=11)))
+        for _ in WORKFLOW.steps:
+            transitions.step_succeeded(record, ctx(NOW + timedelta(seconds=12)), {"ok": True})
+        await store.save(record)
+        assert record.state.process_state is ProcessState.PROCESSED
+        return await create_live(operations)
+
+    monkeypatch.setattr(store, "_create_live", b_writes_first)
+    outcome, answer = await store.create(new_record("o-1", BODY))  # A
+    monkeypatch.undo()
+    assert interleaved and outcome is CreateOutcome.EXISTS_SAME
+    assert answer.state.process_state is ProcessState.PROCESSED and not answer.archived
+    assert list(await watched(store)) == ["o-1"]
+    report = await supervisor(store, NOW + timedelta(minutes=1)).sweep()
+    assert (report.archived, report.unwatched) == (1, 1)
+    assert (await store.load("o-1")).archived  # type: ignore[union-attr]
+    assert await live_keys(store, "o-1") == [] and await watched(store) == {}
+
+
+# ---- finding 5: a retried submission under the entry of one that died -------------------------------------
+async def test_a_task_written_under_an_entry_it_did_not_insert_stays_watched_through_a_sweep(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission dies after inserting its watch entry, before writing the task. At the entry's time a
+    sweep reads it and loads the task: absent. The client's retry finds the entry, so inserts none, and
+    writes the task; then the sweep deletes the entry it read. The retry has put the entry again, so that
+    delete is refused and the task stays watched (here: its kick was lost, and the Supervisor re-sends
+    it)."""
+    monkeypatch.setattr(store, "_create_live", lambda *args: died())
+    with pytest.raises(ConnectionError):
+        await store.create(new_record("o-1", BODY))
+    monkeypatch.undo()
+    assert list(await watched(store)) == ["o-1"] and await live_keys(store, "o-1") == []
+    load = store.load
+    retried: list[CreateOutcome] = []
+    retry_at = NOW + timedelta(seconds=10)
+
+    async def retry_after_the_sweeps_load(order_id: str) -> Any:
+        found = await load(order_id)
+        if not retried:
+            retried.append((await store.create(new_record("o-1", BODY, now=retry_at)))[0])
+        return found
+
+    monkeypatch.setattr(store, "load", retry_after_the_sweeps_load)
+    report = await supervisor(store, retry_at).sweep()  # the first entry's CompleteBy
+    monkeypatch.undo()
+    assert retried == [CreateOutcome.CREATED] and report.unwatched == 1  # it tried
+    task = await store.load("o-1")
+    assert task is not None and task.state.process_state is ProcessState.PENDING
+    assert await watched(store) == {"o-1": task.state.complete_by}
+    sender = RecordingSender()
+    report = await supervisor(store, NOW + timedelta(minutes=1), sender).sweep()
+    assert report.kicked == 1
+    [kick] = sender.sent
+    assert isinstance(kick.body, SchedulerCommand) and kick.body.kind is CommandKind.START
+
+
+# ---- finding 4: a second attempt at moving a task to the history ----------------------------------------
+async def first_move_dies_before_the_live_delete(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """A finished order whose first move wrote the history and died before deleting the live records; the
+    order as the second attempt loaded it."""
+    await finished(store, "o-1")
+    loaded = await store.load("o-1")
+    assert loaded is not None
+    monkeypatch.setattr(store, "_delete_live", lambda *args: died())
+    with pytest.raises(ConnectionError):
+        await store.archive(loaded)
+    monkeypatch.undo()
+    assert "order|o-1|state" in await live_keys(store, "o-1")
+    return loaded
+
+
+async def test_a_second_move_does_not_bring_back_an_order_purged_after_it_read_the_history(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = await first_move_dies_before_the_live_delete(store, monkeypatch)
+    read_archive = store._read_archive
+    purges: list[int] = []
+
+    async def purged_after_the_read(order_id: str) -> Any:
+        found = await read_archive(order_id)
+        if not purges:  # the retention clean-up runs between the read and the rewrite
+            purges.append((await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged)
+        return found
+
+    monkeypatch.setattr(store, "_read_archive", purged_after_the_read)
+    assert await store.archive(loaded)
+    monkeypatch.undo()
+    assert purges == [1]
+    assert await live_keys(store, "o-1") == []
+    history = await rows(store.history)
+    assert history["order|o-1"]["Kind"] == "tombstone"
+    assert [k for k in history if "|o-1|" in k and not k.startswith("gone|")] == []
+    assert await store.load("o-1") is None
+    assert counts(await store.count_by_state(100)) == {}  # the tally agrees with what the history holds
+    assert (await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged == 0
+    assert counts(await store.count_by_state(100)) == {}
+
+
+async def test_a_second_move_of_an_order_purged_meanwhile_deletes_its_live_records(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = await first_move_dies_before_the_live_delete(store, monkeypatch)
+    assert (await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged == 1
+    assert await store.archive(loaded)
+    assert await live_keys(store, "o-1") == []
+    assert await store.load("o-1") is None
+    assert (await rows(store.history))["order|o-1"]["Kind"] == "tombstone"
+    assert counts(await store.count_by_state(100)) == {}
