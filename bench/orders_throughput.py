@@ -11,10 +11,14 @@ Prints four things:
 3. The Supervisor's sweep time over the same in-flight work with 1,000 and with 20,000 completed orders
    in the table: it must not grow with completed history (target ratio <= 1.2).
 4. Operations per order, counted where they happen: Service Bus operations per queue by the emulator and
-   function executions per function by the workers, during the end-to-end run (``<data-dir>/stats``);
+   function executions per function by the workers, during the end-to-end run (``<data-dir>/stats``),
+   each queue's next to what ``engine.costs.processed_order`` predicts for the workflow the orders run;
    table requests and entities per table by the state-store adapter (in-process run, plus the
    Supervisor's clean-up sweep). From them, with the published limits and list prices in
    ``capacity.py``, the orders/s at which each limit is reached and the cost per million orders.
+
+The orders name no workflow, so they run the catalog's default workflow in its latest version
+(``orders.catalog``): the step counts and the predicted messages follow its declaration.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from devhost.counts import StackCounts, read_counts
 from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
+from engine.costs import OrderTraffic, processed_order
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.parts import EngineParts
 from engine.retention import Retention, RetentionPolicy
@@ -54,9 +59,9 @@ from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.transitions import EngineSettings
-from engine.workflow import WorkflowCatalog
+from engine.workflow import WorkflowCatalog, WorkflowDefinition
 from history import fill_history
-from orders.catalog import FULFILMENT
+from orders.catalog import CATALOG
 from servicebus_emulator.launcher import free_port
 
 ORDER = {
@@ -64,6 +69,19 @@ ORDER = {
     "items": [{"sku": "sku-1", "quantity": 1, "unitPrice": 10.0}],
     "currency": "EUR",
 }
+
+
+def submitted_workflow() -> WorkflowDefinition:
+    """The workflow the benchmark's orders run: they name none, so the default one, latest version."""
+    workflow = CATALOG.current(CATALOG.default)
+    if workflow is None:
+        raise RuntimeError(f"the catalog has no workflow {CATALOG.default}")
+    return workflow
+
+
+WORKFLOW = submitted_workflow()
+# What one of its orders sends when it runs straight through: the one formula (engine.costs).
+TRAFFIC: OrderTraffic = processed_order(WORKFLOW)
 
 
 # ---- 1. end to end ---------------------------------------------------------------------------------
@@ -99,7 +117,7 @@ def settled_counts(data_dir: Path, before: StackCounts, orders: int, timeout: fl
     while True:
         delta = read_counts(data_dir).minus(before)
         status = delta.servicebus.get(queues.STATUS_QUEUE, {}).get("send", 0)
-        if delta.drained(ignore=[queues.STATUS_QUEUE]) and status >= 5 * orders:
+        if delta.drained(ignore=[queues.STATUS_QUEUE]) and status >= len(TRAFFIC.status_events) * orders:
             time.sleep(1.0)  # the workers rewrite their files every 0.5 s: let the last one land
             return read_counts(data_dir).minus(before)
         if time.monotonic() > deadline:
@@ -227,7 +245,7 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     engine_log.addHandler(records)
     engine_log.setLevel(logging.INFO)
     settings = EngineSettings(step_complete_by_seconds=60)
-    parts = EngineParts(WorkflowCatalog.of(FULFILMENT), store, sender, clock, settings)
+    parts = EngineParts(WorkflowCatalog.of(WORKFLOW), store, sender, clock, settings)
     tasks = TaskService(parts)
     scheduler = Scheduler(parts)
 
@@ -237,12 +255,12 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     agents = {
         a: Agent(
             a,
-            {s.action: succeed for s in FULFILMENT.steps if s.agent == a},
+            {s.action: succeed for s in WORKFLOW.steps if s.agent == a},
             sender,
             clock,
-            FULFILMENT.steps[0].retry,
+            WORKFLOW.steps[0].retry,
         )
-        for a in FULFILMENT.agents
+        for a in WORKFLOW.agents
     }
     transitions = 0
     order_id = ""
@@ -263,7 +281,7 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     counter = store.counter
     requests, entities = dict(counter.requests), dict(counter.entities)
     requests["state"] -= 1  # that check is not the order's
-    entities["state"] -= 2 + len(FULFILMENT.steps)
+    entities["state"] -= 2 + len(WORKFLOW.steps)
     log_records = records.count
     engine_log.removeHandler(records)
     # An empty sweep, then one an hour later, when every finished order's watch entry is due.
@@ -271,7 +289,7 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     await Supervisor(parts).sweep()
     empty_sweep = counter.count - before
     later = EngineParts(
-        WorkflowCatalog.of(FULFILMENT), store, sender, ShiftedClock(timedelta(hours=1)), settings
+        WorkflowCatalog.of(WORKFLOW), store, sender, ShiftedClock(timedelta(hours=1)), settings
     )
     before_requests, before_entities = dict(counter.requests), dict(counter.entities)
     before = counter.count
@@ -341,7 +359,7 @@ async def _sweep_times(
 ) -> dict[int, float]:
     sender = LoopbackSender()
     settings = EngineSettings(step_complete_by_seconds=3600)
-    parts = EngineParts(WorkflowCatalog.of(FULFILMENT), store, sender, SystemClock(), settings)
+    parts = EngineParts(WorkflowCatalog.of(WORKFLOW), store, sender, SystemClock(), settings)
     tasks = TaskService(parts)
     supervisor = Supervisor(parts)
     for _ in range(in_flight):  # Pending, complete-by an hour away: watched, not expired
@@ -368,17 +386,38 @@ NOT_PER_ORDER = {"get_order", "health", "supervisor", "retention"}
 SB_COLUMNS = ("send", "schedule", "receive", "complete", "abandon", "deadLetter", "renewLock")
 
 
+def formula_check(counted: dict[str, float], predicted: dict[str, int]) -> str:
+    """``ok`` if a queue's counted operations per order are the formula's, else what differs."""
+    differs = [
+        f"{op} {counted.get(op, 0):.2f} != {predicted.get(op, 0)}"
+        for op in sorted(set(counted) | set(predicted))
+        if abs(counted.get(op, 0) - predicted.get(op, 0)) >= 0.005
+    ]
+    return "ok" if not differs else "differs: " + ", ".join(differs)
+
+
 def print_counts(counts: StackCounts, orders: int, tables: TableCounts) -> None:
-    """The per-order operation table: Service Bus per queue, executions per function, table requests."""
-    steps = len(FULFILMENT.steps)
-    print(f"\nService Bus operations per order (emulator, {orders} orders end to end):")
-    print(f"  {'queue':<20}" + "".join(f"{c:>11}" for c in SB_COLUMNS) + f"{'total':>9}")
-    for queue in sorted(counts.servicebus):
-        ops = counts.servicebus[queue]
-        row = "".join(f"{ops.get(c, 0) / orders:>11.2f}" for c in SB_COLUMNS)
-        print(f"  {queue:<20}{row}{sum(ops.values()) / orders:>9.2f}")
+    """The per-order operation table: Service Bus per queue, counted next to the formula's prediction for
+    the workflow the orders ran, executions per function, table requests."""
+    steps = len(WORKFLOW.steps)
+    predicted = TRAFFIC.servicebus()
+    print(
+        f"\nService Bus operations per order (emulator, {orders} orders end to end), next to the formula "
+        f"(engine.costs.processed_order) for {WORKFLOW.name} version {WORKFLOW.version}, {steps} steps:"
+    )
+    print(f"  {'queue':<20}" + "".join(f"{c:>11}" for c in SB_COLUMNS) + f"{'total':>9}{'formula':>9}  check")
+    for queue in sorted(set(counts.servicebus) | set(predicted)):
+        ops = counts.servicebus.get(queue, {})
+        per_order = {op: n / orders for op, n in ops.items()}
+        row = "".join(f"{per_order.get(c, 0):>11.2f}" for c in SB_COLUMNS)
+        expected = predicted.get(queue, {})
+        check = formula_check(per_order, expected)
+        print(f"  {queue:<20}{row}{sum(per_order.values()):>9.2f}{sum(expected.values()):>9}  {check}")
     total = counts.servicebus_total() / orders
-    print(f"  {'all queues':<20}{'':>{11 * len(SB_COLUMNS)}}{total:>9.2f}  ({total / steps:.2f} per step)")
+    print(
+        f"  {'all queues':<20}{'':>{11 * len(SB_COLUMNS)}}{total:>9.2f}{TRAFFIC.servicebus_total():>9}"
+        f"  ({total / steps:.2f} per step)"
+    )
     print("Function executions per order (workers):")
     executions = {k: v for k, v in counts.executions.items() if k not in NOT_PER_ORDER}
     for name in sorted(executions):
@@ -406,7 +445,7 @@ def order_counts(counts: StackCounts, orders: int, tables: TableCounts) -> Order
     sends = counts.servicebus_total(["send", "schedule"]) / orders
     table_requests = sum(tables.requests.values())
     executions_per_order = sum(executions.values()) / orders
-    remote_calls = len(FULFILMENT.steps)
+    remote_calls = len(WORKFLOW.steps)
     return OrderCounts(
         servicebus_operations=counts.servicebus_total() / orders,
         status_messages=counts.servicebus.get(queues.STATUS_QUEUE, {}).get("send", 0) / orders,

@@ -19,17 +19,36 @@ PRODUCT = (".py", ".bicep", ".json", ".yaml", ".yml", ".html", ".js", ".css", ".
 NOT_PRODUCT = ("tests/", "docs/", "bench/", "infra/contracts/")
 
 
-def product_files() -> list[str]:
+# Outside a git checkout (a copy of the repository's files): what git would ignore is left out by name.
+IGNORED_DIRECTORIES = {"node_modules", "__pycache__", "local.settings.json"}
+
+
+def listed_files() -> list[str]:
+    """The repository's files: git's tracked and new files, or every file of a copy that is not a checkout."""
+    if not (ROOT / ".git").exists():
+        return [
+            path.relative_to(ROOT).as_posix()
+            for path in ROOT.rglob("*")
+            if path.is_file()
+            and not any(
+                part.startswith(".") or part in IGNORED_DIRECTORIES for part in path.relative_to(ROOT).parts
+            )
+        ]
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
         check=True,
         capture_output=True,
     ).stdout.decode()
+    return list(filter(None, listed.split("\0")))
+
+
+def product_files() -> list[str]:
+    """The product's files, generated ones excepted."""
     generated = {str(Path(p)) for p in GENERATED}
     return [
         name
-        for name in filter(None, listed.split("\0"))
+        for name in listed_files()
         if name.endswith(PRODUCT)
         and not name.startswith(NOT_PRODUCT)
         and name not in generated

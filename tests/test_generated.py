@@ -83,31 +83,37 @@ def with_service(name: str) -> tuple[tuple[ServiceDefinition, ...], WorkflowCata
     return (*SERVICES, service), WorkflowCatalog(workflows=(*CATALOG.workflows, workflow))
 
 
+# A service name no declaration here uses (the first of these that is free).
+NEW = next(name for name in ("alpha", "beta", "gamma", "delta") if name not in {s.name for s in SERVICES})
+
+
 def test_a_new_service_gets_its_queue_service_entry_and_sample_setting(copy: Path) -> None:
-    services, catalog = with_service("invoicing")
+    services, catalog = with_service(NEW)
+    added = services[-1]
     assert set(generate.stale(copy, services, catalog)) == set(generate.GENERATED)
     generate.write(copy, services, catalog)
     assert generate.stale(copy, services, catalog) == []
 
     emulator = load_config(copy / generate.EMULATOR_CONFIG).queues
-    agent = emulator["agent-invoicing"]
+    agent = emulator[queues.agent_queue(NEW)]
     existing = emulator[queues.agent_queue(SERVICES[0].name)]
     assert agent == existing, "a new agent queue has the agent queue properties"
 
     bicep = json.loads((copy / generate.BICEP_CATALOG).read_text())
-    assert bicep["services"]["invoicing"] == {
-        "name": "invoicing",
-        "queue": "agent-invoicing",
-        "urlSetting": "INVOICING_SERVICE_URL",
-        "functionName": "agent_invoicing",
+    assert bicep["services"][NEW] == {
+        "name": NEW,
+        "queue": f"agent-{NEW}",
+        "urlSetting": f"{NEW.upper()}_SERVICE_URL",
+        "functionName": f"agent_{NEW}",
     }
+    assert added.url_setting == f"{NEW.upper()}_SERVICE_URL"
     assert [q["name"] for q in bicep["queues"]] == queues.all_queues(catalog.agents)
 
     before = json.loads((ROOT / generate.SAMPLE_SETTINGS).read_text())["Values"]
     after = json.loads((copy / generate.SAMPLE_SETTINGS).read_text())["Values"]
-    assert after["INVOICING_SERVICE_URL"] == generate.LOCAL_SIMULATORS_URL
-    assert {k: v for k, v in after.items() if k != "INVOICING_SERVICE_URL"} == before, "others kept"
-    assert "`invoicing`" in (copy / generate.CUSTOMIZING_DOC).read_text()
+    assert after[added.url_setting] == generate.LOCAL_SIMULATORS_URL
+    assert {k: v for k, v in after.items() if k != added.url_setting} == before, "others kept"
+    assert f"`{NEW}`" in (copy / generate.CUSTOMIZING_DOC).read_text()
 
     # Declared no more: its entries go again, and the files are the repository's.
     generate.write(copy)

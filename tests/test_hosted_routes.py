@@ -12,6 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orders.catalog import SERVICES
+from orders.services.client import apply_path, undo_path
+from simulators.app import CONTROLS
+from simulators.hosted import ROUTE_PREFIX
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Runs in the child: describe the simulator functions and which of them each path would reach.
@@ -32,14 +37,23 @@ print(json.dumps({
     "control": {p: is_control_path(p) for p in paths},
 }))
 """
+# Every declared resource's apply and undo paths (keys with an escaped ':' and with a '/').
 SERVICE_PATHS = [
-    "/api/sim/inventory/reservations",
-    "/api/sim/payment/charges",
-    "/api/sim/payment/charges/o-1%3Apayment/refund",
-    "/api/sim/shipping/shipments/a/b/cancel",
+    ROUTE_PREFIX + path
+    for service in SERVICES
+    for resource in service.resources
+    for path in (
+        apply_path(service, resource),
+        undo_path(service, resource, "o-1:step"),
+        f"{apply_path(service, resource)}/a/b/{resource.undo}",
+    )
 ]
-CONTROL_PATHS = ["/api/sim/faults", "/api/sim/ledger", "/api/sim/stats", "/api/sim/health"]
-NEITHER = ["/api/sim/faults/x/y", "/api/sim/inventory/other", "/api/sim/nothing"]
+CONTROL_PATHS = [f"{ROUTE_PREFIX}/{control}" for control in CONTROLS]
+NEITHER = [
+    f"{ROUTE_PREFIX}/faults/x/y",
+    f"{ROUTE_PREFIX}/{SERVICES[0].name}/other",
+    f"{ROUTE_PREFIX}/nothing",
+]
 
 
 def probe(data_dir: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orders.catalog import SERVICES
 from orders.settings import SIMULATORS_ROUTE, load_settings
 from simulators.hosted import ROUTE_PREFIX
 
@@ -12,23 +13,27 @@ def test_the_route_is_the_one_the_app_serves_the_simulators_under() -> None:
     assert SIMULATORS_ROUTE == ROUTE_PREFIX
 
 
+# Where each declared service may be: the hosted simulators (in Azure or locally, with a trailing slash)
+# or a real service elsewhere, in turn.
+URLS = (
+    "https://func-api-x.azurewebsites.net/api/sim",
+    "https://service.example.com/v1",
+    "http://127.0.0.1:7071/api/sim/",
+)
+
+
 def test_the_key_goes_only_to_the_hosted_simulators() -> None:
+    where = {service: URLS[index % len(URLS)] for index, service in enumerate(SERVICES)}
     settings = load_settings(
-        {
-            **BASE,
-            "INVENTORY_SERVICE_URL": "https://func-api-x.azurewebsites.net/api/sim",
-            "PAYMENT_SERVICE_URL": "https://payments.example.com/v1",
-            "SHIPPING_SERVICE_URL": "http://127.0.0.1:7071/api/sim/",
-            "SIMULATORS_KEY": "key-4f1c",
-        }
+        {**BASE, **{s.url_setting: url for s, url in where.items()}, "SIMULATORS_KEY": "key-4f1c"}
     )
-    assert settings.service_keys == {"inventory": "key-4f1c", "shipping": "key-4f1c"}
+    hosted = {s.name: "key-4f1c" for s, url in where.items() if url != URLS[1]}
+    assert hosted, "at least one service on the hosted simulators"
+    assert settings.service_keys == hosted
     assert "key-4f1c" not in repr(settings), "the key stays out of log lines"
 
 
 def test_no_key_is_sent_when_none_is_set() -> None:
-    urls = dict.fromkeys(
-        ("INVENTORY_SERVICE_URL", "PAYMENT_SERVICE_URL", "SHIPPING_SERVICE_URL"), "http://h/api/sim"
-    )
+    urls = {service.url_setting: "http://h/api/sim" for service in SERVICES}
     assert load_settings({**BASE, **urls}).service_keys == {}
     assert load_settings({**BASE, **urls, "SIMULATORS_KEY": ""}).service_keys == {}

@@ -43,14 +43,14 @@ async def test_records_round_trip_and_every_write_is_etag_guarded(
     stores: Stores,
 ) -> None:
     one, two = stores
-    assert await one.load("inventory") is None and await one.load_all() == []
-    record = opened(BreakerRecord("inventory"), NOW, FAIL_MAX, FAIL_MAX, RESET)
+    assert await one.load("alpha") is None and await one.load_all() == []
+    record = opened(BreakerRecord("alpha"), NOW, FAIL_MAX, FAIL_MAX, RESET)
     assert record is not None
     saved = await one.save(record)
     assert saved.etag
     with pytest.raises(BreakerConflict):
         await two.save(record)  # no ETag: only the first insert wins
-    loaded = await two.load("inventory")
+    loaded = await two.load("alpha")
     assert loaded == saved and loaded.open_until == NOW + timedelta(seconds=RESET)
     assert loaded.open_until.tzinfo is not None and loaded.probe_holder is None
     newer = await two.save(replace(loaded, consecutive_failures=9))
@@ -63,7 +63,7 @@ async def test_one_instance_opens_and_the_other_sees_it_open_after_its_cache_ref
     stores: Stores,
 ) -> None:
     clock = ManualClock(NOW)
-    a, b = breaker(stores[0], clock, "a", "inventory"), breaker(stores[1], clock, "b", "inventory")
+    a, b = breaker(stores[0], clock, "a", "alpha"), breaker(stores[1], clock, "b", "alpha")
     await b.on_success(await b.before_call())  # b's view: closed, fresh
     await fail(a, FAIL_MAX)
     assert a.state is BreakerState.OPEN
@@ -73,7 +73,7 @@ async def test_one_instance_opens_and_the_other_sees_it_open_after_its_cache_ref
     await asyncio.wait_for(b.refresh(), 10)  # (or wait for that one; the result is the same)
     with pytest.raises(CircuitOpenError):
         await b.before_call()
-    stored = await stores[1].load("inventory")
+    stored = await stores[1].load("alpha")
     assert stored is not None and stored.state is BreakerState.OPEN
     assert stored.consecutive_failures == FAIL_MAX
 
@@ -82,7 +82,7 @@ async def test_only_one_of_two_concurrent_probe_claims_wins(
     stores: Stores,
 ) -> None:
     clock = ManualClock(NOW)
-    a, b = breaker(stores[0], clock, "a", "inventory"), breaker(stores[1], clock, "b", "inventory")
+    a, b = breaker(stores[0], clock, "a", "alpha"), breaker(stores[1], clock, "b", "alpha")
     await fail(a, FAIL_MAX)
     await b.refresh()
     clock.advance(RESET)
@@ -90,13 +90,13 @@ async def test_only_one_of_two_concurrent_probe_claims_wins(
     permits = [r for r in results if isinstance(r, Permit)]
     assert len(permits) == 1 and permits[0].probe, results
     assert sum(isinstance(r, CircuitOpenError) for r in results) == 1, results
-    stored = await stores[0].load("inventory")
+    stored = await stores[0].load("alpha")
     winner = "a" if isinstance(results[0], Permit) else "b"
     assert stored is not None and stored.state is BreakerState.HALF_OPEN and stored.probe_holder == winner
     assert stored.probe_by == clock.now() + timedelta(seconds=PROBE)
     prober = a if winner == "a" else b
     await prober.on_success(permits[0])  # the service is back: closed for everyone
-    stored = await stores[1].load("inventory")
+    stored = await stores[1].load("alpha")
     assert stored is not None and stored.state is BreakerState.CLOSED and stored.open_until is None
 
 
@@ -105,7 +105,7 @@ async def test_a_closed_healthy_service_costs_no_table_request_per_call_once_war
 ) -> None:
     clock = ManualClock(NOW)
     store = stores[0]
-    a = breaker(store, clock, "a", "inventory")
+    a = breaker(store, clock, "a", "alpha")
     await a.on_success(await a.before_call())  # cold: one read
     assert store.counter.requests.get(BREAKER) == 1
     for _ in range(200):

@@ -46,8 +46,8 @@ async def test_a_request_does_not_wait_for_the_status_message_decided_with_it() 
     sender = GatedSender(held="order-status")
     # Sequential sending would wait forever on the status message (the gate opens only once the
     # request's send has started): the wait_for above would raise.
-    await deliver(sender, [_message("order-status", 1), _message("agent-payment", 1)])
-    assert sender.events.index("start agent-payment-1") < sender.events.index("end order-status-1")
+    await deliver(sender, [_message("order-status", 1), _message("agent-alpha", 1)])
+    assert sender.events.index("start agent-alpha-1") < sender.events.index("end order-status-1")
 
 
 async def test_the_status_message_starts_after_the_work_decided_with_it() -> None:
@@ -59,14 +59,14 @@ async def test_the_status_message_starts_after_the_work_decided_with_it() -> Non
             await asyncio.sleep(0)
 
     # Decisions list the status first (it reports the move); the request carries the work on.
-    await deliver(Recording(), [_message("order-status", 1), _message("agent-payment", 1)])
-    assert started == ["agent-payment-1", "order-status-1"]
+    await deliver(Recording(), [_message("order-status", 1), _message("agent-alpha", 1)])
+    assert started == ["agent-alpha-1", "order-status-1"]
 
 
 async def test_messages_to_one_queue_keep_their_order() -> None:
     sender = GatedSender(held="order-status")
     await deliver(
-        sender, [_message("order-status", 1), _message("agent-payment", 1), _message("order-status", 2)]
+        sender, [_message("order-status", 1), _message("agent-alpha", 1), _message("order-status", 2)]
     )
     status = [e for e in sender.events if "order-status" in e]
     assert status == [
@@ -78,7 +78,7 @@ async def test_messages_to_one_queue_keep_their_order() -> None:
 
 
 async def test_a_failed_send_is_raised_after_the_others_have_ended() -> None:
-    sender = GatedSender(held="order-status", fail="agent-payment")
-    with pytest.raises(ConnectionError, match="agent-payment is down"):
-        await deliver(sender, [_message("order-status", 1), _message("agent-payment", 1)])
+    sender = GatedSender(held="order-status", fail="agent-alpha")
+    with pytest.raises(ConnectionError, match="agent-alpha is down"):
+        await deliver(sender, [_message("order-status", 1), _message("agent-alpha", 1)])
     assert "end order-status-1" in sender.events

@@ -121,7 +121,7 @@ def test_the_copy_goes_only_to_the_scheduler_and_agents_and_only_about_its_task(
     other = SchedulerCommand(order_id="o-2", kind=CommandKind.START)
     messages = [
         Outgoing(queues.SCHEDULER_QUEUE, command, "m-1", "o-1"),
-        Outgoing("inventory-requests", request, "m-2", "o-1"),
+        Outgoing("agent-alpha", request, "m-2", "o-1"),
         Outgoing(queues.STATUS_QUEUE, status, "m-3", "o-1"),
         Outgoing(queues.SCHEDULER_QUEUE, other, "m-4", "o-2"),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from engine import queues, telemetry
 from engine.breaker import BreakerRecord, MemoryBreakerStore, opened, probe_claimed, probe_ended
 from engine.clock import ManualClock
+from engine.costs import processed_order
 from engine.errors import Conflict, InvalidState
 from engine.messages import (
     AgentReply,
@@ -141,6 +143,26 @@ async def test_happy_path_runs_steps_in_order_and_records_results() -> None:
     assert record.state.locked_by is None and record.state.complete_by is None
     assert [s.result for s in record.steps] == [{"ref": "first"}, {"ref": "second"}, {"ref": "third"}]
     assert world.statuses() == ["received", "step-completed", "step-completed", "step-completed", "processed"]
+
+
+async def test_a_straight_run_sends_what_the_cost_formula_predicts() -> None:
+    """engine.costs is the one formula the tests and the Capacity figures use: the engine is held to it."""
+    world = World()
+    await world.submit()
+    sent: Counter[str] = Counter()
+    replies = 0
+    while batch := world.sender.take():
+        for message in batch:
+            sent[message.queue] += 1
+            if isinstance(message.body, SchedulerCommand):
+                await world.scheduler.handle_command(message.body)
+            elif isinstance(message.body, AgentRequest):
+                replies += 1  # an Agent's reply, handed to the Scheduler here rather than queued
+                assert await world.reply(message.body, result={})
+    assert world.store.state("o-1").state.process_state is ProcessState.PROCESSED
+    traffic = processed_order(WORKFLOW)
+    assert {**sent, queues.REPLY_QUEUE: replies} == traffic.messages()
+    assert replies == len(WORKFLOW.steps)
 
 
 async def test_claim_is_exclusive_and_records_locked_by_and_complete_by() -> None:

@@ -15,9 +15,8 @@ from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.state import ProcessState, TaskState
 from engine.tasks import TaskService
-from engine.workflow import WorkflowCatalog
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 from orders.api import MAX_BODY_BYTES, Call, OrdersApi, Reply, engine_error
-from orders.catalog import FULFILMENT
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -25,6 +24,15 @@ pytestmark = pytest.mark.anyio
 ORDER = {"customerId": "c-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 1.5}], "currency": "EUR"}
 JSON = "application/json"
 BASE = "http://example.test"
+# A workflow of the tests' own: the API serves whatever the catalog declares.
+WORKFLOW = WorkflowDefinition(
+    name="w",
+    steps=(
+        StepDefinition(name="first", agent="alpha", action="do", compensation="undo"),
+        StepDefinition(name="second", agent="beta", action="do", compensation="undo"),
+    ),
+)
+FIRST, SECOND = (step.name for step in WORKFLOW.steps)
 
 
 class Harness:
@@ -32,7 +40,7 @@ class Harness:
         self.store = store or MemoryStore()
         self.sender = RecordingSender()
         parts = EngineParts(
-            WorkflowCatalog.of(FULFILMENT), self.store, self.sender, ManualClock(), EngineSettings()
+            WorkflowCatalog.of(WORKFLOW), self.store, self.sender, ManualClock(), EngineSettings()
         )
         self.tasks = TaskService(parts)
         self.api = OrdersApi(self._tasks)
@@ -122,7 +130,7 @@ async def test_get_answers_the_order_or_404(h: Harness) -> None:
     await h.submit({**ORDER, "orderId": "o-1"})
     reply = await h.api.get("o-1")
     assert reply.status == 200 and [s["name"] for s in reply.body["steps"]] == [
-        s.name for s in FULFILMENT.steps
+        s.name for s in WORKFLOW.steps
     ]
     assert code(await h.api.get("o-2")) == (404, "NotFound")
     assert code(await h.api.get("not/an/id")) == (404, "NotFound")
@@ -223,7 +231,7 @@ async def test_actions_need_if_match_and_a_stale_etag_changes_nothing(h: Harness
     bodies = ((h.api.retry_step, {}), (h.api.extend_step, {"seconds": 5}), (h.api.skip_step, {"note": "n"}))
     for step_action, body in bodies:
         no_tag = Call(json.dumps(body).encode(), JSON)
-        assert code(await step_action("o-1", "charge-payment", no_tag)) == (428, "PreconditionRequired")
+        assert code(await step_action("o-1", SECOND, no_tag)) == (428, "PreconditionRequired")
     assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
     listed = Call(headers={"if-match": f'"other", {read.headers["ETag"]}'})
     assert (await h.api.cancel("o-1", listed)).status == 202  # any of the listed tags may match
@@ -239,7 +247,7 @@ async def test_weak_tags_alone_fail_the_precondition_rather_than_miss_it(h: Harn
         for action in (h.api.resubmit, h.api.cancel):
             refused = await action("o-1", Call(headers={"if-match": tags}))
             assert code(refused) == (412, "PreconditionFailed"), tags
-    step = await h.api.retry_step("o-1", "reserve-inventory", Call(headers={"if-match": weak_current}))
+    step = await h.api.retry_step("o-1", FIRST, Call(headers={"if-match": weak_current}))
     assert code(step) == (412, "PreconditionFailed")
     assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
     # A weak tag beside the current strong one does not stop the strong one from matching.
@@ -264,12 +272,12 @@ async def test_step_actions_validate_their_bodies_and_name_real_steps(h: Harness
         call = (
             guarded(read, body) if body is not None else Call(b"", JSON, {"if-match": read.headers["ETag"]})
         )
-        assert code(await action("o-1", "reserve-inventory", call)) == expected, (action, body)
+        assert code(await action("o-1", FIRST, call)) == expected, (action, body)
     text = Call(b"seconds=5", "text/plain", {"if-match": read.headers["ETag"]})
-    assert code(await h.api.extend_step("o-1", "reserve-inventory", text)) == (415, "UnsupportedMediaType")
+    assert code(await h.api.extend_step("o-1", FIRST, text)) == (415, "UnsupportedMediaType")
     unknown = await h.api.retry_step("o-1", "nope", guarded(read))
-    assert code(unknown) == (404, "NotFound") and "reserve-inventory" in unknown.body["error"]["message"]
-    wrong = await h.api.extend_step("o-1", "reserve-inventory", guarded(read, {"seconds": 5}))
+    assert code(unknown) == (404, "NotFound") and FIRST in unknown.body["error"]["message"]
+    wrong = await h.api.extend_step("o-1", FIRST, guarded(read, {"seconds": 5}))
     assert code(wrong) == (409, "InvalidState")
     assert h.store.state("o-1").state.process_state is ProcessState.PENDING
 
@@ -279,7 +287,7 @@ async def test_skip_is_audited_with_the_caller_and_the_note(h: Harness) -> None:
     read = await h.api.get("o-1")
     skipped = await h.api.skip_step(
         "o-1",
-        "reserve-inventory",
+        FIRST,
         replace(guarded(read, {"note": "reserved by phone"}), actor="user:ann oid:0001"),
     )
     assert skipped.status == 202 and skipped.body["steps"][0]["state"] == "Completed"

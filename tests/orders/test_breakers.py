@@ -8,7 +8,6 @@ import pytest
 
 from engine.breaker import BreakerRecord, MemoryBreakerStore, opened, probe_claimed
 from orders.breakers import BreakerList, BreakersApi
-from orders.catalog import FULFILMENT
 
 pytestmark = pytest.mark.anyio
 
@@ -17,12 +16,12 @@ NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 async def test_every_agent_in_workflow_order_with_nulls_where_nothing_is_stored() -> None:
     store = MemoryBreakerStore()
-    record = opened(BreakerRecord("payment"), NOW, 5, 5, 10)
+    record = opened(BreakerRecord("beta"), NOW, 5, 5, 10)
     assert record is not None
     await store.save(record)
-    shipping = opened(BreakerRecord("shipping"), NOW, 6, 5, 10)
-    assert shipping is not None
-    probing = probe_claimed(shipping, NOW.replace(second=30), "i-1", 4)  # half-open: a trial call runs
+    tripped = opened(BreakerRecord("gamma"), NOW, 6, 5, 10)
+    assert tripped is not None
+    probing = probe_claimed(tripped, NOW.replace(second=30), "i-1", 4)  # half-open: a trial call runs
     assert probing is not None
     await store.save(probing)
     await store.save(BreakerRecord("retired-service"))  # not an agent of the workflow: not listed
@@ -30,12 +29,12 @@ async def test_every_agent_in_workflow_order_with_nulls_where_nothing_is_stored(
     async def get_store() -> MemoryBreakerStore:
         return store
 
-    reply = await BreakersApi(FULFILMENT.agents, get_store).list()
+    reply = await BreakersApi(["alpha", "beta", "gamma"], get_store).list()
     assert reply.status == 200
     assert reply.body == {
         "breakers": [
             {
-                "service": "inventory",
+                "service": "alpha",
                 "state": "closed",
                 "consecutiveFailures": 0,
                 "openedAt": None,
@@ -44,7 +43,7 @@ async def test_every_agent_in_workflow_order_with_nulls_where_nothing_is_stored(
                 "updatedAt": None,
             },
             {
-                "service": "payment",
+                "service": "beta",
                 "state": "open",
                 "consecutiveFailures": 5,
                 "openedAt": "2026-05-01T12:00:00Z",
@@ -53,7 +52,7 @@ async def test_every_agent_in_workflow_order_with_nulls_where_nothing_is_stored(
                 "updatedAt": "2026-05-01T12:00:00Z",
             },
             {
-                "service": "shipping",
+                "service": "gamma",
                 "state": "half-open",
                 "consecutiveFailures": 6,
                 "openedAt": "2026-05-01T12:00:00Z",

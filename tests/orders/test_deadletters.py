@@ -17,18 +17,23 @@ from engine.deadletters import (
     DeadLetterUnreachable,
 )
 from engine.parts import EngineParts
+from engine.queues import SCHEDULER_QUEUE, agent_queue
 from engine.settings import EngineSettings
 from engine.state import AuditEntry
 from engine.tasks import TaskService
-from engine.workflow import WorkflowCatalog
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 from orders.api import Call
-from orders.catalog import FULFILMENT
 from orders.deadletters import DeadLetterParts, DeadLettersApi
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
 
-QUEUES = ("scheduler", "agent-payment")
+# A workflow of the tests' own, on one agent: the dead-letter API serves whatever queues it is given.
+WORKFLOW = WorkflowDefinition(
+    name="w", steps=(StepDefinition(name="only", agent="alpha", action="do", compensation="undo"),)
+)
+AGENT_QUEUE = agent_queue("alpha")
+QUEUES = (SCHEDULER_QUEUE, AGENT_QUEUE)
 ORDER = {"customerId": "c", "items": [{"sku": "a", "quantity": 1, "unitPrice": 1.0}], "currency": "EUR"}
 
 
@@ -98,7 +103,7 @@ class Harness:
     def __init__(self) -> None:
         store = MemoryStore()
         engine = EngineParts(
-            WorkflowCatalog.of(FULFILMENT), store, RecordingSender(), ManualClock(), EngineSettings()
+            WorkflowCatalog.of(WORKFLOW), store, RecordingSender(), ManualClock(), EngineSettings()
         )
         self.tasks = TaskService(engine)
         self.port = MemoryDeadLetters()
@@ -116,23 +121,23 @@ def h() -> Harness:
 
 
 async def test_counts_cover_every_queue(h: Harness) -> None:
-    h.port.queues["agent-payment"] = [letter(1), letter(2)]
+    h.port.queues[AGENT_QUEUE] = [letter(1), letter(2)]
     reply = await h.api.counts()
     assert reply.status == 200
     assert reply.body["items"] == [
-        {"queue": "scheduler", "count": 0, "atLeast": False},
-        {"queue": "agent-payment", "count": 2, "atLeast": False},
+        {"queue": SCHEDULER_QUEUE, "count": 0, "atLeast": False},
+        {"queue": AGENT_QUEUE, "count": 2, "atLeast": False},
     ]
 
 
 async def test_listing_is_paged_by_sequence_number(h: Harness) -> None:
-    h.port.queues["agent-payment"] = [letter(n, "o-1") for n in (3, 5, 8)]
-    first = await h.api.list("agent-payment", {"pageSize": "2"})
+    h.port.queues[AGENT_QUEUE] = [letter(n, "o-1") for n in (3, 5, 8)]
+    first = await h.api.list(AGENT_QUEUE, {"pageSize": "2"})
     assert [m["sequenceNumber"] for m in first.body["items"]] == [3, 5]
     assert first.body["nextSequenceNumber"] == 8
     assert first.body["items"][0]["reason"] == "MaxDeliveryCountExceeded"
     assert first.body["items"][0]["orderId"] == "o-1"
-    rest = await h.api.list("agent-payment", {"fromSequenceNumber": "8"})
+    rest = await h.api.list(AGENT_QUEUE, {"fromSequenceNumber": "8"})
     assert [m["sequenceNumber"] for m in rest.body["items"]] == [8]
     assert rest.body["nextSequenceNumber"] is None
 
@@ -141,7 +146,7 @@ async def test_listing_is_paged_by_sequence_number(h: Harness) -> None:
     "query", [{"pageSize": "0"}, {"pageSize": "101"}, {"pageSize": "x"}, {"fromSequenceNumber": "-1"}]
 )
 async def test_bad_listing_queries_are_400(h: Harness, query: dict[str, str]) -> None:
-    reply = await h.api.list("agent-payment", query)
+    reply = await h.api.list(AGENT_QUEUE, query)
     assert (reply.status, reply.body["error"]["code"]) == (400, "ValidationFailed")
 
 
@@ -157,12 +162,12 @@ async def test_unknown_queues_are_404_everywhere(h: Harness) -> None:
 
 async def test_replay_of_an_order_s_message_is_audited_on_the_order(h: Harness) -> None:
     await h.tasks.submit("o-1", {"orderId": "o-1", **ORDER}, "hash")
-    h.port.queues["agent-payment"] = [letter(7, "o-1")]
+    h.port.queues[AGENT_QUEUE] = [letter(7, "o-1")]
     call = Call(json.dumps({"note": "fixed"}).encode(), "application/json", actor="user:ann oid:0001")
-    reply = await h.api.replay("agent-payment", "7", call)
+    reply = await h.api.replay(AGENT_QUEUE, "7", call)
     assert reply.status == 200, reply.body
     assert reply.body["auditedOn"] == "order:o-1" and reply.body["message"]["sequenceNumber"] == 7
-    assert h.port.sent == [("agent-payment", 7)]
+    assert h.port.sent == [(AGENT_QUEUE, 7)]
     [entry] = h.audit.orders["o-1"]
     assert entry.action == "deadletter-replay" and entry.note == "fixed"
     assert entry.actor == "user:ann oid:0001"
@@ -172,27 +177,27 @@ async def test_replay_of_an_order_s_message_is_audited_on_the_order(h: Harness) 
 
 
 async def test_a_message_naming_no_known_order_is_audited_on_its_queue(h: Harness) -> None:
-    h.port.queues["agent-payment"] = [letter(1, "unknown-order"), letter(2)]
-    assert (await h.api.purge("agent-payment", "1", Call())).body["auditedOn"] == "deadletters:agent-payment"
-    assert (await h.api.purge("agent-payment", "2", Call())).status == 200
-    trail = await h.api.audit("agent-payment")
+    h.port.queues[AGENT_QUEUE] = [letter(1, "unknown-order"), letter(2)]
+    assert (await h.api.purge(AGENT_QUEUE, "1", Call())).body["auditedOn"] == f"deadletters:{AGENT_QUEUE}"
+    assert (await h.api.purge(AGENT_QUEUE, "2", Call())).status == 200
+    trail = await h.api.audit(AGENT_QUEUE)
     assert [(e["action"], e["sequenceNumber"], e["orderId"]) for e in trail.body["items"]] == [
         ("purge", 1, "unknown-order"),
         ("purge", 2, None),
     ]
-    assert h.port.queues["agent-payment"] == [] and h.port.sent == []
+    assert h.port.queues[AGENT_QUEUE] == [] and h.port.sent == []
 
 
 async def test_bad_or_unknown_sequence_numbers_change_nothing(h: Harness) -> None:
-    h.port.queues["agent-payment"] = [letter(1)]
-    bad = await h.api.replay("agent-payment", "x1", Call())
+    h.port.queues[AGENT_QUEUE] = [letter(1)]
+    bad = await h.api.replay(AGENT_QUEUE, "x1", Call())
     assert (bad.status, bad.body["error"]["code"]) == (400, "ValidationFailed")
-    missing = await h.api.replay("agent-payment", "2", Call())
+    missing = await h.api.replay(AGENT_QUEUE, "2", Call())
     assert (missing.status, missing.body["error"]["code"]) == (404, "NotFound")
-    wrong_body = await h.api.purge("agent-payment", "1", Call(b'{"nope": 1}', "application/json"))
+    wrong_body = await h.api.purge(AGENT_QUEUE, "1", Call(b'{"nope": 1}', "application/json"))
     assert (wrong_body.status, wrong_body.body["error"]["code"]) == (400, "ValidationFailed")
     h.port.unreachable = True
-    locked = await h.api.purge("agent-payment", "1", Call())
+    locked = await h.api.purge(AGENT_QUEUE, "1", Call())
     assert (locked.status, locked.body["error"]["code"]) == (409, "Unreachable")
-    assert len(h.port.queues["agent-payment"]) == 1 and h.port.sent == []
+    assert len(h.port.queues[AGENT_QUEUE]) == 1 and h.port.sent == []
     assert h.audit.queues == [] and h.audit.orders == {}

@@ -1,4 +1,8 @@
-"""The remote-service clients against a real local HTTP server: what they send, how answers are classified."""
+"""The remote-service clients against a real local HTTP server: what they send, how answers are classified.
+
+A service of its own (``alpha``) rather than the example services: the client is built from any
+declaration; the example services' bodies are checked in ``tests/examples/test_simulated_services.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +19,38 @@ import pytest
 from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 from orders.catalog import SERVICES
-from orders.services import inventory, payment, shipping
 from orders.services.client import RemoteServices
+from orders.services.declaration import AmountBody, ItemsBody, Resource, ServiceDefinition
 from servicebus_emulator.launcher import free_port
 
 pytestmark = pytest.mark.anyio
 
-INVENTORY, PAYMENT, SHIPPING = inventory.SERVICE.name, payment.SERVICE.name, shipping.SERVICE.name
+ALPHA = ServiceDefinition(
+    name="alpha",
+    description="a service of the tests",
+    resources=(
+        Resource(
+            collection="debits",
+            apply="debit",
+            undo="credit",
+            body=AmountBody,
+            applied="debited",
+            undone="credited",
+            rejection="no funds",
+        ),
+        Resource(
+            collection="holds",
+            apply="hold",
+            undo="free",
+            body=ItemsBody,
+            applied="held",
+            undone="freed",
+            rejection="none left",
+        ),
+    ),
+)
+BETA = ALPHA.model_copy(update={"name": "beta"})
+NAME = ALPHA.name
 ORDER = {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 2.5}], "currency": "EUR"}
 
 
@@ -73,14 +102,12 @@ def service() -> Iterator[Service]:
 
 @pytest.fixture
 async def services(service: Service) -> AsyncIterator[RemoteServices]:
-    remote = RemoteServices(
-        SERVICES, {INVENTORY: service.url, PAYMENT: service.url, SHIPPING: service.url + "/"}
-    )
+    remote = RemoteServices((ALPHA, BETA), {NAME: service.url, BETA.name: service.url + "/"})
     yield remote
     await remote.client.aclose()
 
 
-def request(action: str, step: str = "charge-payment") -> AgentRequest:
+def request(action: str, step: str = "debit-step") -> AgentRequest:
     return AgentRequest(
         order_id="o-1",
         step=step,
@@ -93,24 +120,35 @@ def request(action: str, step: str = "charge-payment") -> AgentRequest:
     )
 
 
-async def test_every_action_the_workflows_name_exists(services: RemoteServices) -> None:
+async def test_every_action_the_workflows_name_exists() -> None:
     from orders.catalog import CATALOG
 
-    actions = services.actions()
+    remote = RemoteServices(SERVICES, {})
+    actions = remote.actions()
+    await remote.client.aclose()
     for workflow in CATALOG.workflows:
         for step in workflow.steps:
             assert step.action in actions[step.agent] and step.compensation in actions[step.agent]
 
 
-async def test_a_charge_sends_the_total_and_the_idempotency_key(
+async def test_an_apply_sends_its_body_model_and_the_idempotency_key(
     service: Service, services: RemoteServices
 ) -> None:
-    service.answer(201, {"chargeId": "ch-1"})
-    result = await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
-    assert result == {"chargeId": "ch-1"}
+    service.answer(201, {"debitId": "d-1"})
+    result = await services.actions()[NAME]["debit"](request("debit"), 5.0)
+    assert result == {"debitId": "d-1"}
     ((path, headers, body),) = service.seen
-    assert path == "/payment/charges" and headers["Idempotency-Key"] == "o-1:charge-payment"
+    assert path == "/alpha/debits" and headers["Idempotency-Key"] == "o-1:debit-step"
     assert body == {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
+
+
+async def test_each_resource_sends_its_own_body_to_its_own_collection(
+    service: Service, services: RemoteServices
+) -> None:
+    await services.actions()[BETA.name]["hold"](request("hold", step="hold-step"), 5.0)
+    ((path, _, body),) = service.seen
+    assert path == "/beta/holds", "a base URL's trailing slash is not doubled"
+    assert body == {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2}]}
 
 
 async def test_a_request_that_cannot_be_encoded_is_a_lasting_fault_and_is_not_sent(
@@ -119,8 +157,8 @@ async def test_a_request_that_cannot_be_encoded_is_a_lasting_fault_and_is_not_se
     # A total past the largest float: the request is at fault, not the service (its breaker is not charged).
     huge = {**ORDER, "items": [{"sku": "a", "quantity": 10, "unitPrice": 1.7e308}]}
     with pytest.raises(PermanentError, match="cannot be encoded"):
-        await services.actions()[PAYMENT]["charge"](
-            request("charge").model_copy(update={"payload": {"input": huge, "results": {}}}), 5.0
+        await services.actions()[NAME]["debit"](
+            request("debit").model_copy(update={"payload": {"input": huge, "results": {}}}), 5.0
         )
     assert service.seen == []
 
@@ -128,8 +166,8 @@ async def test_a_request_that_cannot_be_encoded_is_a_lasting_fault_and_is_not_se
 async def test_an_undo_addresses_the_first_call_by_its_key(
     service: Service, services: RemoteServices
 ) -> None:
-    await services.actions()[SHIPPING]["cancel"](request("cancel", step="create-shipment"), 5.0)
-    assert service.seen[0][0] == "/shipping/shipments/o-1%3Acreate-shipment/cancel"
+    await services.actions()[NAME]["credit"](request("credit", step="debit-step"), 5.0)
+    assert service.seen[0][0] == "/alpha/debits/o-1%3Adebit-step/credit"
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 503])
@@ -138,16 +176,16 @@ async def test_timeouts_throttling_and_server_errors_are_transient(
 ) -> None:
     service.answer(status, {"error": {"message": "later"}})
     with pytest.raises(TransientError, match=f"HTTP {status}"):
-        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[NAME]["debit"](request("debit"), 5.0)
 
 
 @pytest.mark.parametrize("status", [400, 402, 404, 409, 422])
 async def test_other_client_errors_are_lasting_and_carry_the_services_reason(
     service: Service, services: RemoteServices, status: int
 ) -> None:
-    service.answer(status, {"error": {"code": "Declined", "message": "card declined"}})
-    with pytest.raises(PermanentError, match="payment: card declined"):
-        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+    service.answer(status, {"error": {"code": "Declined", "message": "no funds"}})
+    with pytest.raises(PermanentError, match="alpha: no funds"):
+        await services.actions()[NAME]["debit"](request("debit"), 5.0)
 
 
 async def test_a_lasting_error_without_a_json_reason_names_the_status(
@@ -155,22 +193,22 @@ async def test_a_lasting_error_without_a_json_reason_names_the_status(
 ) -> None:
     service.answer(400, b"nope")
     with pytest.raises(PermanentError, match="HTTP 400"):
-        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[NAME]["debit"](request("debit"), 5.0)
 
 
 async def test_an_answer_that_is_not_json_is_transient(service: Service, services: RemoteServices) -> None:
     service.answer(200, b"<html>")
     with pytest.raises(TransientError, match="not JSON"):
-        await services.actions()[PAYMENT]["charge"](request("charge"), 5.0)
+        await services.actions()[NAME]["debit"](request("debit"), 5.0)
 
 
 async def test_a_slow_answer_is_a_transient_timeout(service: Service, services: RemoteServices) -> None:
     service.answer(200, {}, delay=0.6)
     with pytest.raises(TransientError, match="timed out"):
-        await services.actions()[PAYMENT]["charge"](request("charge"), 0.2)
+        await services.actions()[NAME]["debit"](request("debit"), 0.2)
 
 
 async def test_a_service_that_is_down_is_transient() -> None:
-    down = RemoteServices(SERVICES, {PAYMENT: f"http://127.0.0.1:{free_port()}"})
+    down = RemoteServices((ALPHA,), {NAME: f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(TransientError, match="ConnectError"):
-        await down.actions()[PAYMENT]["charge"](request("charge"), 2.0)
+        await down.actions()[NAME]["debit"](request("debit"), 2.0)

@@ -6,13 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from orders.catalog import FULFILMENT
+from orders.catalog import CATALOG, SERVICES
 from orders.settings import SETTING_NAMES, load_settings
 
+# One URL setting per declared service (``<NAME>_SERVICE_URL``), each with a URL of its own.
 REQUIRED = {
-    "INVENTORY_SERVICE_URL": "http://inventory",
-    "PAYMENT_SERVICE_URL": "http://payment",
-    "SHIPPING_SERVICE_URL": "http://shipping",
+    **{service.url_setting: f"http://{service.name}" for service in SERVICES},
     "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
 }
 
@@ -46,14 +45,15 @@ def test_every_timing_setting_reaches_the_engine() -> None:
 
 def test_service_urls_are_keyed_by_the_workflows_agents() -> None:
     urls = load_settings(REQUIRED).service_urls
-    assert set(urls) == set(FULFILMENT.agents)
-    assert urls["payment"] == "http://payment"
+    assert set(urls) == set(CATALOG.agents)
+    assert urls == {service.name: f"http://{service.name}" for service in SERVICES}
 
 
 def test_missing_or_bad_settings_are_named() -> None:
-    without_url = {k: v for k, v in REQUIRED.items() if k != "PAYMENT_SERVICE_URL"}
-    with pytest.raises(RuntimeError, match="PAYMENT_SERVICE_URL"):
-        load_settings(without_url)
+    for service in SERVICES:
+        without_url = {k: v for k, v in REQUIRED.items() if k != service.url_setting}
+        with pytest.raises(RuntimeError, match=service.url_setting):
+            load_settings(without_url)
     with pytest.raises(RuntimeError, match="CANCEL_GRACE_SECONDS"):
         load_settings({**REQUIRED, "CANCEL_GRACE_SECONDS": "-1"})
     with pytest.raises(RuntimeError, match="STATE_SHARDS"):

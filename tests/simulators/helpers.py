@@ -1,4 +1,10 @@
-"""The simulators' HTTP contract as the tests see it, written out independently of the code under test."""
+"""The simulators' HTTP contract as the tests see it, for every declared service.
+
+The services, their routes, answers and rejection reasons come from the declaration
+(``orders.catalog.SERVICES``), so these tests hold for whatever services a deployment declares; the example
+services' own contract, written out by hand, is checked in ``tests/examples/test_simulated_services.py``.
+Tests that need services in distinct roles take them by position: ``FIRST``, ``SECOND`` and ``LAST``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
+
+from orders.catalog import SERVICES as DECLARED
+from orders.services.client import apply_path, undo_path
+from orders.services.declaration import Resource, ServiceDefinition
+
+# An order every body model can be built from: the fields the declared bodies read (items, total, currency).
+ORDER: dict[str, Any] = {
+    "items": [
+        {"sku": "SKU-1", "quantity": 2, "unitPrice": 9.5},
+        {"sku": "SKU-2", "quantity": 1, "unitPrice": 3},
+    ],
+    "currency": "EUR",
+}
 
 
 @dataclass(frozen=True)
@@ -20,74 +40,57 @@ class Service:
     rejection: str
     body: dict[str, Any]
 
+    @classmethod
+    def of(cls, service: ServiceDefinition, resource: Resource) -> Service:
+        """The resource as declared, with the body the agents' client would send for order ``order-1``."""
+        return cls(
+            name=service.name,
+            collection=apply_path(service, resource),
+            verb=resource.undo,
+            applied=resource.applied,
+            compensated=resource.undone,
+            rejection=resource.rejection,
+            body=resource.body.from_order("order-1", ORDER).wire(),
+        )
+
     def compensation_path(self, key: str) -> str:
         """The compensation route of ``key``."""
         return f"{self.collection}/{key}/{self.verb}"
 
 
-ITEMS = [{"sku": "SKU-1", "quantity": 2}, {"sku": "SKU-2", "quantity": 1}]
-
-INVENTORY = Service(
-    "inventory",
-    "/inventory/reservations",
-    "release",
-    "reserved",
-    "released",
-    "insufficient stock",
-    {"orderId": "order-1", "items": ITEMS},
-)
-PAYMENT = Service(
-    "payment",
-    "/payment/charges",
-    "refund",
-    "charged",
-    "refunded",
-    "card declined",
-    {"orderId": "order-1", "amount": 42.5, "currency": "EUR"},
-)
-SHIPPING = Service(
-    "shipping",
-    "/shipping/shipments",
-    "cancel",
-    "created",
-    "cancelled",
-    "address not deliverable",
-    {"orderId": "order-1", "items": ITEMS},
-)
-# The returns' resources, one on each service.
-RESTOCK = Service(
-    "inventory",
-    "/inventory/restocks",
-    "unstock",
-    "restocked",
-    "unstocked",
-    "unknown SKU",
-    {"orderId": "order-1", "items": ITEMS},
-)
-CREDIT = Service(
-    "payment",
-    "/payment/credits",
-    "reverse-credit",
-    "credited",
-    "reversed",
-    "card cannot be credited",
-    {"orderId": "order-1", "amount": 42.5, "currency": "EUR"},
-)
-COLLECTION = Service(
-    "shipping",
-    "/shipping/collections",
-    "cancel-collection",
-    "collected",
-    "cancelled",
-    "nothing to collect at that address",
-    {"orderId": "order-1", "items": ITEMS},
-)
-# One resource per service, for tests about services.
-SERVICES = [INVENTORY, PAYMENT, SHIPPING]
-SERVICE_IDS = [service.name for service in SERVICES]
 # Every resource of every service, for tests about what each route does.
-RESOURCES = [INVENTORY, RESTOCK, PAYMENT, CREDIT, SHIPPING, COLLECTION]
+RESOURCES = [Service.of(service, resource) for service in DECLARED for resource in service.resources]
 RESOURCE_IDS = [service.collection.strip("/") for service in RESOURCES]
+# One resource per service (its first), for tests about services.
+SERVICES = [Service.of(service, service.resources[0]) for service in DECLARED]
+SERVICE_IDS = [service.name for service in SERVICES]
+# Services by role; with fewer than three declared, some roles are played by one service
+# (``needs_services`` skips a test that needs them distinct).
+FIRST, SECOND, LAST = SERVICES[0], SERVICES[min(1, len(SERVICES) - 1)], SERVICES[-1]
+# A name no service has.
+UNDECLARED = "-".join(SERVICE_IDS) + "-undeclared"
+
+
+def needs_services(count: int) -> pytest.MarkDecorator:
+    """Skip a test that needs ``count`` distinct services when fewer are declared."""
+    return pytest.mark.skipif(len(SERVICES) < count, reason=f"needs {count} declared services")
+
+
+def other_undo_paths() -> list[str]:
+    """Undo paths that no route serves: a resource's collection with another resource's undo action."""
+    undos = {resource.undo for service in DECLARED for resource in service.resources}
+    return [
+        undo_path(service, resource, "key-1").rsplit("/", 1)[0] + f"/{undo}"
+        for service in DECLARED
+        for resource in service.resources
+        for undo in sorted(undos - {resource.undo})
+    ]
+
+
+def empty(value: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per declared service, ``value`` (a fresh copy each) or ``{}``."""
+    return {name: dict(value or {}) for name in SERVICE_IDS}
+
 
 FAULT_DEFAULTS = {
     "transientRate": 0.0,
@@ -97,6 +100,7 @@ FAULT_DEFAULTS = {
     "latencyMs": 0,
     "hangMs": 30000,
 }
+NO_CALLS = {"calls": 0, "transient": 0, "permanent": 0, "hang": 0, "lostReply": 0}
 
 
 def apply(client: httpx.Client, service: Service, key: str, **overrides: Any) -> httpx.Response:

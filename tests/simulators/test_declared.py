@@ -16,6 +16,7 @@ import pytest
 from pydantic.alias_generators import to_camel
 
 from engine.messages import AgentRequest
+from engine.workflow import StepDefinition, WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from orders.services.client import RemoteServices, apply_path, undo_path
 from orders.services.declaration import ItemsBody, Resource, ServiceDefinition
@@ -115,6 +116,10 @@ def test_the_agents_client_runs_every_step_of_every_workflow_against_the_simulat
     """The agents' own actions, as the workflows name them: each apply is recorded once and undone once."""
     steps = [(workflow, step) for workflow in CATALOG.workflows for step in workflow.steps]
 
+    def key(workflow: WorkflowDefinition, step: StepDefinition) -> str:
+        # One key per step of each version: versions may share a step, and each run is its own effect.
+        return f"order-1:{workflow.name}-{workflow.version}:{step.name}"
+
     async def run() -> None:
         remote = RemoteServices(SERVICES, dict.fromkeys(NAMES, simulators.base_url))
         actions = remote.actions()
@@ -129,7 +134,7 @@ def test_the_agents_client_runs_every_step_of_every_workflow_against_the_simulat
                     step_index=0,
                     attempt=1,
                     action=step.action,
-                    idempotency_key=f"order-1:{step.name}",
+                    idempotency_key=key(workflow, step),
                     complete_by=datetime.now(UTC) + timedelta(seconds=30),
                     payload={"input": ORDER, "results": {}},
                 )
@@ -145,7 +150,7 @@ def test_the_agents_client_runs_every_step_of_every_workflow_against_the_simulat
 
     book = ledger(client)
     for workflow, step in steps:
-        entry = book[step.agent][f"order-1:{step.name}"]
+        entry = book[step.agent][key(workflow, step)]
         assert entry == {"orderId": "order-1", "applied": 1, "compensated": 1}, (workflow.name, step.name)
     assert sum(len(entries) for entries in book.values()) == len(steps)
 

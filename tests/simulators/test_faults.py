@@ -13,17 +13,19 @@ import pytest
 from tests.simulators.conftest import RunningSimulators, SimulatorsFactory
 from tests.simulators.helpers import (
     FAULT_DEFAULTS,
-    INVENTORY,
-    PAYMENT,
+    FIRST,
+    LAST,
     RESOURCE_IDS,
     RESOURCES,
+    SECOND,
     SERVICE_IDS,
-    SHIPPING,
+    UNDECLARED,
     Service,
     apply,
     assert_error,
     compensate,
     ledger,
+    needs_services,
     set_faults,
     stats,
 )
@@ -40,12 +42,12 @@ def test_transient_fault_answers_503_and_applies_nothing(client: httpx.Client, s
 
 
 def test_transient_fault_on_compensation_compensates_nothing(client: httpx.Client) -> None:
-    apply(client, INVENTORY, "key-1")
-    set_faults(client, {"inventory": {"transientRate": 1}})
+    apply(client, FIRST, "key-1")
+    set_faults(client, {FIRST.name: {"transientRate": 1}})
 
-    assert_error(compensate(client, INVENTORY, "key-1"), 503, "Unavailable")
+    assert_error(compensate(client, FIRST, "key-1"), 503, "Unavailable")
 
-    assert ledger(client)["inventory"]["key-1"]["compensated"] == 0
+    assert ledger(client)[FIRST.name]["key-1"]["compensated"] == 0
 
 
 @pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
@@ -67,13 +69,13 @@ def test_permanent_fault_rejects_with_a_reason_and_compensation_still_works(
 
 def test_permanent_fault_does_not_reject_the_replay_of_an_applied_key(client: httpx.Client) -> None:
     """The effect exists: a replay answers it, as a real service's idempotency layer would."""
-    apply(client, PAYMENT, "pay-1")
-    set_faults(client, {"payment": {"permanentRate": 1}})
+    apply(client, SECOND, "key-1")
+    set_faults(client, {SECOND.name: {"permanentRate": 1}})
 
-    replay = apply(client, PAYMENT, "pay-1")
+    replay = apply(client, SECOND, "key-1")
 
     assert replay.status_code == 200
-    assert replay.json()["status"] == "charged"
+    assert replay.json()["status"] == SECOND.applied
 
 
 @pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
@@ -94,93 +96,93 @@ def test_lost_reply_applies_then_answers_503_and_a_retry_answers_200(
 
 
 def test_lost_reply_on_compensation_compensates_then_answers_503(client: httpx.Client) -> None:
-    apply(client, SHIPPING, "ship-1")
-    set_faults(client, {"shipping": {"lostReplyRate": 1}})
+    apply(client, LAST, "key-1")
+    set_faults(client, {LAST.name: {"lostReplyRate": 1}})
 
-    assert_error(compensate(client, SHIPPING, "ship-1"), 503, "Unavailable")
-    assert ledger(client)["shipping"]["ship-1"]["compensated"] == 1
+    assert_error(compensate(client, LAST, "key-1"), 503, "Unavailable")
+    assert ledger(client)[LAST.name]["key-1"]["compensated"] == 1
 
-    set_faults(client, {"shipping": {}})
-    assert compensate(client, SHIPPING, "ship-1").json() == {"id": "ship-1", "status": "cancelled"}
-    assert ledger(client)["shipping"]["ship-1"]["compensated"] == 1
+    set_faults(client, {LAST.name: {}})
+    assert compensate(client, LAST, "key-1").json() == {"id": "key-1", "status": LAST.compensated}
+    assert ledger(client)[LAST.name]["key-1"]["compensated"] == 1
 
 
 def test_hang_outlasts_the_client_timeout_and_applies_nothing(
     simulators: RunningSimulators, client: httpx.Client
 ) -> None:
-    set_faults(client, {"payment": {"hangRate": 1, "hangMs": 1500}})
+    set_faults(client, {SECOND.name: {"hangRate": 1, "hangMs": 1500}})
     started = time.monotonic()
 
     with pytest.raises(httpx.TimeoutException):
-        client.post(PAYMENT.collection, json=PAYMENT.body, headers={"Idempotency-Key": "pay-1"}, timeout=0.5)
+        client.post(SECOND.collection, json=SECOND.body, headers={"Idempotency-Key": "key-1"}, timeout=0.5)
 
-    assert stats(client)["payment"]["hang"] == 1
-    assert ledger(client)["payment"] == {}
+    assert stats(client)[SECOND.name]["hang"] == 1
+    assert ledger(client)[SECOND.name] == {}
     # The server stops hanging as soon as the caller hangs up, well before hangMs.
-    wait_for(lambda: "payment apply key='pay-1' fault=hang" in simulators.log(), what="the hang to end")
+    ended = f"{SECOND.name} apply key='key-1' fault=hang"
+    wait_for(lambda: ended in simulators.log(), what="the hang to end")
     assert time.monotonic() - started < 1.5
-    assert ledger(client)["payment"] == {}
+    assert ledger(client)[SECOND.name] == {}
 
 
 def test_hang_answers_503_after_hang_ms(client: httpx.Client) -> None:
-    set_faults(client, {"inventory": {"hangRate": 1, "hangMs": 400}})
+    set_faults(client, {FIRST.name: {"hangRate": 1, "hangMs": 400}})
     started = time.monotonic()
 
-    response = apply(client, INVENTORY, "key-1")
+    response = apply(client, FIRST, "key-1")
 
     assert time.monotonic() - started >= 0.4
     assert_error(response, 503, "Unavailable")
-    assert ledger(client)["inventory"] == {}
+    assert ledger(client)[FIRST.name] == {}
 
 
 def test_hang_on_compensation_compensates_nothing(client: httpx.Client) -> None:
-    apply(client, INVENTORY, "key-1")
-    set_faults(client, {"inventory": {"hangRate": 1, "hangMs": 200}})
+    apply(client, FIRST, "key-1")
+    set_faults(client, {FIRST.name: {"hangRate": 1, "hangMs": 200}})
 
-    assert_error(compensate(client, INVENTORY, "key-1"), 503, "Unavailable")
+    assert_error(compensate(client, FIRST, "key-1"), 503, "Unavailable")
 
-    assert ledger(client)["inventory"]["key-1"]["compensated"] == 0
+    assert ledger(client)[FIRST.name]["key-1"]["compensated"] == 0
 
 
 @pytest.mark.parametrize("operation", ["apply", "compensate"])
 def test_latency_delays_the_answer(client: httpx.Client, operation: str) -> None:
-    set_faults(client, {"shipping": {"latencyMs": 300}})
+    set_faults(client, {LAST.name: {"latencyMs": 300}})
     started = time.monotonic()
 
-    if operation == "apply":
-        response = apply(client, SHIPPING, "ship-1")
-    else:
-        response = compensate(client, SHIPPING, "ship-1")
+    response = (apply if operation == "apply" else compensate)(client, LAST, "key-1")
 
     assert time.monotonic() - started >= 0.3
     assert response.status_code in (200, 201)
 
 
+@needs_services(2)
 def test_latency_of_one_service_does_not_block_the_others(
     simulators: RunningSimulators, client: httpx.Client
 ) -> None:
-    set_faults(client, {"inventory": {"latencyMs": 1500}})
+    set_faults(client, {FIRST.name: {"latencyMs": 1500}})
     slow: list[httpx.Response] = []
     with simulators.client() as other:
-        thread = threading.Thread(target=lambda: slow.append(apply(other, INVENTORY, "slow")))
+        thread = threading.Thread(target=lambda: slow.append(apply(other, FIRST, "slow")))
         thread.start()
-        wait_for(lambda: stats(client)["inventory"]["calls"] == 1, what="the slow call to arrive")
+        wait_for(lambda: stats(client)[FIRST.name]["calls"] == 1, what="the slow call to arrive")
         started = time.monotonic()
-        assert apply(client, PAYMENT, "fast").status_code == 201
+        assert apply(client, LAST, "fast").status_code == 201
         assert time.monotonic() - started < 0.75
         thread.join(10)
     assert slow[0].status_code == 201
 
 
+@needs_services(2)
 def test_faults_replace_the_services_named_and_leave_the_others(client: httpx.Client) -> None:
-    set_faults(client, {"inventory": {"transientRate": 0.25, "latencyMs": 10}, "payment": {"hangMs": 5}})
+    set_faults(client, {FIRST.name: {"transientRate": 0.25, "latencyMs": 10}, LAST.name: {"hangMs": 5}})
 
-    profile = set_faults(client, {"inventory": {"permanentRate": 0.5}})
+    profile = set_faults(client, {FIRST.name: {"permanentRate": 0.5}})
 
     assert profile == {
-        "inventory": {**FAULT_DEFAULTS, "permanentRate": 0.5},
-        "payment": {**FAULT_DEFAULTS, "hangMs": 5},
-        "shipping": FAULT_DEFAULTS,
+        **{name: FAULT_DEFAULTS for name in SERVICE_IDS},
+        FIRST.name: {**FAULT_DEFAULTS, "permanentRate": 0.5},
+        LAST.name: {**FAULT_DEFAULTS, "hangMs": 5},
     }
     assert client.get("/faults").json() == profile
 
@@ -190,36 +192,39 @@ def test_faults_start_empty(client: httpx.Client) -> None:
     assert set_faults(client, {}) == {name: FAULT_DEFAULTS for name in SERVICE_IDS}
 
 
+NAME = SECOND.name
+
+
 @pytest.mark.parametrize(
     "body",
     [
-        {"payment": {"transientRate": 1.5}},
-        {"payment": {"transientRate": -0.1}},
-        {"payment": {"transientRate": True}},
-        {"payment": {"transientRate": "0.5"}},
-        {"payment": {"latencyMs": -1}},
-        {"payment": {"latencyMs": 1.5}},
-        {"payment": {"hangMs": -5}},
-        {"payment": {"transient_rate": 0.5}},
-        {"payment": {"retryRate": 0.5}},
-        {"bank": {"transientRate": 0.5}},
-        {"payment": None},
-        {"payment": {"transientRate": 0.5}, "bank": {}},
-        [{"payment": {}}],
-        "payment",
+        {NAME: {"transientRate": 1.5}},
+        {NAME: {"transientRate": -0.1}},
+        {NAME: {"transientRate": True}},
+        {NAME: {"transientRate": "0.5"}},
+        {NAME: {"latencyMs": -1}},
+        {NAME: {"latencyMs": 1.5}},
+        {NAME: {"hangMs": -5}},
+        {NAME: {"transient_rate": 0.5}},
+        {NAME: {"retryRate": 0.5}},
+        {UNDECLARED: {"transientRate": 0.5}},
+        {NAME: None},
+        {NAME: {"transientRate": 0.5}, UNDECLARED: {}},
+        [{NAME: {}}],
+        NAME,
     ],
     ids=lambda body: str(body),
 )
 def test_invalid_faults_are_refused_and_change_nothing(shared_client: httpx.Client, body: Any) -> None:
-    before = set_faults(shared_client, {"shipping": {"latencyMs": 7, "lostReplyRate": 0.1}})
+    before = set_faults(shared_client, {LAST.name: {"latencyMs": 7, "lostReplyRate": 0.1}})
 
     assert_error(shared_client.post("/faults", json=body), 400, "InvalidFaults")
 
     assert shared_client.get("/faults").json() == before
-    set_faults(shared_client, {"shipping": {}})
+    set_faults(shared_client, {LAST.name: {}})
 
 
-@pytest.mark.parametrize("content", [b"", b"not json", b'{"payment": {"transientRate": 1}'])
+@pytest.mark.parametrize("content", [b"", b"not json", b'{"' + NAME.encode() + b'": {"transientRate": 1}'])
 def test_faults_body_that_is_not_json_is_refused(shared_client: httpx.Client, content: bytes) -> None:
     before = shared_client.get("/faults").json()
 
@@ -230,21 +235,21 @@ def test_faults_body_that_is_not_json_is_refused(shared_client: httpx.Client, co
 
 
 def test_rates_in_between_inject_some_faults(client: httpx.Client) -> None:
-    set_faults(client, {"inventory": {"transientRate": 0.5}})
+    set_faults(client, {FIRST.name: {"transientRate": 0.5}})
 
-    statuses = [apply(client, INVENTORY, f"key-{index}").status_code for index in range(40)]
+    statuses = [apply(client, FIRST, f"key-{index}").status_code for index in range(40)]
 
     # 40 draws at 0.5: all alike has a probability of 2 in a trillion.
     assert statuses.count(503) > 0 and statuses.count(201) > 0
-    assert len(ledger(client)["inventory"]) == statuses.count(201)
-    assert stats(client)["inventory"]["transient"] == statuses.count(503)
+    assert len(ledger(client)[FIRST.name]) == statuses.count(201)
+    assert stats(client)[FIRST.name]["transient"] == statuses.count(503)
 
 
 def _statuses_with_seed(factory: SimulatorsFactory, data_dir: Path, seed: int) -> list[int]:
     running = factory(data_dir=data_dir, seed=seed)
     with running.client() as http:
-        set_faults(http, {"payment": {"transientRate": 0.3, "permanentRate": 0.3, "lostReplyRate": 0.2}})
-        statuses = [apply(http, PAYMENT, f"pay-{index}").status_code for index in range(30)]
+        set_faults(http, {SECOND.name: {"transientRate": 0.3, "permanentRate": 0.3, "lostReplyRate": 0.2}})
+        statuses = [apply(http, SECOND, f"key-{index}").status_code for index in range(30)]
     running.stop()
     return statuses
 
@@ -258,19 +263,19 @@ def test_a_seed_makes_the_faults_reproducible(simulators_factory: SimulatorsFact
 
 
 def test_shutdown_ends_a_hang_at_once(simulators: RunningSimulators, client: httpx.Client) -> None:
-    set_faults(client, {"inventory": {"hangRate": 1, "hangMs": 60000}})
+    set_faults(client, {FIRST.name: {"hangRate": 1, "hangMs": 60000}})
     outcome: list[object] = []
 
     def call() -> None:
         with simulators.client(timeout=30) as http:
             try:
-                outcome.append(apply(http, INVENTORY, "key-1").status_code)
+                outcome.append(apply(http, FIRST, "key-1").status_code)
             except httpx.TransportError as exc:
                 outcome.append(exc)
 
     thread = threading.Thread(target=call)
     thread.start()
-    wait_for(lambda: stats(client)["inventory"]["hang"] == 1, what="the call to hang")
+    wait_for(lambda: stats(client)[FIRST.name]["hang"] == 1, what="the call to hang")
     client.close()
     started = time.monotonic()
 

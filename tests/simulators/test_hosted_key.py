@@ -7,17 +7,16 @@ from pathlib import Path
 
 import httpx
 
-from simulators.hosted import SIMULATORS_KEY_HEADER, hosted_app
-
-CHARGE = {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
+from simulators.hosted import ROUTE_PREFIX, SIMULATORS_KEY_HEADER, hosted_app
+from tests.simulators.helpers import FIRST
 
 
 def call(
     tmp_path: Path,
     key: str | None,
     headers: dict[str, str],
-    path: str = "/api/sim/payment/charges",
-    body: dict[str, object] = CHARGE,
+    path: str = ROUTE_PREFIX + FIRST.collection,
+    body: dict[str, object] = FIRST.body,
 ) -> int:
     environ = {"SIMULATORS_DATA_DIR": str(tmp_path)}
     if key is not None:
@@ -47,4 +46,4 @@ def test_without_a_configured_key_service_calls_are_refused(tmp_path: Path) -> N
 
 def test_controls_are_left_to_the_host_master_key(tmp_path: Path) -> None:
     # The platform checks the master key on the control function; the simulators do not add a second key.
-    assert call(tmp_path, "s3cret", {}, path="/api/sim/faults", body={}) == 200
+    assert call(tmp_path, "s3cret", {}, path=f"{ROUTE_PREFIX}/faults", body={}) == 200

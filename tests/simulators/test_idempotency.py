@@ -9,15 +9,16 @@ import pytest
 
 from tests.simulators.conftest import RunningSimulators
 from tests.simulators.helpers import (
-    INVENTORY,
-    PAYMENT,
+    FIRST,
+    LAST,
     RESOURCE_IDS,
     RESOURCES,
+    SECOND,
     SERVICES,
-    SHIPPING,
     Service,
     apply,
     compensate,
+    empty,
     ledger,
     set_faults,
 )
@@ -35,9 +36,10 @@ def test_apply_twice_with_one_key_applies_once(client: httpx.Client, service: Se
 
 
 def test_every_service_is_in_the_ledger_even_when_empty(client: httpx.Client) -> None:
-    assert ledger(client) == {"inventory": {}, "payment": {}, "shipping": {}}
-    apply(client, PAYMENT, "p")
-    assert ledger(client)["inventory"] == {} and ledger(client)["shipping"] == {}
+    assert ledger(client) == empty()
+    apply(client, SECOND, "p")
+    applied = {"orderId": "order-1", "applied": 1, "compensated": 0}
+    assert ledger(client) == {**empty(), SECOND.name: {"p": applied}}
 
 
 def test_keys_are_per_service(client: httpx.Client) -> None:
@@ -48,9 +50,9 @@ def test_keys_are_per_service(client: httpx.Client) -> None:
 
 
 def test_different_keys_are_different_effects(client: httpx.Client) -> None:
-    assert apply(client, INVENTORY, "a").status_code == 201
-    assert apply(client, INVENTORY, "b", orderId="order-2").status_code == 201
-    assert ledger(client)["inventory"] == {
+    assert apply(client, FIRST, "a").status_code == 201
+    assert apply(client, FIRST, "b", orderId="order-2").status_code == 201
+    assert ledger(client)[FIRST.name] == {
         "a": {"orderId": "order-1", "applied": 1, "compensated": 0},
         "b": {"orderId": "order-2", "applied": 1, "compensated": 0},
     }
@@ -58,11 +60,11 @@ def test_different_keys_are_different_effects(client: httpx.Client) -> None:
 
 def test_replay_answers_the_first_call_even_with_another_body(client: httpx.Client) -> None:
     """The key identifies the effect: a replay changes nothing and answers what was applied."""
-    apply(client, PAYMENT, "pay-1")
-    replay = apply(client, PAYMENT, "pay-1", orderId="order-other", amount=1.0)
+    apply(client, SECOND, "key-1")
+    replay = apply(client, SECOND, "key-1", orderId="order-other")
     assert replay.status_code == 200
     assert replay.json()["orderId"] == "order-1"
-    assert ledger(client)["payment"]["pay-1"]["orderId"] == "order-1"
+    assert ledger(client)[SECOND.name]["key-1"]["orderId"] == "order-1"
 
 
 @pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
@@ -87,39 +89,39 @@ def test_compensating_an_unknown_key_creates_no_entry(client: httpx.Client, serv
 
 
 def test_apply_after_compensation_changes_nothing(client: httpx.Client) -> None:
-    apply(client, SHIPPING, "ship-1")
-    compensate(client, SHIPPING, "ship-1")
+    apply(client, LAST, "key-1")
+    compensate(client, LAST, "key-1")
 
-    replay = apply(client, SHIPPING, "ship-1")
+    replay = apply(client, LAST, "key-1")
 
     assert replay.status_code == 200
-    assert replay.json() == {"id": "ship-1", "orderId": "order-1", "status": "created"}
-    assert ledger(client)["shipping"]["ship-1"] == {"orderId": "order-1", "applied": 1, "compensated": 1}
+    assert replay.json() == {"id": "key-1", "orderId": "order-1", "status": LAST.applied}
+    assert ledger(client)[LAST.name]["key-1"] == {"orderId": "order-1", "applied": 1, "compensated": 1}
 
 
 def test_a_key_with_a_slash_can_be_compensated(client: httpx.Client) -> None:
-    assert apply(client, INVENTORY, "order-1/inventory").status_code == 201
-    encoded = client.post("/inventory/reservations/order-1%2Finventory/release")
-    assert encoded.json() == {"id": "order-1/inventory", "status": "released"}
-    assert ledger(client)["inventory"]["order-1/inventory"]["compensated"] == 1
+    assert apply(client, FIRST, "order-1/step").status_code == 201
+    encoded = client.post(f"{FIRST.collection}/order-1%2Fstep/{FIRST.verb}")
+    assert encoded.json() == {"id": "order-1/step", "status": FIRST.compensated}
+    assert ledger(client)[FIRST.name]["order-1/step"]["compensated"] == 1
 
 
 def test_a_key_of_200_characters_is_accepted(client: httpx.Client) -> None:
     key = "k" * 200
-    assert apply(client, INVENTORY, key).status_code == 201
-    assert compensate(client, INVENTORY, key).json()["status"] == "released"
+    assert apply(client, FIRST, key).status_code == 201
+    assert compensate(client, FIRST, key).json()["status"] == FIRST.compensated
 
 
 def test_concurrent_calls_with_one_key_apply_once(
     simulators: RunningSimulators, client: httpx.Client
 ) -> None:
     # Latency keeps all the calls in flight together, so they reach the ledger at the same moment.
-    set_faults(client, {"inventory": {"latencyMs": 100}})
+    set_faults(client, {FIRST.name: {"latencyMs": 100}})
 
     async def burst() -> list[int]:
         async with httpx.AsyncClient(base_url=simulators.base_url, timeout=10) as http:
             calls = [
-                http.post(INVENTORY.collection, json=INVENTORY.body, headers={"Idempotency-Key": "hot"})
+                http.post(FIRST.collection, json=FIRST.body, headers={"Idempotency-Key": "hot"})
                 for _ in range(20)
             ]
             return [response.status_code for response in await asyncio.gather(*calls)]
@@ -127,4 +129,4 @@ def test_concurrent_calls_with_one_key_apply_once(
     statuses = asyncio.run(burst())
 
     assert sorted(statuses) == [200] * 19 + [201]
-    assert ledger(client)["inventory"] == {"hot": {"orderId": "order-1", "applied": 1, "compensated": 0}}
+    assert ledger(client)[FIRST.name] == {"hot": {"orderId": "order-1", "applied": 1, "compensated": 0}}

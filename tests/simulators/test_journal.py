@@ -14,7 +14,10 @@ import pytest
 
 from simulators.ledger import JOURNAL_FILE_NAME, LEDGER_FILE_NAME, Ledger, LedgerError
 from simulators.models import ServiceName
+from tests.simulators.helpers import FIRST, LAST, SECOND, UNDECLARED
 
+# Three services of the declaration (one may play several roles when fewer are declared).
+ONE, TWO, THREE = FIRST.name, LAST.name, SECOND.name
 APPLIED = {"orderId": "o-1", "applied": 1, "compensated": 0}
 COMPENSATED = {"orderId": "o-1", "applied": 1, "compensated": 1}
 
@@ -59,59 +62,60 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 
 
 def test_each_change_is_one_numbered_journal_line(ledger: Ledger, tmp_path: Path) -> None:
-    change(ledger, ("apply", "payment", "p"), ("apply", "shipping", "s"), ("compensate", "payment", "p"))
+    change(ledger, ("apply", ONE, "p"), ("apply", TWO, "s"), ("compensate", ONE, "p"))
 
     assert journal_lines(tmp_path) == [
-        {"seq": 1, "service": "payment", "key": "p", "entry": APPLIED},
-        {"seq": 2, "service": "shipping", "key": "s", "entry": APPLIED},
-        {"seq": 3, "service": "payment", "key": "p", "entry": COMPENSATED},
+        {"seq": 1, "service": ONE, "key": "p", "entry": APPLIED},
+        {"seq": 2, "service": TWO, "key": "s", "entry": APPLIED},
+        {"seq": 3, "service": ONE, "key": "p", "entry": COMPENSATED},
     ]
     # No snapshot until a compaction: the journal alone holds the changes.
     assert not (tmp_path / LEDGER_FILE_NAME).exists()
 
 
 def test_a_start_replays_the_journal_and_compacts_it(ledger: Ledger, tmp_path: Path) -> None:
-    change(ledger, ("apply", "payment", "b"), ("apply", "payment", "a"), ("compensate", "payment", "b"))
+    change(ledger, ("apply", ONE, "b"), ("apply", ONE, "a"), ("compensate", ONE, "b"))
     ledger.close()
 
     restored = Ledger.load(tmp_path)
     try:
-        assert restored.snapshot()["payment"] == {"a": APPLIED, "b": COMPENSATED}
+        assert restored.snapshot()[ONE] == {"a": APPLIED, "b": COMPENSATED}
         # Keys in sorted order after a start, as the ledger file always gave them.
-        assert list(restored.snapshot()["payment"]) == ["a", "b"]
+        assert list(restored.snapshot()[ONE]) == ["a", "b"]
         assert snapshot_file(tmp_path)["sequence"] == 3
         assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
         # Numbering goes on after the snapshot's last change.
-        change(restored, ("apply", "inventory", "i"))
+        change(restored, ("apply", THREE, "i"))
         assert [line["seq"] for line in journal_lines(tmp_path)] == [4]
     finally:
         restored.close()
-    assert reload(tmp_path)["inventory"] == {"i": APPLIED}
+    assert reload(tmp_path)[THREE]["i"] == APPLIED
 
 
 def test_a_torn_last_line_is_ignored_and_removed(ledger: Ledger, tmp_path: Path) -> None:
-    change(ledger, ("apply", "payment", "p"))
+    change(ledger, ("apply", ONE, "p"))
     ledger.close()
     whole = (tmp_path / JOURNAL_FILE_NAME).read_bytes()
     # A crash part way through appending change 2: every prefix of its line short of the newline.
-    line = b'{"seq":2,"service":"payment","key":"q","entry":{"orderId":"o-1","applied":1,"compensated":0}}'
+    record = {"seq": 2, "service": ONE, "key": "q", "entry": APPLIED}
+    line = json.dumps(record, separators=(",", ":")).encode()
     for cut in (1, len(line) // 2, len(line)):
         (tmp_path / JOURNAL_FILE_NAME).write_bytes(whole + line[:cut])
         (tmp_path / LEDGER_FILE_NAME).unlink(missing_ok=True)
 
         restored = Ledger.load(tmp_path)
         try:
-            assert restored.snapshot()["payment"] == {"p": APPLIED}
+            assert restored.snapshot()[ONE] == {"p": APPLIED}
             assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
             # The next change is number 2 again, on a clean journal.
-            change(restored, ("apply", "payment", "q"))
-            assert journal_lines(tmp_path) == [{"seq": 2, "service": "payment", "key": "q", "entry": APPLIED}]
+            change(restored, ("apply", ONE, "q"))
+            assert journal_lines(tmp_path) == [{"seq": 2, "service": ONE, "key": "q", "entry": APPLIED}]
         finally:
             restored.close()
-        assert reload(tmp_path)["payment"] == {"p": APPLIED, "q": APPLIED}
+        assert reload(tmp_path)[ONE] == {"p": APPLIED, "q": APPLIED}
 
 
-def line(seq: int, service: str = "payment", order: str = "o", compensated: int = 0) -> str:
+def line(seq: int, service: str = LAST.name, order: str = "o", compensated: int = 0) -> str:
     """One journal line about key ``p``."""
     entry = {"orderId": order, "applied": 1, "compensated": compensated}
     return json.dumps({"seq": seq, "service": service, "key": "p", "entry": entry})
@@ -123,7 +127,7 @@ def line(seq: int, service: str = "payment", order: str = "o", compensated: int 
         ([line(1), "x"], "line 2"),
         (["", line(1)], "line 1"),
         ([line(2)], "skips"),
-        ([line(1, service="bank")], "line 1"),
+        ([line(1, service=UNDECLARED)], "line 1"),
         ([line(1, compensated=1)], "no apply"),
         ([line(1), line(2, order="other", compensated=1)], "no apply"),
     ],
@@ -144,37 +148,37 @@ def test_a_damaged_journal_stops_the_start_and_is_left_alone(
 
 
 def test_a_first_format_ledger_file_is_read_and_carried_over(tmp_path: Path) -> None:
-    first_format = {"version": 1, "services": {"payment": {"p": APPLIED}}}
+    first_format = {"version": 1, "services": {ONE: {"p": APPLIED}}}
     (tmp_path / LEDGER_FILE_NAME).write_text(json.dumps(first_format))
     ledger = Ledger.load(tmp_path)
     try:
-        change(ledger, ("compensate", "payment", "p"))
+        change(ledger, ("compensate", ONE, "p"))
     finally:
         ledger.close()
-    assert reload(tmp_path)["payment"] == {"p": COMPENSATED}
+    assert reload(tmp_path)[ONE] == {"p": COMPENSATED}
     assert snapshot_file(tmp_path)["version"] == 2
 
 
 def test_the_running_ledger_compacts_once_the_journal_is_as_large_as_the_snapshot(tmp_path: Path) -> None:
     ledger = Ledger.load(tmp_path, compact_after=3)
     try:
-        change(ledger, ("apply", "payment", "k0"), ("apply", "payment", "k1"))
+        change(ledger, ("apply", ONE, "k0"), ("apply", ONE, "k1"))
         assert len(journal_lines(tmp_path)) == 2
-        change(ledger, ("apply", "payment", "k2"))
+        change(ledger, ("apply", ONE, "k2"))
         # Three lines, at least ``compact_after``: compacted.
         assert journal_lines(tmp_path) == []
         assert snapshot_file(tmp_path)["sequence"] == 3
-        assert set(snapshot_file(tmp_path)["services"]["payment"]) == {"k0", "k1", "k2"}
+        assert set(snapshot_file(tmp_path)["services"][ONE]) == {"k0", "k1", "k2"}
         # Three entries in the snapshot: three more lines.
-        change(ledger, ("apply", "payment", "k3"), ("apply", "payment", "k4"))
+        change(ledger, ("apply", ONE, "k3"), ("apply", ONE, "k4"))
         assert len(journal_lines(tmp_path)) == 2
-        change(ledger, ("compensate", "payment", "k0"))
+        change(ledger, ("compensate", ONE, "k0"))
         assert journal_lines(tmp_path) == []
         assert snapshot_file(tmp_path)["sequence"] == 6
         # Five entries now: new keys only (the ledger grows as fast as the journal) still get there.
-        change(ledger, *[("apply", "payment", f"k{n}") for n in range(5, 9)])
+        change(ledger, *[("apply", ONE, f"k{n}") for n in range(5, 9)])
         assert len(journal_lines(tmp_path)) == 4
-        change(ledger, ("apply", "payment", "k9"))
+        change(ledger, ("apply", ONE, "k9"))
         assert journal_lines(tmp_path) == []
         assert snapshot_file(tmp_path)["sequence"] == 11
         assert sorted(path.name for path in tmp_path.iterdir()) == [JOURNAL_FILE_NAME, LEDGER_FILE_NAME]
@@ -191,13 +195,13 @@ STEPS = ["snapshot written", "snapshot renamed", "journal emptied"]
 def test_a_crash_between_compaction_steps_loses_nothing(tmp_path: Path, done: int) -> None:
     # A snapshot holding changes 1-2, then changes 3-5 in the journal, one of them undoing a snapshot key.
     first = Ledger.load(tmp_path, compact_after=1_000_000)
-    change(first, ("apply", "payment", "old"), ("apply", "inventory", "kept"))
+    change(first, ("apply", ONE, "old"), ("apply", THREE, "kept"))
     first.close()
     ledger = Ledger.load(tmp_path, compact_after=1_000_000)
     undo_old, new, undo_new = (
-        ("compensate", "payment", "old"),
-        ("apply", "payment", "new"),
-        ("compensate", "payment", "new"),
+        ("compensate", ONE, "old"),
+        ("apply", ONE, "new"),
+        ("compensate", ONE, "new"),
     )
     change(ledger, undo_old, new, undo_new)
     expected = ledger.snapshot()
@@ -217,17 +221,17 @@ def test_a_crash_between_compaction_steps_loses_nothing(tmp_path: Path, done: in
         assert restored.snapshot() == expected
         assert sorted(path.name for path in tmp_path.iterdir()) == [JOURNAL_FILE_NAME, LEDGER_FILE_NAME]
         # The next change follows the last one made before the crash, and each key still changes once.
-        assert not asyncio.run(restored.compensate("payment", "old")).changed
-        change(restored, ("apply", "shipping", "after"))
+        assert not asyncio.run(restored.compensate(ONE, "old")).changed
+        change(restored, ("apply", TWO, "after"))
         assert journal_lines(tmp_path)[0]["seq"] == 6
     finally:
         restored.close()
-    assert reload(tmp_path) == {**expected, "shipping": {"after": APPLIED}}
+    assert reload(tmp_path) == {**expected, TWO: {**expected[TWO], "after": APPLIED}}
 
 
 def test_a_failed_append_changes_nothing_and_leaves_no_fragment(ledger: Ledger, tmp_path: Path) -> None:
     """A write cut short (the file size limit: part of the line goes down, then EFBIG) is undone."""
-    change(ledger, ("apply", "payment", "p"))
+    change(ledger, ("apply", ONE, "p"))
     journal = tmp_path / JOURNAL_FILE_NAME
     before = journal.read_bytes()
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -235,17 +239,17 @@ def test_a_failed_append_changes_nothing_and_leaves_no_fragment(ledger: Ledger, 
     try:
         resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 10, hard))
         with pytest.raises(OSError):
-            asyncio.run(ledger.apply("payment", "q", "o-1"))
+            asyncio.run(ledger.apply(ONE, "q", "o-1"))
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
 
-    assert ledger.get("payment", "q") is None
+    assert ledger.get(ONE, "q") is None
     assert journal.read_bytes() == before
-    change(ledger, ("apply", "payment", "q"))
+    change(ledger, ("apply", ONE, "q"))
     assert [line["seq"] for line in journal_lines(tmp_path)] == [1, 2]
     ledger.close()
-    assert reload(tmp_path)["payment"] == {"p": APPLIED, "q": APPLIED}
+    assert reload(tmp_path)[ONE] == {"p": APPLIED, "q": APPLIED}
 
 
 def test_a_failed_compaction_fails_no_change_and_is_tried_again_later(
@@ -255,16 +259,16 @@ def test_a_failed_compaction_fails_no_change_and_is_tried_again_later(
     try:
         # A directory where the snapshot goes: the rename over it fails.
         (tmp_path / LEDGER_FILE_NAME).mkdir()
-        change(ledger, ("apply", "payment", "k0"), ("apply", "payment", "k1"))
+        change(ledger, ("apply", ONE, "k0"), ("apply", ONE, "k1"))
         assert "cannot compact the ledger" in caplog.text
-        assert ledger.snapshot()["payment"] == {"k0": APPLIED, "k1": APPLIED}
+        assert ledger.snapshot()[ONE] == {"k0": APPLIED, "k1": APPLIED}
         assert len(journal_lines(tmp_path)) == 2
         assert not [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
         (tmp_path / LEDGER_FILE_NAME).rmdir()
         # Not on the very next change, but once as many changes again are in the journal.
-        change(ledger, ("apply", "payment", "k2"))
+        change(ledger, ("apply", ONE, "k2"))
         assert len(journal_lines(tmp_path)) == 3
-        change(ledger, ("apply", "payment", "k3"))
+        change(ledger, ("apply", ONE, "k3"))
         assert journal_lines(tmp_path) == []
         expected = ledger.snapshot()
     finally:

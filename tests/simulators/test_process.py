@@ -18,12 +18,15 @@ import httpx
 from simulators.ledger import Ledger
 from tests.simulators.conftest import RunningSimulators, SimulatorsFactory, simulators_command
 from tests.simulators.helpers import (
-    INVENTORY,
-    PAYMENT,
-    SHIPPING,
+    FIRST,
+    LAST,
+    NO_CALLS,
+    SECOND,
     apply,
     compensate,
+    empty,
     ledger,
+    needs_services,
     set_faults,
     stats,
 )
@@ -37,9 +40,9 @@ def test_ledger_survives_a_restart(simulators_factory: SimulatorsFactory, tmp_pa
     data_dir = tmp_path / "data"
     first = simulators_factory(data_dir=data_dir)
     with first.client() as http:
-        apply(http, INVENTORY, "inv-1")
-        compensate(http, INVENTORY, "inv-1")
-        apply(http, PAYMENT, "pay-1")
+        apply(http, FIRST, "key-1")
+        compensate(http, FIRST, "key-1")
+        apply(http, SECOND, "key-2")
         before = ledger(http)
     assert first.stop() == 0
 
@@ -47,8 +50,8 @@ def test_ledger_survives_a_restart(simulators_factory: SimulatorsFactory, tmp_pa
     with second.client() as http:
         assert ledger(http) == before
         # The restarted process still knows the keys: replays apply and compensate nothing again.
-        assert apply(http, PAYMENT, "pay-1").status_code == 200
-        assert compensate(http, INVENTORY, "inv-1").json()["status"] == "released"
+        assert apply(http, SECOND, "key-2").status_code == 200
+        assert compensate(http, FIRST, "key-1").json()["status"] == FIRST.compensated
         assert ledger(http) == before
 
 
@@ -64,12 +67,12 @@ def on_disk(data_dir: Path, scratch: Path) -> dict[str, Any]:
 def test_the_files_hold_every_change_once_answered(
     simulators: RunningSimulators, client: httpx.Client, tmp_path: Path
 ) -> None:
-    apply(client, SHIPPING, "ship-1")
-    assert on_disk(simulators.data_dir, tmp_path / "copy")["shipping"]["ship-1"]["applied"] == 1
+    apply(client, LAST, "key-1")
+    assert on_disk(simulators.data_dir, tmp_path / "copy")[LAST.name]["key-1"]["applied"] == 1
 
-    compensate(client, SHIPPING, "ship-1")
+    compensate(client, LAST, "key-1")
 
-    assert on_disk(simulators.data_dir, tmp_path / "copy")["shipping"]["ship-1"]["compensated"] == 1
+    assert on_disk(simulators.data_dir, tmp_path / "copy")[LAST.name]["key-1"]["compensated"] == 1
     # Appended to the journal; no temporary file is left behind.
     assert sorted(entry.name for entry in simulators.data_dir.iterdir()) == [JOURNAL_FILE]
 
@@ -77,7 +80,7 @@ def test_the_files_hold_every_change_once_answered(
 def test_data_dir_is_created(simulators_factory: SimulatorsFactory, tmp_path: Path) -> None:
     running = simulators_factory(data_dir=tmp_path / "a" / "b")
     with running.client() as http:
-        apply(http, INVENTORY, "inv-1")
+        apply(http, FIRST, "key-1")
     assert (tmp_path / "a" / "b" / JOURNAL_FILE).is_file()
 
 
@@ -99,7 +102,7 @@ def test_a_killed_process_keeps_every_answered_change(
                 key = f"{prefix}-{index}"
                 sent.append(key)
                 try:
-                    if apply(http, PAYMENT, key).status_code == 201:
+                    if apply(http, SECOND, key).status_code == 201:
                         answered.append(key)
                 except httpx.TransportError:
                     return
@@ -118,36 +121,36 @@ def test_a_killed_process_keeps_every_answered_change(
 
     second = simulators_factory(data_dir=data_dir)
     with second.client() as http:
-        payment = ledger(http)["payment"]
-        assert set(answered) <= set(payment) <= set(sent)
+        entries = ledger(http)[SECOND.name]
+        assert set(answered) <= set(entries) <= set(sent)
         applied_once = {"orderId": "order-1", "applied": 1, "compensated": 0}
-        assert all(entry == applied_once for entry in payment.values())
-        assert apply(http, PAYMENT, answered[-1]).status_code == 200
+        assert all(entry == applied_once for entry in entries.values())
+        assert apply(http, SECOND, answered[-1]).status_code == 200
     # The start compacted everything into the snapshot.
     assert (data_dir / JOURNAL_FILE).read_bytes() == b""
-    assert set(json.loads((data_dir / LEDGER_FILE).read_text())["services"]["payment"]) == set(payment)
+    assert set(json.loads((data_dir / LEDGER_FILE).read_text())["services"][SECOND.name]) == set(entries)
 
 
 def test_a_torn_last_line_is_ignored_at_start(simulators_factory: SimulatorsFactory, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     first = simulators_factory(data_dir=data_dir)
     with first.client() as http:
-        apply(http, INVENTORY, "inv-1")
+        apply(http, FIRST, "key-1")
         before = ledger(http)
     assert first.stop() == 0
     # What a crash in the middle of appending the next change leaves: a line without its end.
     with (data_dir / JOURNAL_FILE).open("ab") as journal:
-        journal.write(b'{"seq":2,"service":"inventory","key":"inv-2","entry":{"orderId":"o')
+        journal.write(f'{{"seq":2,"service":"{FIRST.name}","key":"key-2","entry":{{"orderId":"o'.encode())
 
     second = simulators_factory(data_dir=data_dir)
     with second.client() as http:
         assert ledger(http) == before
-        assert apply(http, INVENTORY, "inv-2").status_code == 201
+        assert apply(http, FIRST, "key-2").status_code == 201
     assert "ignoring an incomplete last line" in second.log()
 
 
 def test_sigterm_stops_cleanly(simulators: RunningSimulators, client: httpx.Client) -> None:
-    apply(client, INVENTORY, "inv-1")
+    apply(client, FIRST, "key-1")
     client.close()
     os.kill(simulators.process.pid, signal.SIGTERM)
     assert simulators.process.wait(10) == 0
@@ -173,24 +176,26 @@ def test_unreadable_ledger_stops_the_start(tmp_path: Path) -> None:
     assert (tmp_path / LEDGER_FILE).read_text() == "{not a ledger"
 
 
+@needs_services(3)
 def test_stats_count_calls_and_faults(client: httpx.Client) -> None:
-    apply(client, INVENTORY, "inv-1")
-    apply(client, INVENTORY, "inv-1")
-    compensate(client, INVENTORY, "inv-1")
-    set_faults(client, {"payment": {"transientRate": 1}})
-    apply(client, PAYMENT, "pay-1")
-    compensate(client, PAYMENT, "pay-1")
-    set_faults(client, {"payment": {"permanentRate": 1}})
-    apply(client, PAYMENT, "pay-2")
-    set_faults(client, {"payment": {}, "shipping": {"lostReplyRate": 1}})
-    apply(client, SHIPPING, "ship-1")
-    set_faults(client, {"shipping": {"hangRate": 1, "hangMs": 10}})
-    apply(client, SHIPPING, "ship-2")
+    apply(client, FIRST, "key-1")
+    apply(client, FIRST, "key-1")
+    compensate(client, FIRST, "key-1")
+    set_faults(client, {SECOND.name: {"transientRate": 1}})
+    apply(client, SECOND, "key-2")
+    compensate(client, SECOND, "key-2")
+    set_faults(client, {SECOND.name: {"permanentRate": 1}})
+    apply(client, SECOND, "key-3")
+    set_faults(client, {SECOND.name: {}, LAST.name: {"lostReplyRate": 1}})
+    apply(client, LAST, "key-4")
+    set_faults(client, {LAST.name: {"hangRate": 1, "hangMs": 10}})
+    apply(client, LAST, "key-5")
 
     assert stats(client) == {
-        "inventory": {"calls": 3, "transient": 0, "permanent": 0, "hang": 0, "lostReply": 0},
-        "payment": {"calls": 3, "transient": 2, "permanent": 1, "hang": 0, "lostReply": 0},
-        "shipping": {"calls": 2, "transient": 0, "permanent": 0, "hang": 1, "lostReply": 1},
+        **empty(NO_CALLS),
+        FIRST.name: {"calls": 3, "transient": 0, "permanent": 0, "hang": 0, "lostReply": 0},
+        SECOND.name: {"calls": 3, "transient": 2, "permanent": 1, "hang": 0, "lostReply": 0},
+        LAST.name: {"calls": 2, "transient": 0, "permanent": 0, "hang": 1, "lostReply": 1},
     }
 
 

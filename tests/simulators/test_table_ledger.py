@@ -18,7 +18,7 @@ from devhost import azurite
 from simulators.app import create_app
 from simulators.hosted import hosted_app
 from simulators.table_ledger import TableLedger, ledger_table_name
-from tests.simulators.helpers import PAYMENT, SHIPPING
+from tests.simulators.helpers import FIRST, LAST, SECOND, empty
 from tests.support import free_port
 
 
@@ -35,12 +35,13 @@ def client(app: Starlette) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://simulators")
 
 
-async def charge(http: httpx.AsyncClient, key: str, order_id: str = "order-1") -> httpx.Response:
-    body = {**PAYMENT.body, "orderId": order_id}
-    return await http.post(PAYMENT.collection, json=body, headers={"Idempotency-Key": key})
+async def apply(http: httpx.AsyncClient, key: str, order_id: str = "order-1") -> httpx.Response:
+    """Apply an effect of one declared service (the second) with ``key``."""
+    body = {**SECOND.body, "orderId": order_id}
+    return await http.post(SECOND.collection, json=body, headers={"Idempotency-Key": key})
 
 
-def test_a_charge_retried_on_the_other_instance_is_applied_once(
+def test_an_apply_retried_on_the_other_instance_is_applied_once(
     azurite_connection_string: str, new_table: Callable[[], str]
 ) -> None:
     table = new_table()
@@ -48,19 +49,18 @@ def test_a_charge_retried_on_the_other_instance_is_applied_once(
 
     async def scenario() -> tuple[httpx.Response, httpx.Response, dict[str, object]]:
         async with client(first) as a, client(second) as b:
-            applied = await charge(a, "o-1:payment", "o-1")
-            retried = await charge(b, "o-1:payment", "o-1")
+            applied = await apply(a, "o-1:step", "o-1")
+            retried = await apply(b, "o-1:step", "o-1")
             return applied, retried, (await b.get("/ledger")).json()
 
     applied, retried, ledger = asyncio.run(scenario())
 
     assert applied.status_code == 201, applied.text
-    assert retried.status_code == 200, "the second instance saw the first one's charge: a replay"
-    assert retried.json() == {"id": "o-1:payment", "orderId": "o-1", "status": "charged"}
+    assert retried.status_code == 200, "the second instance saw the first one's effect: a replay"
+    assert retried.json() == {"id": "o-1:step", "orderId": "o-1", "status": SECOND.applied}
     assert ledger == {
-        "inventory": {},
-        "payment": {"o-1:payment": {"orderId": "o-1", "applied": 1, "compensated": 0}},
-        "shipping": {},
+        **empty(),
+        SECOND.name: {"o-1:step": {"orderId": "o-1", "applied": 1, "compensated": 0}},
     }
     rows = list(TableClient.from_connection_string(azurite_connection_string, table).list_entities())
     assert len(rows) == 1
@@ -71,12 +71,12 @@ def test_concurrent_applies_of_one_key_from_both_instances_apply_it_once(
 ) -> None:
     table = new_table()
     first, second = instance(azurite_connection_string, table), instance(azurite_connection_string, table)
-    keys = [f"o-{n}:payment" for n in range(8)]
+    keys = [f"o-{n}:step" for n in range(8)]
 
     async def scenario() -> list[tuple[str, int]]:
         async with client(first) as a, client(second) as b:
             calls = [(key, http) for key in keys for http in (a, b, a, b)]
-            responses = await asyncio.gather(*(charge(http, key) for key, http in calls))
+            responses = await asyncio.gather(*(apply(http, key) for key, http in calls))
             return [(key, r.status_code) for (key, _), r in zip(calls, responses, strict=True)]
 
     results = asyncio.run(scenario())
@@ -94,20 +94,20 @@ def test_a_compensation_is_visible_from_the_other_instance(
 
     async def scenario() -> tuple[int, str, str, dict[str, object]]:
         async with client(first) as a, client(second) as b:
-            applied = await charge(a, "o-2:payment", "o-2")
-            refunded = await b.post(PAYMENT.compensation_path("o-2:payment"))
-            again = await a.post(PAYMENT.compensation_path("o-2:payment"))
+            applied = await apply(a, "o-2:step", "o-2")
+            undone = await b.post(SECOND.compensation_path("o-2:step"))
+            again = await a.post(SECOND.compensation_path("o-2:step"))
             return (
                 applied.status_code,
-                refunded.json()["status"],
+                undone.json()["status"],
                 again.json()["status"],
                 (await a.get("/ledger")).json(),
             )
 
-    applied, refunded, again, ledger = asyncio.run(scenario())
+    applied, undone, again, ledger = asyncio.run(scenario())
 
-    assert (applied, refunded, again) == (201, "refunded", "refunded")
-    assert ledger["payment"] == {"o-2:payment": {"orderId": "o-2", "applied": 1, "compensated": 1}}
+    assert (applied, undone, again) == (201, SECOND.compensated, SECOND.compensated)
+    assert ledger[SECOND.name] == {"o-2:step": {"orderId": "o-2", "applied": 1, "compensated": 1}}
 
 
 def test_concurrent_compensations_change_an_entry_once(
@@ -118,19 +118,19 @@ def test_concurrent_compensations_change_an_entry_once(
         table_ledger(azurite_connection_string, table),
         table_ledger(azurite_connection_string, table),
     )
-    keys = [f"o-{n}:shipping" for n in range(8)]
+    keys = [f"o-{n}:step" for n in range(8)]
 
     async def scenario() -> list[tuple[str, bool]]:
         for key in keys:
-            assert (await one.apply("shipping", key, key.split(":")[0])).changed
+            assert (await one.apply(LAST.name, key, key.split(":")[0])).changed
         calls = [(key, ledger) for key in keys for ledger in (one, other, one, other)]
-        changes = await asyncio.gather(*(ledger.compensate("shipping", key) for key, ledger in calls))
+        changes = await asyncio.gather(*(ledger.compensate(LAST.name, key) for key, ledger in calls))
         return [(key, change.changed) for (key, _), change in zip(calls, changes, strict=True)]
 
     results = asyncio.run(scenario())
 
     assert Counter(key for key, changed in results if changed) == dict.fromkeys(keys, 1)
-    entries = asyncio.run(other.entries())["shipping"]
+    entries = asyncio.run(other.entries())[LAST.name]
     assert {entry["compensated"] for entry in entries.values()} == {1}
 
 
@@ -141,9 +141,9 @@ def test_keys_a_row_key_may_not_hold_are_kept_as_sent(
     key = "o/3#x?y\\z\t" + "k" * 150
 
     async def scenario() -> tuple[bool, bool, dict[str, object]]:
-        applied = await ledger.apply("shipping", key, "o-3")
-        compensated = await ledger.compensate("shipping", key)
-        return applied.changed, compensated.changed, (await ledger.entries())["shipping"]
+        applied = await ledger.apply(LAST.name, key, "o-3")
+        compensated = await ledger.compensate(LAST.name, key)
+        return applied.changed, compensated.changed, (await ledger.entries())[LAST.name]
 
     assert asyncio.run(scenario()) == (True, True, {key: {"orderId": "o-3", "applied": 1, "compensated": 1}})
 
@@ -161,17 +161,17 @@ def test_two_hosted_apps_share_the_ledger_table_next_to_the_state_table(
 
     async def scenario() -> tuple[int, int]:
         async with client(first) as a, client(second) as b:
-            body = {**SHIPPING.body, "orderId": "o-4"}
-            headers = {"Idempotency-Key": "o-4:shipping", "x-simulators-key": "k"}
-            created = await a.post(f"/api/sim{SHIPPING.collection}", json=body, headers=headers)
-            replayed = await b.post(f"/api/sim{SHIPPING.collection}", json=body, headers=headers)
+            body = {**FIRST.body, "orderId": "o-4"}
+            headers = {"Idempotency-Key": "o-4:step", "x-simulators-key": "k"}
+            created = await a.post(f"/api/sim{FIRST.collection}", json=body, headers=headers)
+            replayed = await b.post(f"/api/sim{FIRST.collection}", json=body, headers=headers)
             return created.status_code, replayed.status_code
 
     assert asyncio.run(scenario()) == (201, 200)
     service = TableServiceClient.from_connection_string(azurite_connection_string)
     rows = list(service.get_table_client(ledger_table_name(state_table)).list_entities())
     assert [(row["PartitionKey"], row["Key"], row["Applied"]) for row in rows] == [
-        ("shipping", "o-4:shipping", 1)
+        (FIRST.name, "o-4:step", 1)
     ]
 
 
@@ -185,7 +185,7 @@ def test_an_unreachable_table_is_a_retryable_error_and_records_nothing(
 
     async def scenario() -> httpx.Response:
         async with client(create_app(None, ledger=broken)) as http:
-            return await charge(http, "o-5:payment")
+            return await apply(http, "o-5:step")
 
     response = asyncio.run(scenario())
 

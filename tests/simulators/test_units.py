@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from simulators import FaultSettings, Ledger, LedgerError, Stats, pick_fault
 from simulators.faults import Fault, FaultInjector
 from simulators.ledger import JOURNAL_FILE_NAME, LEDGER_FILE_NAME
+from tests.simulators.helpers import FIRST, LAST, UNDECLARED, empty
 
 SETTINGS = FaultSettings.model_validate(
     {"transientRate": 0.1, "permanentRate": 0.2, "hangRate": 0.3, "lostReplyRate": 0.1}
@@ -78,10 +79,10 @@ def test_one_draw_per_call_whatever_the_fault() -> None:
 
 def test_stats_ignore_no_fault() -> None:
     stats = Stats()
-    stats.call("payment")
-    stats.fault("payment", Fault.NONE)
-    stats.fault("payment", Fault.LOST_REPLY)
-    assert stats.snapshot()["payment"] == {
+    stats.call(FIRST.name)
+    stats.fault(FIRST.name, Fault.NONE)
+    stats.fault(FIRST.name, Fault.LOST_REPLY)
+    assert stats.snapshot()[FIRST.name] == {
         "calls": 1,
         "transient": 0,
         "permanent": 0,
@@ -102,23 +103,19 @@ def test_fault_settings_refuse_bad_values(settings: dict[str, object]) -> None:
 def test_ledger_applies_and_compensates_once_and_persists(tmp_path: Path) -> None:
     async def scenario() -> Ledger:
         ledger = Ledger.load(tmp_path)
-        assert (await ledger.apply("inventory", "k", "o-1")).changed
-        again = await ledger.apply("inventory", "k", "o-2")
+        assert (await ledger.apply(FIRST.name, "k", "o-1")).changed
+        again = await ledger.apply(FIRST.name, "k", "o-2")
         assert not again.changed and again.entry is not None and again.entry.order_id == "o-1"
-        assert (await ledger.compensate("inventory", "k")).changed
-        assert not (await ledger.compensate("inventory", "k")).changed
-        unknown = await ledger.compensate("payment", "nope")
+        assert (await ledger.compensate(FIRST.name, "k")).changed
+        assert not (await ledger.compensate(FIRST.name, "k")).changed
+        unknown = await ledger.compensate(LAST.name, "nope")
         assert unknown.entry is None and not unknown.changed
         return ledger
 
     ledger = asyncio.run(scenario())
     ledger.close()
 
-    expected = {
-        "inventory": {"k": {"orderId": "o-1", "applied": 1, "compensated": 1}},
-        "payment": {},
-        "shipping": {},
-    }
+    expected = {**empty(), FIRST.name: {"k": {"orderId": "o-1", "applied": 1, "compensated": 1}}}
     assert ledger.snapshot() == expected
     reloaded = Ledger.load(tmp_path)
     reloaded.close()
@@ -129,14 +126,17 @@ def test_ledger_applies_and_compensates_once_and_persists(tmp_path: Path) -> Non
     assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
 
 
+BAD_ENTRY = {"orderId": "o", "applied": 2, "compensated": 0}
+
+
 @pytest.mark.parametrize(
     "content",
     [
         "",
         "[]",
         '{"version": 3, "services": {}}',
-        '{"version": 1, "services": {"bank": {}}}',
-        '{"version": 1, "services": {"payment": {"k": {"orderId": "o", "applied": 2, "compensated": 0}}}}',
+        json.dumps({"version": 1, "services": {UNDECLARED: {}}}),
+        json.dumps({"version": 1, "services": {LAST.name: {"k": BAD_ENTRY}}}),
         '{"version": 2, "sequence": -1, "services": {}}',
     ],
 )
@@ -151,8 +151,8 @@ def test_a_ledger_file_that_cannot_be_read_is_an_error(tmp_path: Path, content: 
 def test_a_ledger_file_with_some_services_fills_in_the_others(tmp_path: Path) -> None:
     entry = {"orderId": "o", "applied": 1, "compensated": 0}
     (tmp_path / LEDGER_FILE_NAME).write_text(
-        json.dumps({"version": 1, "services": {"payment": {"k": entry}}})
+        json.dumps({"version": 1, "services": {LAST.name: {"k": entry}}})
     )
     ledger = Ledger.load(tmp_path)
     ledger.close()
-    assert ledger.snapshot() == {"inventory": {}, "payment": {"k": entry}, "shipping": {}}
+    assert ledger.snapshot() == {**empty(), LAST.name: {"k": entry}}
