@@ -74,10 +74,14 @@ class RepoCopy:
         return (self.root / path).read_text(encoding="utf-8")
 
     def apply(self, diff: str) -> None:
-        """Apply a unified diff to the copy, as ``git apply`` would; raises if it does not apply."""
+        """Apply a unified diff to the copy, as ``git apply`` would; raises if it does not apply. A diff
+        the copy holds already (it would apply in reverse: a tree that has made these edits) is left be."""
         patch = self.root / ".walkthrough.diff"
         patch.write_text(diff, encoding="utf-8")
         try:
+            applied = ["git", "apply", "--check", "--reverse", str(patch)]
+            if subprocess.run(applied, cwd=self.root, capture_output=True).returncode == 0:
+                return
             subprocess.run(
                 ["git", "apply", str(patch)],
                 cwd=self.root,

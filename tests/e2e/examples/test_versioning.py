@@ -45,7 +45,9 @@ def deploy(copy: RepoCopy, *workflows: str) -> None:
     base = copy.read(CATALOG).split(MARK)[0]
     block = (
         "from .services import invoicing  # noqa: E402\n\n"
-        "SERVICES = (*SERVICES, invoicing.SERVICE)\n"
+        # A tree that has done the walk-through declares the service already.
+        "if invoicing.SERVICE not in SERVICES:\n"
+        "    SERVICES = (*SERVICES, invoicing.SERVICE)\n"
         f"{V1}{V2}{V3}"
         f"CATALOG = WorkflowCatalog(workflows=({', '.join(workflows)}, RETURNS))\n"
         "check_catalog(SERVICES, CATALOG)\n"
