@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass
 class RepoCopy:
     """A copy of the repository's files (tracked and new, not ignored, and the generated protobuf classes)
-    under ``root``."""
+    under ``root``, itself a git work tree."""
 
     root: Path
 
@@ -42,6 +42,14 @@ class RepoCopy:
         # What `make install` generates (ignored by git) belongs to the installed checkout: copied too.
         for generated in (ROOT / "src" / "devhost" / "protos").glob("*_pb2.py"):
             shutil.copy2(generated, dest / generated.relative_to(ROOT))
+        # A git work tree of its own with its files staged, as a team's checkout is: the tests that copy
+        # the repository (git ls-files) can run in the copy too.
+        subprocess.run(["git", "init", "--quiet"], cwd=dest, check=True, capture_output=True)
+        excludes = dest / ".git" / "info" / "exclude"
+        excludes.parent.mkdir(exist_ok=True)
+        with excludes.open("a") as exclude:
+            exclude.write("/node_modules\n")  # the link (.gitignore's node_modules/ matches folders only)
+        subprocess.run(["git", "add", "--all"], cwd=dest, check=True, capture_output=True)
         return cls(dest)
 
     def env(self) -> dict[str, str]:
