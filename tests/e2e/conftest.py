@@ -15,7 +15,7 @@ from azure.servicebus import ServiceBusClient
 
 from devhost import launch
 from engine import queues
-from engine.workflow import WorkflowDefinition
+from engine.workflow import StepDefinition, WorkflowDefinition
 from orders import catalog
 from servicebus_emulator.launcher import connection_string
 from simulators.ledger_check import check_ledger
@@ -37,6 +37,26 @@ SERVICES = tuple(service.name for service in catalog.SERVICES)
 WORKFLOWS = [
     workflow for workflow in catalog.CATALOG.workflows if catalog.CATALOG.current(workflow.name) is workflow
 ]
+
+
+def _default_workflow() -> WorkflowDefinition:
+    workflow = catalog.CATALOG.current(catalog.CATALOG.default)
+    assert workflow is not None, catalog.CATALOG.default
+    return workflow
+
+
+# What a submission that names no workflow runs, and its steps by role: tests that need "a step" (to hang
+# its service, to act on it) take one of these, so a workflow with other steps needs no test edited. A
+# fault profile is per service: the role's step should be the only one on its service in the workflow.
+DEFAULT_WORKFLOW = _default_workflow()
+FIRST_STEP = DEFAULT_WORKFLOW.steps[0]
+MIDDLE_STEP = DEFAULT_WORKFLOW.steps[len(DEFAULT_WORKFLOW.steps) // 2]
+LAST_STEP = DEFAULT_WORKFLOW.steps[-1]
+
+
+def position(step: StepDefinition, workflow: WorkflowDefinition = DEFAULT_WORKFLOW) -> int:
+    """Where ``step`` is in ``workflow`` (an index into an order's ``steps``)."""
+    return list(workflow.steps).index(step)
 
 
 @dataclass

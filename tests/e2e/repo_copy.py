@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass
 class RepoCopy:
     """A copy of the repository's files (tracked and new, not ignored, and the generated protobuf classes)
-    under ``root``."""
+    under ``root``, itself a git work tree."""
 
     root: Path
 
@@ -42,6 +42,14 @@ class RepoCopy:
         # What `make install` generates (ignored by git) belongs to the installed checkout: copied too.
         for generated in (ROOT / "src" / "devhost" / "protos").glob("*_pb2.py"):
             shutil.copy2(generated, dest / generated.relative_to(ROOT))
+        # A git work tree of its own with its files staged, as a team's checkout is: the tests that copy
+        # the repository (git ls-files) can run in the copy too.
+        subprocess.run(["git", "init", "--quiet"], cwd=dest, check=True, capture_output=True)
+        excludes = dest / ".git" / "info" / "exclude"
+        excludes.parent.mkdir(exist_ok=True)
+        with excludes.open("a") as exclude:
+            exclude.write("/node_modules\n")  # the link (.gitignore's node_modules/ matches folders only)
+        subprocess.run(["git", "add", "--all"], cwd=dest, check=True, capture_output=True)
         return cls(dest)
 
     def env(self) -> dict[str, str]:
@@ -74,10 +82,14 @@ class RepoCopy:
         return (self.root / path).read_text(encoding="utf-8")
 
     def apply(self, diff: str) -> None:
-        """Apply a unified diff to the copy, as ``git apply`` would; raises if it does not apply."""
+        """Apply a unified diff to the copy, as ``git apply`` would; raises if it does not apply. A diff
+        the copy holds already (it would apply in reverse: a tree that has made these edits) is left be."""
         patch = self.root / ".walkthrough.diff"
         patch.write_text(diff, encoding="utf-8")
         try:
+            applied = ["git", "apply", "--check", "--reverse", str(patch)]
+            if subprocess.run(applied, cwd=self.root, capture_output=True).returncode == 0:
+                return
             subprocess.run(
                 ["git", "apply", str(patch)],
                 cwd=self.root,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import SERVICES, LocalStack, start_stack, stop_stack
+from tests.e2e.conftest import MIDDLE_STEP, SERVICES, LocalStack, start_stack, stop_stack
 from tests.support import wait_for
 
 # Long enough to watch an open interval on a busy machine; the other timings stay short (FAST_SETTINGS):
@@ -18,6 +18,9 @@ RESET_SECONDS = 8
 OUTAGE_SECONDS = 30
 ORDERS = 6
 BREAKER_FIELDS = ["service", "state", "consecutiveFailures", "openedAt", "openUntil", "probeBy", "updatedAt"]
+# The service that goes down (a step of every order runs on it), and one that stays up.
+DOWN = MIDDLE_STEP.agent
+UP = next(service for service in SERVICES if service != DOWN)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +47,8 @@ def breakers(stack: LocalStack) -> dict[str, dict[str, Any]]:
     return {b["service"]: b for b in items}
 
 
-def payment_calls(stack: LocalStack) -> int:
-    return int(stack.simulators.get("/stats").json()["payment"]["calls"])
+def calls_to_the_service_down(stack: LocalStack) -> int:
+    return int(stack.simulators.get("/stats").json()[DOWN]["calls"])
 
 
 def seconds_until(stamp: str) -> float:
@@ -58,7 +61,7 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
     stack = outage_stack
     assert len(stack.state["workers"]) == 2
     assert all(b["state"] == "closed" and b["updatedAt"] is None for b in breakers(stack).values())
-    stack.faults(payment={"transientRate": 1})
+    stack.faults(**{DOWN: {"transientRate": 1}})
     started = datetime.now(UTC)
     ids = [stack.submit() for _ in range(ORDERS)]
 
@@ -73,23 +76,23 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
                 seen_held.add(order_id)
 
     def open_for_a_while() -> dict[str, Any] | None:
-        b = breakers(stack)["payment"]
+        b = breakers(stack)[DOWN]
         return b if b["state"] == "open" and seconds_until(b["openUntil"]) > 5 else None
 
     opened = wait_for(
         open_for_a_while,
         timeout=60,
         interval=0.2,
-        what="the payment breaker to be open with a few seconds to go",
+        what=f"the {DOWN} breaker to be open with a few seconds to go",
     )
     assert opened["openedAt"].endswith("Z") and opened["consecutiveFailures"] >= 1
     # While it stays open, neither worker calls the service: their cached views refresh within a second
     # (three here, for a busy machine), and a worker that still calls opens it itself after a few failures.
     wait_for(lambda: seconds_until(opened["openUntil"]) < RESET_SECONDS - 3, timeout=10, interval=0.1)
-    calls = payment_calls(stack)
+    calls = calls_to_the_service_down(stack)
     wait_for(lambda: seconds_until(opened["openUntil"]) < 0.5, timeout=10, interval=0.1)
-    assert payment_calls(stack) == calls, "a worker called the service while its breaker was open"
-    assert breakers(stack)["payment"]["openUntil"] == opened["openUntil"]  # the same open interval
+    assert calls_to_the_service_down(stack) == calls, "a worker called the service while its breaker was open"
+    assert breakers(stack)[DOWN]["openUntil"] == opened["openUntil"]  # the same open interval
 
     # The outage outlasts what the Supervisor's failure count would allow; nobody goes to Error.
     def outage_over() -> bool:
@@ -106,13 +109,13 @@ def test_an_outage_opens_the_shared_breaker_holds_orders_and_all_finish_when_it_
         assert order["processState"] == "Processed", order
         assert order["failureCount"] < 3, order
     closed = wait_for(
-        lambda: (b := breakers(stack)["payment"])["state"] == "closed" and b,
+        lambda: (b := breakers(stack)[DOWN])["state"] == "closed" and b,
         timeout=30,
         interval=0.2,
-        what="the payment breaker to close",
+        what=f"the {DOWN} breaker to close",
     )
     assert closed["openUntil"] is None and closed["updatedAt"] is not None
-    assert breakers(stack)["inventory"]["state"] == "closed"
+    assert breakers(stack)[UP]["state"] == "closed"
 
 
 def _sweep_lines(stack: LocalStack) -> list[str]:

@@ -26,12 +26,13 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.e2e.conftest import LocalStack, start_stack, stop_stack
+from tests.e2e.conftest import FIRST_STEP, LocalStack, start_stack, stop_stack
 from tests.e2e.test_deadletters import QUEUE, dead_lettered, poison
 from tests.e2e.test_retention import kept_as
 from tests.support import wait_for
 
 HANG = {"hangRate": 1, "hangMs": 60_000}
+FIRST = FIRST_STEP.name  # the step an order hangs at: its service hangs
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -118,7 +119,7 @@ def audit(stack: LocalStack, order_id: str) -> list[dict[str, Any]]:
 def held(stack: LocalStack, order_id: str) -> dict[str, Any]:
     """The order once its first step hangs, given ten minutes more so nothing else moves it meanwhile."""
     stack.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="a hung step")
-    extended = stack.act(order_id, "steps/reserve-inventory/extend", {"seconds": 600, "note": "hold"})
+    extended = stack.act(order_id, f"steps/{FIRST}/extend", {"seconds": 600, "note": "hold"})
     assert extended.status_code == 202, extended.text
     return extended.json()
 
@@ -207,15 +208,15 @@ def test_order_counts_count_the_stacks_orders(stack: LocalStack) -> None:
 # ---- in the browser ----------------------------------------------------------------------------------
 @pytest.mark.usefixtures("calm")
 def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(inventory=HANG)
+    stack.faults(**{FIRST_STEP.agent: HANG})
     failed = stack.submit()  # three timeouts of its first step: Error
     stack.wait_state(failed, lambda o: o["processState"] == "Error", timeout=90, what="the order in Error")
     hung = stack.submit()
     held(stack, hung)
 
     open_console(browser, stack)
-    wait_for(lambda: "Running" in cell(browser, hung, "reserve-inventory").text, timeout=15, what="the row")
-    step = cell(browser, hung, "reserve-inventory")
+    wait_for(lambda: "Running" in cell(browser, hung, FIRST).text, timeout=15, what="the row")
+    step = cell(browser, hung, FIRST)
     assert "attempts 1" in step.text
     clock = step.find_element(By.CSS_SELECTOR, "time[data-deadline]")
     first = clock.text
@@ -248,29 +249,29 @@ def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, bro
 
 @pytest.mark.usefixtures("calm")
 def test_an_action_confirmed_in_the_page_changes_the_order(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(inventory=HANG)
+    stack.faults(**{FIRST_STEP.agent: HANG})
     order_id = stack.submit()
     before = held(stack, order_id)["steps"][0]["completeBy"]
     open_console(browser, stack)
     open_order(browser, order_id)
 
-    browser.find_element(By.CSS_SELECTOR, 'button[aria-label="Extend step reserve-inventory"]').click()
+    browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Extend step {FIRST}"]').click()
     browser.find_element(By.ID, "confirm-cancel").click()  # changing one's mind changes nothing
     wait_for(lambda: status(browser) == "Nothing was changed.", timeout=5)
     assert [e["note"] for e in audit(stack, order_id)] == ["hold"]
 
-    browser.find_element(By.CSS_SELECTOR, 'button[aria-label="Extend step reserve-inventory"]').click()
-    confirm(browser, seconds=120, note="inventory is slow today")
+    browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Extend step {FIRST}"]').click()
+    confirm(browser, seconds=120, note="the service is slow today")
     wait_for(
         lambda: "done" in status(browser), timeout=10, what=f"the action's answer, not {status(browser)!r}"
     )
     [_, extend] = [e for e in audit(stack, order_id) if e["action"] == "extend"]
-    assert extend["note"] == "inventory is slow today"
+    assert extend["note"] == "the service is slow today"
     assert extend["actor"].startswith("user:operator (devhost) oid:")  # the signed-in person
     assert stack.order(order_id)["steps"][0]["completeBy"] > before
     timeline = browser.find_element(By.ID, "order-timeline").text
     wait_for(
-        lambda: "inventory is slow today" in browser.find_element(By.ID, "order-timeline").text, timeout=5
+        lambda: "the service is slow today" in browser.find_element(By.ID, "order-timeline").text, timeout=5
     )
     assert "submitted" in timeline and "hold" in timeline
     assert problems(browser) == []
@@ -278,13 +279,13 @@ def test_an_action_confirmed_in_the_page_changes_the_order(stack: LocalStack, br
 
 @pytest.mark.usefixtures("calm")
 def test_a_stale_page_is_told_to_reload_and_changes_nothing(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(inventory=HANG)
+    stack.faults(**{FIRST_STEP.agent: HANG})
     order_id = stack.submit()
     held(stack, order_id)
     open_console(browser, stack)
     open_order(browser, order_id)
 
-    changed = stack.act(order_id, "steps/reserve-inventory/extend", {"seconds": 60, "note": "from the API"})
+    changed = stack.act(order_id, f"steps/{FIRST}/extend", {"seconds": 60, "note": "from the API"})
     assert changed.status_code == 202, changed.text
     browser.find_element(By.ID, "order-cancel").click()
     confirm(browser)
@@ -317,13 +318,13 @@ def test_dead_letter_counts_show_and_a_replay_is_confirmed(stack: LocalStack, br
 
 @pytest.mark.usefixtures("calm")
 def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(inventory=HANG)
+    stack.faults(**{FIRST_STEP.agent: HANG})
     order_id = stack.submit()
     held(stack, order_id)
     message = dead_lettered(stack, poison(stack, {"garbage": True}))
     open_console(browser, stack, role="reader")
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-actions") == "off"
-    wait_for(lambda: "Running" in cell(browser, order_id, "reserve-inventory").text, timeout=15, what="a row")
+    wait_for(lambda: "Running" in cell(browser, order_id, FIRST).text, timeout=15, what="a row")
     open_order(browser, order_id)
     assert browser.find_element(By.ID, "order-summary").text  # the order is shown...
     steps = browser.find_element(By.ID, "order-steps")

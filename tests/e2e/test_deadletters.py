@@ -10,10 +10,11 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from tests.e2e.conftest import LocalStack
+from engine import queues
+from tests.e2e.conftest import MIDDLE_STEP, LocalStack
 from tests.support import wait_for
 
-QUEUE = "agent-payment"
+QUEUE = queues.agent_queue(MIDDLE_STEP.agent)  # an Agent's request queue
 
 
 def dead_letters(stack: LocalStack, queue: str = QUEUE) -> list[dict[str, Any]]:
@@ -53,7 +54,7 @@ def test_poison_messages_are_listed_replayed_and_purged_with_an_audit_trail(calm
     assert counts[QUEUE]["count"] >= 2 and counts[QUEUE]["atLeast"] is False
 
     replayed = calm.api.post(
-        f"/api/deadletters/{QUEUE}/{message['sequenceNumber']}/replay", json={"note": "payment fixed"}
+        f"/api/deadletters/{QUEUE}/{message['sequenceNumber']}/replay", json={"note": "agent fixed"}
     )
     assert replayed.status_code == 200, replayed.text
     assert replayed.json()["auditedOn"] == f"order:{order_id}"
@@ -71,7 +72,7 @@ def test_poison_messages_are_listed_replayed_and_purged_with_an_audit_trail(calm
 
     trail = calm.api.get(f"/api/orders/{order_id}/audit").json()["items"]
     [entry] = [e for e in trail if e["action"] == "deadletter-replay"]
-    assert entry["note"] == "payment fixed" and entry["actor"] == "local"
+    assert entry["note"] == "agent fixed" and entry["actor"] == "local"
     assert entry["processStateBefore"] == entry["processStateAfter"] == "Processed"
     queue_trail = calm.api.get(f"/api/deadletters/{QUEUE}/audit").json()["items"]
     assert [(e["action"], e["messageId"]) for e in queue_trail if e["messageId"] == anonymous] == [

@@ -17,17 +17,32 @@ from azure.data.tables import TableClient
 
 from devhost import azurite
 from engine.workflow import WorkflowDefinition
+from orders import catalog
+from orders.services.client import apply_path, undo_path
 from servicebus_emulator.launcher import free_port
 from simulators.ledger_check import check_ledger
 from simulators.table_ledger import ledger_table_name
-from tests.e2e.conftest import WORKFLOWS, LocalStack, start_stack, stop_stack
+from tests.e2e.conftest import (
+    DEFAULT_WORKFLOW,
+    FIRST_STEP,
+    LAST_STEP,
+    WORKFLOWS,
+    LocalStack,
+    new_order,
+    position,
+    start_stack,
+    stop_stack,
+)
 from tests.support import service_urls
 
 FUNCTION_KEY = f"function-{uuid.uuid4().hex}"
 SIMULATORS_KEY = f"simulators-{uuid.uuid4().hex}"
 MASTER_KEY = f"master-{uuid.uuid4().hex}"
 MASTER = {"x-functions-key": MASTER_KEY}
-CHARGE = {"orderId": "o-keys", "amount": 10.0, "currency": "EUR"}
+# A service call as an agent makes it: the first step's, with its body built from an order.
+SERVICE = next(service for service in catalog.SERVICES if service.name == FIRST_STEP.agent)
+RESOURCE, _ = SERVICE.resource(FIRST_STEP.action)
+CALL = RESOURCE.body.from_order("o-keys", new_order("o-keys")).wire()
 
 
 @pytest.fixture(scope="module")
@@ -59,21 +74,23 @@ def ledger_rows(stack: LocalStack) -> list[dict[str, Any]]:
 def test_the_simulators_take_only_the_right_keys(self_contained: LocalStack) -> None:
     with httpx.Client(base_url=self_contained.devhost.api_url, timeout=10) as anonymous:
 
-        def charge(headers: dict[str, str] | None, key: str) -> int:
+        def call(headers: dict[str, str] | None, key: str) -> int:
             headers = {"Idempotency-Key": key, **(headers or {})}
-            return anonymous.post("/api/sim/payment/charges", json=CHARGE, headers=headers).status_code
+            path = f"/api/sim{apply_path(SERVICE, RESOURCE)}"
+            return anonymous.post(path, json=CALL, headers=headers).status_code
 
-        assert charge(None, "k-none") == 401
-        assert charge({"x-simulators-key": "not-the-key"}, "k-wrong") == 401
-        assert charge({"x-functions-key": FUNCTION_KEY}, "k-host") == 401, (
+        assert call(None, "k-none") == 401
+        assert call({"x-simulators-key": "not-the-key"}, "k-wrong") == 401
+        assert call({"x-functions-key": FUNCTION_KEY}, "k-host") == 401, (
             "a host key is not the simulators key"
         )
-        assert charge({"x-functions-key": MASTER_KEY}, "k-master") == 401
-        assert charge({"x-simulators-key": SIMULATORS_KEY}, "k-function") == 201
-        refund = anonymous.post(
-            "/api/sim/payment/charges/k-function/refund", headers={"x-simulators-key": SIMULATORS_KEY}
+        assert call({"x-functions-key": MASTER_KEY}, "k-master") == 401
+        assert call({"x-simulators-key": SIMULATORS_KEY}, "k-function") == 201
+        undo = anonymous.post(
+            f"/api/sim{undo_path(SERVICE, RESOURCE, 'k-function')}",
+            headers={"x-simulators-key": SIMULATORS_KEY},
         )
-        assert refund.status_code == 200, refund.text
+        assert undo.status_code == 200, undo.text
 
         function = {"x-functions-key": FUNCTION_KEY}
         for method, path in (("GET", "ledger"), ("GET", "stats"), ("GET", "faults"), ("POST", "faults")):
@@ -111,17 +128,18 @@ def test_orders_are_processed_against_the_apps_own_simulators(
 
 
 def test_the_hosted_simulators_take_fault_profiles(self_contained: LocalStack) -> None:
+    failing = LAST_STEP.agent  # the last step fails: every step before it is undone
     response = self_contained.api.post(
-        "/api/sim/faults", json={"shipping": {"permanentRate": 1}}, headers=MASTER
+        "/api/sim/faults", json={failing: {"permanentRate": 1}}, headers=MASTER
     )
     assert response.status_code == 200, response.text
     try:
         order_id = self_contained.submit()
         assert self_contained.wait_terminal(order_id)["processState"] == "Compensated"
-        rows = {row["PartitionKey"]: row for row in ledger_rows(self_contained) if row["OrderId"] == order_id}
-        assert {service: row["Compensated"] for service, row in rows.items()} == {
-            "inventory": 1,
-            "payment": 1,
+        rows = [row for row in ledger_rows(self_contained) if row["OrderId"] == order_id]
+        assert {(row["PartitionKey"], row["Key"]): row["Compensated"] for row in rows} == {
+            (step.agent, f"{order_id}:{step.name}"): int(step.compensation is not None)
+            for step in DEFAULT_WORKFLOW.steps[: position(LAST_STEP)]
         }
     finally:
-        self_contained.api.post("/api/sim/faults", json={"shipping": {}}, headers=MASTER)
+        self_contained.api.post("/api/sim/faults", json={failing: {}}, headers=MASTER)

@@ -12,12 +12,17 @@ from collections.abc import Iterator
 import pytest
 
 from devhost.counts import StackCounts, read_counts
-from engine import queues
-from tests.e2e.conftest import LocalStack, start_stack, stop_stack
+from engine import costs, queues
+from orders import catalog
+from tests.e2e.conftest import DEFAULT_WORKFLOW, LocalStack, start_stack, stop_stack
 from tests.support import wait_for
 
-AGENTS = ("inventory", "payment", "shipping")
-STATUS_EVENTS_PER_ORDER = 5  # received, step-completed x 3, processed
+# The function that reads each queue an order uses.
+FUNCTIONS = {
+    queues.SCHEDULER_QUEUE: "scheduler",
+    queues.REPLY_QUEUE: "scheduler_replies",
+    **{queues.agent_queue(service.name): service.function_name for service in catalog.SERVICES},
+}
 # Status polling, health probes and the timer run whatever the orders do.
 NOT_PER_ORDER = {"get_order", "health", "supervisor", "retention"}
 
@@ -39,20 +44,12 @@ def test_one_order_costs_exactly_the_counted_operations(quiet_stack: LocalStack)
     order_id = quiet_stack.submit()
     assert quiet_stack.wait_terminal(order_id)["processState"] == "Processed"
 
-    one_message = {"send": 1, "receive": 1, "complete": 1}
-    expected_servicebus = {
-        queues.SCHEDULER_QUEUE: one_message,
-        **{queues.agent_queue(agent): one_message for agent in AGENTS},
-        queues.REPLY_QUEUE: {"send": 3, "receive": 3, "complete": 3},
-        queues.STATUS_QUEUE: {"send": STATUS_EVENTS_PER_ORDER},  # read by the application, not here
-    }
+    # What the order's workflow sends, by the formula the capacity figures use (engine.costs).
+    traffic = costs.processed_order(DEFAULT_WORKFLOW)
+    expected_servicebus = traffic.servicebus()  # the status queue: sends only (the application reads it)
     expected_executions = {
         "submit_order": 1,
-        "scheduler": 1,
-        "agent_inventory": 1,
-        "agent_payment": 1,
-        "agent_shipping": 1,
-        "scheduler_replies": 3,
+        **{FUNCTIONS[queue]: count for queue, count in traffic.deliveries().items()},
     }
     last: list[StackCounts] = []
 
@@ -69,5 +66,5 @@ def test_one_order_costs_exactly_the_counted_operations(quiet_stack: LocalStack)
     assert delta.servicebus == expected_servicebus
     assert delta.executions == expected_executions
     assert delta.drained(ignore=[queues.STATUS_QUEUE])
-    assert delta.servicebus_total() == 4 * 3 + 9 + 5
+    assert delta.servicebus_total() == traffic.servicebus_total()
     assert delta.failures == {}

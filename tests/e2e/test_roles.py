@@ -22,7 +22,7 @@ import pytest
 from engine import queues
 from orders import access
 from orders.access import Role
-from tests.e2e.conftest import LocalStack, new_order, start_stack, stop_stack
+from tests.e2e.conftest import FIRST_STEP, LocalStack, new_order, start_stack, stop_stack
 from tests.e2e.test_openapi_contract import Store
 from tests.e2e.test_retention import kept_as
 from tests.support import wait_for
@@ -236,7 +236,7 @@ def test_an_entra_principal_is_what_its_app_roles_say(trusting: LocalStack) -> N
 
 
 def test_the_audit_names_the_principal_by_name_and_object_id(trusting: LocalStack) -> None:
-    trusting.faults(inventory=HANG)
+    trusting.faults(**{FIRST_STEP.agent: HANG})
     try:
         order_id = trusting.submit()
         trusting.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="a hung step")
@@ -244,7 +244,7 @@ def test_the_audit_names_the_principal_by_name_and_object_id(trusting: LocalStac
         operator = {**principal("Orders.Operator", name="grace@contoso.example"), "If-Match": etag}
         with httpx.Client(base_url=trusting.devhost.api_url, timeout=10) as client:
             extended = client.post(
-                f"/api/orders/{order_id}/steps/reserve-inventory/extend",
+                f"/api/orders/{order_id}/steps/{FIRST_STEP.name}/extend",
                 json={"seconds": 60, "note": "slow today"},
                 headers=operator,
             )

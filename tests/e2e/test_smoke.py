@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from smoke.cli import EXIT_NOT_PROCESSED, EXIT_OK
-from tests.e2e.conftest import LocalStack, start_stack, stop_stack
+from tests.e2e.conftest import DEFAULT_WORKFLOW, LAST_STEP, MIDDLE_STEP, LocalStack, start_stack, stop_stack
 from tests.smoke.helpers import fake_az, run_hook, run_smoke
 
 ORDER_LINE = re.compile(r"^(smoke-[0-9a-f]{16})\s+(\S+)", re.MULTILINE)
@@ -40,11 +40,11 @@ def test_the_smoke_test_passes_against_the_local_stack(calm: LocalStack) -> None
     assert list(summary.values()) == ["Processed", "Processed"]
     for order_id in summary:  # the orders are real: the API and the ledger know them
         assert calm.order(order_id)["processState"] == "Processed"
-        assert set(calm.entries(order_id)) == {"inventory", "payment", "shipping"}
+        assert set(calm.entries(order_id)) == set(DEFAULT_WORKFLOW.agents)
 
 
 def test_a_compensated_order_fails_the_smoke_test(calm: LocalStack) -> None:
-    calm.faults(shipping={"permanentRate": 1})
+    calm.faults(**{LAST_STEP.agent: {"permanentRate": 1}})
     result = run_smoke("--url", calm.devhost.api_url, "--orders", "1", "--timeout", "60", "--interval", "0.2")
     assert result.returncode == EXIT_NOT_PROCESSED, result.stdout + result.stderr
     assert list(orders_in(result.stdout).values()) == ["Compensated"]
@@ -53,7 +53,7 @@ def test_a_compensated_order_fails_the_smoke_test(calm: LocalStack) -> None:
 
 
 def test_an_order_that_does_not_finish_in_time_fails_the_smoke_test(calm: LocalStack) -> None:
-    calm.faults(payment={"latencyMs": 1500})
+    calm.faults(**{MIDDLE_STEP.agent: {"latencyMs": 1500}})
     result = run_smoke(
         "--url", calm.devhost.api_url, "--orders", "1", "--timeout", "0.5", "--interval", "0.1"
     )
