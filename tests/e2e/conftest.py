@@ -163,6 +163,21 @@ class LocalStack:
     def clear_faults(self) -> None:
         self.faults(**{s: {} for s in SERVICES})
 
+    def hung_calls(self, service: str) -> int:
+        """How many calls to ``service`` its simulator has held in a hang so far."""
+        return int(self.simulators.get("/stats").json()[service]["hang"])
+
+    def wait_hung(self, service: str, more_than: int) -> None:
+        """Wait until a call to ``service`` hangs in its simulator (``more_than`` hung before). An order
+        shows its step Running before the Agent has called the service, so faults cleared at that moment
+        may never reach the call."""
+        wait_for(
+            lambda: self.hung_calls(service) > more_than,
+            timeout=30,
+            interval=0.1,
+            what=f"a call to {service} to hang",
+        )
+
     def ledger(self) -> dict[str, dict[str, Any]]:
         return self.simulators.get("/ledger").json()
 

@@ -18,9 +18,11 @@ def step(order: dict, name: str) -> dict:
 
 
 def test_retry_redispatches_a_hung_step_once_the_service_is_back(calm: LocalStack) -> None:
+    hung = calm.hung_calls(FIRST_STEP.agent)
     calm.faults(**{FIRST_STEP.agent: HANG})
     order_id = calm.submit()
-    calm.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="the first step to hang")
+    calm.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="the first step to run")
+    calm.wait_hung(FIRST_STEP.agent, hung)
     calm.clear_faults()
     response = calm.act(order_id, f"steps/{FIRST_STEP.name}/retry", {"note": "the service is back"})
     assert response.status_code == 202, response.text

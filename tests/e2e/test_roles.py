@@ -236,10 +236,12 @@ def test_an_entra_principal_is_what_its_app_roles_say(trusting: LocalStack) -> N
 
 
 def test_the_audit_names_the_principal_by_name_and_object_id(trusting: LocalStack) -> None:
+    hung = trusting.hung_calls(FIRST_STEP.agent)
     trusting.faults(**{FIRST_STEP.agent: HANG})
     try:
         order_id = trusting.submit()
-        trusting.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="a hung step")
+        trusting.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="a running step")
+        trusting.wait_hung(FIRST_STEP.agent, hung)
         etag = trusting.api.get(f"/api/orders/{order_id}").headers["etag"]
         operator = {**principal("Orders.Operator", name="grace@contoso.example"), "If-Match": etag}
         with httpx.Client(base_url=trusting.devhost.api_url, timeout=10) as client:
