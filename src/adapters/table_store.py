@@ -866,6 +866,22 @@ class TableStateStore:
             return False
         return await self._delete_live(record, trail)
 
+    async def take_back(self, record: TaskRecord) -> bool:
+        """Delete a never-started live task whose id the history holds (see
+        :meth:`engine.ports.StateStore.take_back`): one point read of the history and, if it has the id, the
+        live records deleted in one transaction conditional on the ETags read."""
+        if self.history is None or record.archived:
+            return False
+        if await self._read_archive(record.order_id) is None:
+            return False
+        if not await self._delete_live(record, await self._audit_rows(self.table, record.order_id, STATE)):
+            raise ConcurrencyError(record.order_id)
+        log.warning(
+            "order %s: a submission of an id in the history left its task behind; taken back",
+            record.order_id,
+        )
+        return True
+
     async def _write_archive(
         self, pk: str, order_id: str, archive: dict[str, Any], listing: dict[str, Any], copies: list[Any]
     ) -> bool:

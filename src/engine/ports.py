@@ -100,6 +100,17 @@ class StateStore(Protocol):
         """
         ...
 
+    async def take_back(self, record: TaskRecord) -> bool:
+        """For a live task never started, loaded just now: True, with its live records deleted, if the
+        history holds its id. A submission of an id the history holds writes the task before it can read
+        the history when a watch entry was already there, and takes the task back; if it died (or lost its
+        answer) in between, the task stays, with nothing sent about it. It is not a new order: the
+        Supervisor asks before it starts such a task. False if the history does not hold the id.
+
+        Raises :class:`engine.errors.ConcurrencyError` if the task changed since it was loaded.
+        """
+        ...
+
     async def purge(self, finished_before: datetime, tombstone_until: datetime, limit: int) -> PurgeReport:
         """Delete at most ``limit`` tasks of the history that finished before ``finished_before``, with
         everything stored for them, each conditional on the task being unchanged since the batch read

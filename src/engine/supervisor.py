@@ -12,7 +12,7 @@ from .decisions import Outcome
 from .errors import ConcurrencyError
 from .outbox import carry_out
 from .parts import EngineParts
-from .state import TaskRecord
+from .state import ProcessState, StepStatus, TaskRecord
 
 log = logging.getLogger("engine.supervisor")
 
@@ -30,6 +30,7 @@ class SweepReport:
     errored: int = 0
     held: int = 0  # left alone: the step's service has an open circuit breaker (no failure counted)
     released: int = 0  # given back without a failure counted: a hold ended, or a breaker wants a trial
+    taken_back: int = 0  # never started, and its id is in the history: a submission's leftover, deleted
     lost_races: int = 0
     seconds: float = 0.0
     order_ids: list[str] = field(default_factory=list)
@@ -46,6 +47,16 @@ class SweepReport:
             self.held += 1
         elif outcome is Outcome.RELEASED:
             self.released += 1
+
+
+def _never_started(record: TaskRecord) -> bool:
+    """Pending with no step ever dispatched: what a submission leaves when its kick was not sent."""
+    state = record.state
+    return (
+        state.process_state is ProcessState.PENDING
+        and state.attempt == 0
+        and all(step.status is StepStatus.NOT_STARTED and step.attempts == 0 for step in record.steps)
+    )
 
 
 class Supervisor:
@@ -101,6 +112,16 @@ class Supervisor:
                 report.rewatched += 1
                 continue
             report.expired += 1
+            if _never_started(record):
+                # A task nothing was sent about yet may be a submission's leftover: asked before it starts.
+                try:
+                    if await store.take_back(record):
+                        report.taken_back += 1
+                        await store.unwatch(entry)
+                        continue
+                except ConcurrencyError:
+                    report.lost_races += 1
+                    continue
             before = record.state.process_state
             if breakers is None:
                 breakers = await self._breakers()
@@ -147,6 +168,7 @@ class Supervisor:
             errored=report.errored,
             held=report.held,
             released=report.released,
+            takenBack=report.taken_back,
             lostRaces=report.lost_races,
             seconds=round(report.seconds, 4),
         )

@@ -164,17 +164,30 @@ class StoreFixes:
     it, the submission relies on the entry it found; but a sweep that read the task as absent (it was not
     written yet) deletes that entry just after, and the task is never watched again: never recovered if it
     stalls, never moved to the history when it finishes. Seed 71 with only this one off.
+
+    ``take_back_leftover`` (finding 6): the Supervisor asks the store about a task never started before it
+    starts it (:meth:`engine.ports.StateStore.take_back`), and a task whose id the history holds is deleted
+    instead. A submission that found a watch entry writes the task before it reads the history (an earlier
+    task of the id may still be on its way there), so ``history_first`` cannot cover it: when that
+    submission dies, or loses its answer, before taking the task back, the task stays with nothing sent
+    about it. Without it, the Supervisor starts it as a lost kick and the finished order runs again.
+    Seed 182123520 (400 orders) with only this one off.
     """
 
     history_first: bool = True
     keep_watch_of_live_task: bool = True
     archive_if_unchanged: bool = True
     rewatch_new_task: bool = True
+    take_back_leftover: bool = True
 
 
 FIXED = StoreFixes()
 UNFIXED = StoreFixes(
-    history_first=False, keep_watch_of_live_task=False, archive_if_unchanged=False, rewatch_new_task=False
+    history_first=False,
+    keep_watch_of_live_task=False,
+    archive_if_unchanged=False,
+    rewatch_new_task=False,
+    take_back_leftover=False,
 )
 
 
@@ -582,6 +595,16 @@ class SimStateStore:
             return False
         return await self._delete_live(record, trail)
 
+    async def take_back(self, record: TaskRecord) -> bool:
+        if not self.protocol.take_back_leftover or record.archived:
+            return False
+        if await self._read_archive(record.order_id) is None:
+            return False
+        trail = await self._audit_rows(self.live, record.order_id, "live.audit")
+        if not await self._delete_live(record, trail, taken_back=True):
+            raise ConcurrencyError(record.order_id)
+        return True
+
     async def _write_archive(
         self, pk: str, order_id: str, archived: Archived, listing: HistoryListing, copies: list[Operation]
     ) -> bool:
@@ -634,7 +657,9 @@ class SimStateStore:
             return True
         return False
 
-    async def _delete_live(self, record: TaskRecord, trail: list[tuple[str, Row]]) -> bool:
+    async def _delete_live(
+        self, record: TaskRecord, trail: list[tuple[str, Row]], taken_back: bool = False
+    ) -> bool:
         order_id, pk = record.order_id, self._pk(record.order_id)
         guarded: list[Operation] = [("delete", key, None, etag) for key, etag in record.etags.items()]
         if input_key(order_id) not in record.etags:
@@ -648,7 +673,13 @@ class SimStateStore:
                 batch = audits[i : min(i + MAX_BATCH, len(audits) - room)]
                 await self._request("live.delete-audit", partial(self.live.transact, pk, batch))
             operations = [*guarded, *audits[max(len(audits) - room, 0) :]]
-            await self._request("live.delete", lambda: self.live.transact(pk, operations))
+
+            def delete() -> None:
+                self.live.transact(pk, operations)
+                if taken_back:
+                    self.observer.creation_taken_back(order_id)
+
+            await self._request("live.delete", delete)
         except TableError as exc:
             if _conflict(exc):
                 return False

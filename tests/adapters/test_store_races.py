@@ -1,5 +1,5 @@
 """The store's protocol under the interleavings the simulation found (docs/simulation.md, "What it found",
-findings 2 to 5), each built by hand on Azurite: two submissions of one id driven step by step, a process
+findings 2 to 6), each built by hand on Azurite: two submissions of one id driven step by step, a process
 that dies at a given point (a step of the store that raises), the Supervisor's sweep or the clean-up run
 between two requests of another caller."""
 
@@ -92,6 +92,44 @@ async def test_a_submission_of_an_archived_id_that_fails_midway_leaves_no_task_t
     assert (report.kicked, sender.sent) == (0, [])
     assert await live_keys(store, "o-1") == [] and await watched(store) == {}
     assert counts(await store.count_by_state(100)) == {"Processed": 1}
+
+
+# ---- finding 6: the same, under a watch entry an earlier attempt left ------------------------------------
+async def test_a_task_left_by_a_submission_of_an_archived_id_is_taken_back_not_started(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt A inserts the watch entry and dies; attempt B finds the entry, so it writes the task before
+    it reads the history (an earlier task of the id could still be on its way there), finds the id there
+    and dies before taking the task back. Nothing was sent about the task: the Supervisor, finding it never
+    started, asks the history before starting it, and deletes it instead."""
+    await archived(store, "o-1")
+    await store.unwatch(*[e async for e in store.expired(NOW + DAY)])  # as the Supervisor does after
+    assert await store._add_watch(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
+    monkeypatch.setattr(store, "_delete_created", lambda *args: died())
+    with pytest.raises(ConnectionError):
+        await store.create(new_record("o-1", BODY, now=NOW + DAY))  # B
+    monkeypatch.undo()
+    assert await live_keys(store, "o-1") != []  # B's task is left behind
+    sender = RecordingSender()
+    report = await supervisor(store, NOW + 2 * DAY, sender).sweep()
+    assert (report.taken_back, report.kicked, sender.sent) == (1, 0, [])
+    assert await live_keys(store, "o-1") == [] and await watched(store) == {}
+    assert counts(await store.count_by_state(100)) == {"Processed": 1}
+    again, answer = await store.create(new_record("o-1", BODY, now=NOW + 2 * DAY))
+    assert again is CreateOutcome.EXISTS_SAME and answer.archived
+
+
+async def test_a_never_started_task_whose_id_is_not_in_the_history_is_kicked_as_before(
+    store: TableStateStore,
+) -> None:
+    """The question costs one read of the history and changes nothing for a task that is new."""
+    outcome, _ = await store.create(new_record("o-2", BODY))
+    assert outcome is CreateOutcome.CREATED
+    sender = RecordingSender()
+    report = await supervisor(store, NOW + DAY, sender).sweep()
+    assert (report.taken_back, report.kicked) == (0, 1)
+    assert [m.body.kind for m in sender.sent] == [CommandKind.START]
+    assert await live_keys(store, "o-2") != []
 
 
 # ---- finding 2: two submissions of one id at once ---------------------------------------------------------

@@ -123,6 +123,16 @@ class MemoryStore:
         del self.records[record.order_id]
         return True
 
+    async def take_back(self, record: TaskRecord) -> bool:
+        self.operations += 1
+        if record.order_id not in self.history and record.order_id not in self.tombstones:
+            return False
+        current = self.records.get(record.order_id)
+        if current is None or current[0] != record.etags.get("state"):
+            raise ConcurrencyError(record.order_id)
+        del self.records[record.order_id]
+        return True
+
     async def purge(self, finished_before: datetime, tombstone_until: datetime, limit: int) -> PurgeReport:
         self.operations += 1
         due = sorted(

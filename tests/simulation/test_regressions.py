@@ -74,6 +74,7 @@ STORE_BUGS = [
     (("keep_watch_of_live_task", "rewatch_new_task"), 177, "a finished order was never moved to the history"),
     (("archive_if_unchanged",), 86, "the tally says"),
     (("rewatch_new_task",), 71, "a finished order was never moved to the history"),
+    (("take_back_leftover",), 182123520, "the order was started 2 times"),
 ]
 
 
