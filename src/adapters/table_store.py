@@ -46,9 +46,11 @@ writes the task only if the id is not there. That is safe because a finished tas
 only after its history copy is written and before its watch entry is deleted: if the insert succeeded, no
 earlier task with the id can still be on its way out, so the history cannot gain the id between the read
 and the write. If an entry was there, the read comes after the write, and a task written when the history
-had the id is deleted again before anything is sent; a task written under an entry the submission did not
+had the id is deleted again before anything is sent (the history is read before the write too, so an id it
+already holds is answered with nothing written); a task written under an entry the submission did not
 insert (one left by an attempt that died before writing) puts the entry again at its own CompleteBy, so a
-sweep that found no task under it and is about to delete it is refused.
+sweep that found no task under it and is about to delete it is refused. A task left behind by a submission
+that died before taking it back is deleted by the Supervisor (:meth:`TableStateStore.take_back`).
 
 The store uses the asynchronous clients (``azure.data.tables.aio``, on azure-core's aiohttp transport), so
 a slow table service holds no thread. Like every aio client, they belong to the event loop they are
@@ -457,10 +459,16 @@ class TableStateStore:
                 # leave it behind).
                 found = await self._read_archive(record.order_id)
                 written = await self._create_live(operations) if found is None else None
+            elif self.history is not None:
+                # An entry was there: an earlier task with this id may still be leaving the live table, so
+                # the history is read again after the write. Read first too, an id it already holds is
+                # answered with nothing written (and nothing left behind if this process dies).
+                found = await self._read_archive(record.order_id)
+                written = await self._create_live(operations) if found is None else None
+                if written is not None:
+                    found = await self._read_archive(record.order_id)
             else:
                 written = await self._create_live(operations)
-                if written is not None and self.history is not None:
-                    found = await self._read_archive(record.order_id)
             if written is not None and found is None:
                 break
             if written is not None:

@@ -134,7 +134,7 @@ def _conflict(exc: TableError) -> bool:
 @dataclass(frozen=True)
 class StoreFixes:
     """The fixes of the bugs the simulation found in the store's protocol (docs/simulation.md, "What it
-    found", findings 2 to 5), each a flag so that a regression test can turn it off and show that its seed
+    found", findings 2 to 6), each a flag so that a regression test can turn it off and show that its seed
     still catches the bug (``tests/simulation/test_regressions.py``). ``adapters.table_store`` has them all:
     :data:`FIXED` is the protocol it follows, request for request (``tests/adapters/test_store_races.py``
     builds each bug's interleaving on it); :data:`UNFIXED` turns every fix off.
@@ -143,7 +143,8 @@ class StoreFixes:
     task. Without it, the submission does both at once and takes the task back when the history has the
     id; if the write's answer is lost, or the process dies before the take-back, the task stays: the
     Supervisor starts it as if its kick were lost, the finished order runs again and can never be moved to
-    the history (the history has the id). Seed 84 with only this one off.
+    the history (the history has the id). Seed 84 with this one and both of finding 6's off (each of
+    those also covers it).
 
     ``keep_watch_of_live_task``: a submission refused because the task exists removes the watch entry it
     inserted only when no live task has the id. Without it, the entry also goes when the live task has
@@ -163,15 +164,18 @@ class StoreFixes:
     by an earlier attempt that died before writing) puts the entry again, at the task's CompleteBy. Without
     it, the submission relies on the entry it found; but a sweep that read the task as absent (it was not
     written yet) deletes that entry just after, and the task is never watched again: never recovered if it
-    stalls, never moved to the history when it finishes. Seed 71 with only this one off.
+    stalls, never moved to the history when it finishes. Seed 48 with only this one off.
 
-    ``take_back_leftover`` (finding 6): the Supervisor asks the store about a task never started before it
-    starts it (:meth:`engine.ports.StateStore.take_back`), and a task whose id the history holds is deleted
-    instead. A submission that found a watch entry writes the task before it reads the history (an earlier
-    task of the id may still be on its way there), so ``history_first`` cannot cover it: when that
-    submission dies, or loses its answer, before taking the task back, the task stays with nothing sent
-    about it. Without it, the Supervisor starts it as a lost kick and the finished order runs again.
-    Seed 182123520 (400 orders) with only this one off.
+    ``take_back_leftover`` and ``history_also_first`` (finding 6): a submission that found a watch entry
+    writes the task before it reads the history (an earlier task of the id may still be on its way there);
+    when it dies, or loses its answer, before taking the task back, the task stays with nothing sent about
+    it, and the Supervisor starts it as a lost kick: the finished order runs again. With
+    ``history_also_first`` such a submission reads the history before the write as well (an id the history
+    already holds is answered with nothing written); with ``take_back_leftover`` the Supervisor asks the
+    store about a task never started before it starts it (:meth:`engine.ports.StateStore.take_back`), and
+    one whose id the history holds is deleted instead. Seed 182123520 with both off; seed 182123642 with
+    ``history_also_first`` off (the tombstone had expired when the Supervisor came to the task, so the
+    question alone could not tell).
     """
 
     history_first: bool = True
@@ -179,6 +183,7 @@ class StoreFixes:
     archive_if_unchanged: bool = True
     rewatch_new_task: bool = True
     take_back_leftover: bool = True
+    history_also_first: bool = True
 
 
 FIXED = StoreFixes()
@@ -188,6 +193,7 @@ UNFIXED = StoreFixes(
     archive_if_unchanged=False,
     rewatch_new_task=False,
     take_back_leftover=False,
+    history_also_first=False,
 )
 
 
@@ -319,6 +325,18 @@ class SimStateStore:
                 written, found = await asyncio.gather(
                     self._create_live(pk, order_id, operations, snapshot), self._read_archive(order_id)
                 )
+            elif self.protocol.history_also_first:
+                # An entry was there: read the history before the write too, and again after it.
+                found = await self._read_archive(order_id)
+                written = (
+                    await self._create_live(pk, order_id, operations, snapshot) if found is None else None
+                )
+                if written is not None:
+                    found = await self._read_archive(order_id)
+                elif found is not None:
+                    answer = await self._existing(record, added, found)
+                    assert answer is not None
+                    return answer
             else:
                 written = await self._create_live(pk, order_id, operations, snapshot)
                 found = await self._read_archive(order_id) if written is not None else None

@@ -98,13 +98,21 @@ async def test_a_submission_of_an_archived_id_that_fails_midway_leaves_no_task_t
 async def test_a_task_left_by_a_submission_of_an_archived_id_is_taken_back_not_started(
     store: TableStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Attempt A inserts the watch entry and dies; attempt B finds the entry, so it writes the task before
-    it reads the history (an earlier task of the id could still be on its way there), finds the id there
-    and dies before taking the task back. Nothing was sent about the task: the Supervisor, finding it never
-    started, asks the history before starting it, and deletes it instead."""
+    """Attempt A inserts the watch entry and dies; attempt B finds the entry, reads the history before the
+    earlier task's move has written it (here: the first read answers nothing), writes the task once the move
+    has deleted the live records, reads the history again, finds the id and dies before taking the task
+    back. Nothing was sent about the task: the Supervisor, finding it never started, asks the history
+    before starting it, and deletes it instead."""
     await archived(store, "o-1")
     await store.unwatch(*[e async for e in store.expired(NOW + DAY)])  # as the Supervisor does after
     assert await store._add_watch(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
+    read_archive, reads = store._read_archive, []
+
+    async def first_read_before_the_move(order_id: str) -> Any:
+        reads.append(order_id)
+        return None if len(reads) == 1 else await read_archive(order_id)
+
+    monkeypatch.setattr(store, "_read_archive", first_read_before_the_move)
     monkeypatch.setattr(store, "_delete_created", lambda *args: died())
     with pytest.raises(ConnectionError):
         await store.create(new_record("o-1", BODY, now=NOW + DAY))  # B
@@ -117,6 +125,27 @@ async def test_a_task_left_by_a_submission_of_an_archived_id_is_taken_back_not_s
     assert counts(await store.count_by_state(100)) == {"Processed": 1}
     again, answer = await store.create(new_record("o-1", BODY, now=NOW + 2 * DAY))
     assert again is CreateOutcome.EXISTS_SAME and answer.archived
+
+
+async def test_a_submission_under_an_entry_left_behind_writes_nothing_for_an_id_in_the_history(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same retry, when the history already holds the id as it reads it first: answered from the
+    history with no task written, so there is nothing to take back and nothing a death could leave."""
+    await archived(store, "o-1")
+    await store.unwatch(*[e async for e in store.expired(NOW + DAY)])
+    assert await store._add_watch(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
+    writes: list[Any] = []
+    create_live = store._create_live
+
+    async def counted(operations: list[Any]) -> Any:
+        writes.append(operations)
+        return await create_live(operations)
+
+    monkeypatch.setattr(store, "_create_live", counted)
+    outcome, answer = await store.create(new_record("o-1", BODY, now=NOW + DAY))  # B
+    assert outcome is CreateOutcome.EXISTS_SAME and answer.archived
+    assert writes == [] and await live_keys(store, "o-1") == []
 
 
 async def test_a_never_started_task_whose_id_is_not_in_the_history_is_kicked_as_before(
