@@ -584,7 +584,9 @@ def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) ->
 def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decision:
     """Mark the current forward step done by hand (its effect was achieved outside the system), then
     continue with the next step. The step's result records the skip; its compensation still runs if
-    the task is undone later, which is harmless for an idempotent service that never applied it."""
+    the task is undone later, which is harmless for an idempotent service that never applied it, but
+    not yet safe when the step's call was still in flight and lands after the undo (docs/simulation.md,
+    finding 7: the undo does not wait for that call's CompleteBy, as a cancel's does)."""
     if _on_current_step(Operation.SKIP_STEP, record, index) is None:
         return REFUSED
     step = record.steps[index]
