@@ -4,6 +4,8 @@ back (so a change that makes the seed miss its bug shows here: hunt another, see
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -17,8 +19,23 @@ from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
+from orders.catalog import CATALOG
 from simulation.run import run
 from simulation.store import FIXED, StoreFixes
+
+
+def _fingerprint() -> str:
+    workflows = [workflow.model_dump(mode="json") for workflow in CATALOG.workflows]
+    return hashlib.sha256(json.dumps(workflows, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# A seed explores what the declared workflows make of it: these seeds were found on the example catalog
+# and say nothing about another one (hunt new ones for yours: docs/simulation.md, "Seeds drift").
+EXAMPLE_CATALOG = "9e7a7efdbd85fb8d"
+pytestmark = pytest.mark.skipif(
+    _fingerprint() != EXAMPLE_CATALOG,
+    reason="the regression seeds were found on the example workflows; the declared ones differ",
+)
 
 # ---- in the engine ------------------------------------------------------------------------------------
 
