@@ -5,13 +5,10 @@ between two requests of another caller."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from azure.data.tables.aio import TableServiceClient
 
 from adapters import table_store
 from adapters.table_store import TableStateStore
@@ -22,21 +19,14 @@ from engine.ports import CreateOutcome
 from engine.state import ProcessState
 from engine.supervisor import Supervisor
 from engine.workflow import WorkflowCatalog
-from tests.adapters.test_history import DAY, SHARDS, archived, counts, finished, live_keys, rows
+from tests.adapters.test_history import DAY, archived, counts, finished, live_keys, rows
+from tests.adapters.test_history import store as store  # the fixture: a store on its own table, 2 shards
 from tests.adapters.test_table_store import NOW, SETTINGS, WORKFLOW, FixedClock, ctx, new_record
 from tests.engine.fakes import RecordingSender
 
 pytestmark = pytest.mark.anyio
 
 BODY = {"id": "o-1"}
-
-
-@pytest.fixture
-async def store(azurite_connection_string: str) -> AsyncIterator[TableStateStore]:
-    async with TableServiceClient.from_connection_string(azurite_connection_string) as service:
-        store = await TableStateStore.from_service(service, "t" + uuid.uuid4().hex[:16], shards=SHARDS)
-        yield store
-        await store.close()
 
 
 def supervisor(store: TableStateStore, at: Any, sender: RecordingSender | None = None) -> Supervisor:
