@@ -452,20 +452,15 @@ class TableStateStore:
         added = await self._add_watch(record.state) if watched else None
         for _ in range(_RACES):
             found: TableEntity | None = None
-            if added is not None and self.history is not None:
-                # No watch entry was there: no earlier task with this id is still leaving the live table,
-                # so the history, read first, cannot gain the id before the write. Written only if the id
-                # is not there, the task never has to be taken back (a lost answer or a crash could not
-                # leave it behind).
+            if self.history is not None:
+                # The history first: an id it holds is answered with nothing written, so a lost answer or a
+                # crash cannot leave a task behind.
                 found = await self._read_archive(record.order_id)
                 written = await self._create_live(operations) if found is None else None
-            elif self.history is not None:
-                # An entry was there: an earlier task with this id may still be leaving the live table, so
-                # the history is read again after the write. Read first too, an id it already holds is
-                # answered with nothing written (and nothing left behind if this process dies).
-                found = await self._read_archive(record.order_id)
-                written = await self._create_live(operations) if found is None else None
-                if written is not None:
+                if written is not None and added is None:
+                    # An entry was there: an earlier task with this id may have been leaving the live
+                    # table during that read, so the history is read again after the write. (When this
+                    # submission inserted the entry, no earlier task can be, and once is enough.)
                     found = await self._read_archive(record.order_id)
             else:
                 written = await self._create_live(operations)
