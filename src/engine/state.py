@@ -106,6 +106,9 @@ class StepState(BaseModel):
     # pattern's failure count per step, which decides Error (the task's FailureCount is the total).
     failures: int = Field(default=0, ge=0, alias="FailureCount")
     complete_by: datetime | None = Field(default=None, alias="CompleteBy")
+    # Set when an operator skips the step while its Agent may still be calling the service: the call can
+    # land until its CompleteBy plus the grace, so an undo of the step must not reach the service before.
+    undo_not_before: datetime | None = Field(default=None, alias="UndoNotBefore")
     last_error: str | None = Field(default=None, alias="LastError")
     result: dict[str, Any] | None = Field(default=None, alias="Result")
 

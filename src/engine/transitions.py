@@ -309,7 +309,30 @@ def _dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> Deci
     )
     if index is None:
         return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+    wait = record.steps[index].undo_not_before
+    if wait is not None and wait > ctx.now:
+        return _undo_later(record, ctx, index, wait)
     return _dispatch(record, ctx, index, compensating=True)
+
+
+def _undo_later(record: TaskRecord, ctx: Context, index: int, at: datetime) -> Decision:
+    """Give the task back unlocked, Compensating at step ``index``, with a resume scheduled for ``at``.
+
+    The step was skipped while its call was in flight; an undo sent now could reach the service before
+    that call lands, and the call would then apply an effect nothing undoes. Whoever claims the task
+    before ``at`` (a duplicate resume, the Supervisor's kick) finds the same wait and defers again.
+    """
+    state = record.state
+    step = record.steps[index]
+    state.phase, state.process_state = Phase.COMPENSATE, ProcessState.COMPENSATING
+    state.current_step = index
+    state.attempt = step.compensation_attempts
+    state.locked_by = None
+    state.next_attempt_at = at
+    state.complete_by = at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    _touch(record, ctx)
+    reason = f"undo of {step.name} waits for the call in flight when it was skipped"
+    return _moved(command(state.order_id, CommandKind.RESUME, reason, at=at, new_id=ctx.new_id))
 
 
 def _compensation_succeeded(record: TaskRecord, ctx: Context) -> Decision:
@@ -584,12 +607,18 @@ def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) ->
 def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decision:
     """Mark the current forward step done by hand (its effect was achieved outside the system), then
     continue with the next step. The step's result records the skip; its compensation still runs if
-    the task is undone later, which is harmless for an idempotent service that never applied it, but
-    not yet safe when the step's call was still in flight and lands after the undo (docs/simulation.md,
-    finding 7: the undo does not wait for that call's CompleteBy, as a cancel's does)."""
+    the task is undone later, which is harmless for an idempotent service that never applied it.
+
+    A step skipped while running may still have its call in flight, and that call can land until the
+    step's CompleteBy plus the cancel grace: an undo of the step waits until then, as a cancel's does
+    (docs/simulation.md, finding 7).
+    """
     if _on_current_step(Operation.SKIP_STEP, record, index) is None:
         return REFUSED
     step = record.steps[index]
+    if step.status is StepStatus.RUNNING and step.complete_by is not None:
+        settled = step.complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds)
+        step.undo_not_before = settled if settled > ctx.now else None
     step.status = StepStatus.COMPLETED
     step.result = {"skipped": True, "note": note}
     step.last_error = None

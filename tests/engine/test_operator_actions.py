@@ -10,7 +10,7 @@ import pytest
 from engine import transitions
 from engine.decisions import Outcome
 from engine.errors import InvalidState, NotFound, PreconditionFailed, UnknownStep
-from engine.messages import AgentRequest, ReplyOutcome
+from engine.messages import AgentRequest, ReplyOutcome, SchedulerCommand
 from engine.state import Phase, ProcessState, StepStatus
 from engine.tasks import Action
 from tests.engine.test_state_machine import SETTINGS, World
@@ -159,6 +159,58 @@ async def test_skip_marks_the_step_done_by_hand_and_continues() -> None:
         "skipped": True,
         "note": "reserved by phone",
     }
+
+
+async def test_the_undo_of_a_step_skipped_while_running_waits_for_its_call_to_settle() -> None:
+    """Skipped while its call was in flight, the step's call can still land until its CompleteBy plus the
+    grace: an undo sent earlier would reach the service first and leave that effect applied."""
+    world = World()
+    first = await running(world)
+    world.clock.advance(2)
+    version = (await world.tasks.get("o-1")).version
+    await world.tasks.skip_step("o-1", "first", "reserved by phone", Action("ops", None, version))
+    await world.kick()
+    second = world.take_request()
+    world.statuses()
+    await world.reply(second, ReplyOutcome.FAILED, error="declined")  # a lasting failure: undo
+    undo_second = world.take_request()
+    assert undo_second.compensating and undo_second.step == "second"
+    await world.reply(undo_second)
+    settled = first.complete_by + timedelta(seconds=SETTINGS.cancel_grace_seconds)
+    # No undo of the first step yet: the task waits, unlocked, for a resume at the settle time.
+    assert not world.requests()
+    [resume] = [s for s in world.sender.sent if s.queue == "scheduler"]
+    assert resume.scheduled_at == settled
+    record = world.store.state("o-1")
+    assert record.state.process_state is ProcessState.COMPENSATING and record.state.locked_by is None
+    assert record.state.current_step == 0 and record.steps[0].status is StepStatus.COMPLETED
+    assert record.state.complete_by is not None and record.state.complete_by > settled
+    # A resume that comes early (a duplicate) changes nothing and sends nothing.
+    world.statuses()
+    await world.kick()
+    assert not world.sender.sent
+    assert world.store.state("o-1").model_dump() == record.model_dump()
+    assert not await world.reply(first)  # the skipped call's own reply changes nothing
+    world.clock.advance((settled - world.clock.now()).total_seconds())
+    assert isinstance(resume.body, SchedulerCommand)
+    await world.scheduler.handle_command(resume.body)
+    undo_first = world.take_request()
+    assert undo_first.compensating and undo_first.step == "first"
+    await world.reply(undo_first)
+    assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATED
+
+
+async def test_a_step_skipped_after_its_deadline_is_undone_at_once() -> None:
+    world = World()
+    await errored(world)  # the first step's last call stopped at its CompleteBy, long ago
+    version = (await world.tasks.get("o-1")).version
+    await world.tasks.skip_step("o-1", "first", "done by hand", Action("ops", None, version))
+    assert world.store.state("o-1").steps[0].undo_not_before is None
+    await world.kick()
+    second = world.take_request()
+    await world.reply(second, ReplyOutcome.FAILED, error="declined")
+    await world.reply(world.take_request())  # the second step's undo
+    assert world.take_request().step == "first"  # no wait
 
 
 async def test_a_stale_version_changes_nothing_and_a_wrong_state_says_why() -> None:
