@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 
 from . import queues, saved_task, telemetry
 from .decisions import Alert, Decision, Outgoing
-from .ports import MessageSender
+from .errors import ConcurrencyError
+from .ports import MessageSender, StateStore
 from .state import TaskRecord
+
+log = logging.getLogger("engine.outbox")
 
 
 async def _send_in_order(sender: MessageSender, messages: list[Outgoing]) -> None:
@@ -53,10 +57,33 @@ async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: I
         telemetry.emit_event(alert.name, **alert.fields())
 
 
-async def carry_out(sender: MessageSender, decision: Decision, saved: TaskRecord) -> None:
+async def carry_out(sender: MessageSender, decision: Decision, saved: TaskRecord, store: StateStore) -> None:
     """Send a saved decision's messages and raise its alerts.
 
     ``saved`` is the task as the change left it in the store: the messages to the Scheduler and the
-    Agents carry it (see :mod:`engine.saved_task`), so the next step need not read it back.
+    Agents carry it (see :mod:`engine.saved_task`), so the next step need not read it back. Once the
+    alert of a move into Error is raised, the task says so (see :func:`alert_raised`).
     """
     await deliver(sender, saved_task.attach(decision.messages, saved), decision.alerts)
+    if decision.alerts:
+        await alert_raised(store, saved)
+
+
+async def alert_raised(store: StateStore, record: TaskRecord) -> bool:
+    """Clear the task's AlertPending now that its Error alert is raised; True if the store took it.
+
+    Alerting is at least once: until this write lands, the Supervisor raises the alert again when it
+    comes to the task. The write is conditional on the task's ETag: a task that changed meanwhile (an
+    operator took it out of Error, or another process cleared it first) owes nothing more from here.
+    """
+    if not record.state.alert_pending:
+        return True
+    record.state.alert_pending = False
+    try:
+        await store.save(record)
+    except ConcurrencyError:
+        return False
+    except Exception:
+        log.warning("could not record the alert of order %s as raised", record.order_id, exc_info=True)
+        return False
+    return True

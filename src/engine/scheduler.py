@@ -46,7 +46,7 @@ class Scheduler:
                     log, "lost a race; another instance moved the task", **telemetry.context(record.order_id)
                 )
             return False
-        await carry_out(self.parts.sender, decision, record)
+        await carry_out(self.parts.sender, decision, record, self.parts.store)
         return True
 
     async def handle_command(self, command: SchedulerCommand) -> bool:

@@ -82,6 +82,9 @@ class TaskState(BaseModel):
     # the two are equal, the CompleteBy that passes is the hold's end, not a step that failed again.
     held_until: datetime | None = Field(default=None, alias="HeldUntil")
     last_error: str | None = Field(default=None, alias="LastError")
+    # Set with Error, cleared once the alert is known to be raised (or an operator took the task out of
+    # Error): a process that dies between the two leaves it set, and the Supervisor raises the alert.
+    alert_pending: bool = Field(default=False, alias="AlertPending")
     created_at: datetime = Field(alias="CreatedAt")
     updated_at: datetime = Field(alias="UpdatedAt")
 

@@ -10,7 +10,7 @@ from . import telemetry, transitions
 from .breaker import BreakerRecord
 from .decisions import Outcome
 from .errors import ConcurrencyError
-from .outbox import carry_out
+from .outbox import alert_raised, carry_out
 from .parts import EngineParts
 from .state import ProcessState, StepStatus, TaskRecord
 
@@ -31,6 +31,7 @@ class SweepReport:
     held: int = 0  # left alone: the step's service has an open circuit breaker (no failure counted)
     released: int = 0  # given back without a failure counted: a hold ended, or a breaker wants a trial
     taken_back: int = 0  # never started, and its id is in the history: a submission's leftover, deleted
+    alerted: int = 0  # Error alerts raised again: the process that entered Error died before saying it had
     lost_races: int = 0
     seconds: float = 0.0
     order_ids: list[str] = field(default_factory=list)
@@ -86,6 +87,13 @@ class Supervisor:
             log.warning("could not move finished order %s to the history", record.order_id, exc_info=True)
             return False
 
+    async def _raise_alert(self, record: TaskRecord) -> bool:
+        """Raise the Error alert of a task whose AlertPending is still set (whoever put it in Error did not
+        live to record the alert as raised), then record it; False if the task changed meanwhile."""
+        alert = transitions.error_alert(record)
+        telemetry.emit_event(alert.name, **alert.fields())
+        return await alert_raised(self.parts.store, record)
+
     async def sweep(self) -> SweepReport:
         """One pass over expired in-flight tasks. The breakers are read once, when the first task that
         needs recovery is found (a sweep with nothing expired reads nothing more)."""
@@ -104,6 +112,11 @@ class Supervisor:
                         report.lost_races += 1
                         continue  # still watched: the next sweep tries again
                     report.archived += 1
+                if record is not None and record.state.alert_pending:
+                    report.alerted += 1
+                    if not await self._raise_alert(record):
+                        report.lost_races += 1
+                        continue  # still watched: the next sweep looks again
                 await store.unwatch(entry)  # no longer in flight: stop watching it
                 report.unwatched += 1
                 continue
@@ -141,7 +154,7 @@ class Supervisor:
                 # Held again and again while the outage lasts: move the watch entry now, so the next
                 # sweeps skip the task until the hold ends instead of loading it to find that out.
                 await store.rewatch(entry, record.state.complete_by)
-            await carry_out(self.parts.sender, decision, record)
+            await carry_out(self.parts.sender, decision, record, store)
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
             telemetry.info(
@@ -169,6 +182,7 @@ class Supervisor:
             held=report.held,
             released=report.released,
             takenBack=report.taken_back,
+            alerted=report.alerted,
             lostRaces=report.lost_races,
             seconds=round(report.seconds, 4),
         )

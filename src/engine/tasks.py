@@ -234,7 +234,7 @@ class TaskService:
                 if action.version is not None:
                     raise PreconditionFailed(order_id) from None
                 continue  # the Scheduler moved it meanwhile: look again
-            await carry_out(self.parts.sender, decision, saved)
+            await carry_out(self.parts.sender, decision, saved, self.parts.store)
             telemetry.info(log, what, **telemetry.context(order_id), actor=action.actor)
             return saved
         raise InvalidState(

@@ -375,15 +375,10 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
     state.complete_by = None
     state.next_attempt_at = None
     state.last_error = reason
+    state.alert_pending = True
     _touch(record, ctx)
     step = record.steps[state.current_step].name
-    alert = OrderEnteredError(
-        order_id=state.order_id,
-        failure_count=state.failure_count,
-        phase=state.phase.value,
-        step=step,
-        reason=reason,
-    )
+    alert = error_alert(record)
     message = status(record, ctx, StatusEvent.ERROR, step=step, detail=reason)
     current = record.steps[state.current_step].status
     record.audit(
@@ -400,6 +395,18 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
         )
     )
     return Decision(Outcome.ERRORED, (message,), (alert,))
+
+
+def error_alert(record: TaskRecord) -> OrderEnteredError:
+    """The alert for a task in Error, from what its record says (raised again from it if it was lost)."""
+    state = record.state
+    return OrderEnteredError(
+        order_id=state.order_id,
+        failure_count=state.failure_count,
+        phase=state.phase.value,
+        step=record.steps[state.current_step].name,
+        reason=state.last_error or "",
+    )
 
 
 def workflow_not_deployed(record: TaskRecord, ctx: Context, role: str = "scheduler") -> Decision:
@@ -504,6 +511,7 @@ def resubmit(record: TaskRecord, ctx: Context) -> Decision:
     state = record.state
     state.process_state = ProcessState.PENDING
     state.failure_count = 0
+    state.alert_pending = False  # an operator is on it: the alert has done its job
     record.steps[state.current_step].failures = 0
     state.locked_by = None
     state.next_attempt_at = None
@@ -557,6 +565,7 @@ def _hand_back(record: TaskRecord, ctx: Context, reason: str) -> Decision:
     state = record.state
     if state.process_state is ProcessState.ERROR:
         state.failure_count = 0  # an operator looked at it: the Supervisor counts afresh
+        state.alert_pending = False
         record.steps[state.current_step].failures = 0
     forward = state.phase is Phase.FORWARD
     state.process_state = ProcessState.PENDING if forward else ProcessState.COMPENSATING

@@ -68,6 +68,8 @@ def final(sim: Simulation) -> None:
             assert state is not None
             if state.hold_end is not None:
                 oracle.violation(order_id, "a terminal order is still held")
+        if truth.alert_owed:
+            oracle.violation(order_id, "entered Error, and no alert was raised")
         _ledger(sim, order_id, final_name, value)
         _audit(sim, order_id, where)
     _records(sim)

@@ -29,6 +29,8 @@ Once the run has settled (faults stopped, every message settled, the Supervisor 
   tallies that count the history, a ``gone`` entry per tombstone;
 - the audit trail holds every operator action that was answered as done (and no other), and one "error"
   entry per time the order entered Error;
+- every entry into Error raised an ``OrderEnteredError`` alert, unless an operator took the order out of
+  Error first (alerting is at least once: a duplicate is counted, not a violation);
 - no message is lost: every message of a consumed queue was completed, dead-lettered or (an Agent's
   request past its deadline) expired.
 """
@@ -93,6 +95,7 @@ class OrderTruth:
     replies: set[tuple[int, bool, int, ReplyOutcome]] = field(default_factory=set)
     errors: int = 0
     alerts: int = 0
+    alert_owed: bool = False  # in Error, and no alert raised since it entered, nor an operator took it out
     audited: dict[str, int] = field(default_factory=dict)
     operator_done: dict[str, int] = field(default_factory=dict)
     operator_unsure: dict[str, int] = field(default_factory=dict)
@@ -198,6 +201,9 @@ class Oracle:
             self._audited(truth, before, after, entry)
         if became is ProcessState.ERROR and was is not ProcessState.ERROR:
             self._entered_error(truth, after, audit, now)
+            truth.alert_owed = True
+        elif was is ProcessState.ERROR and became is not ProcessState.ERROR:
+            truth.alert_owed = False  # an operator took it out: the alert, if lost, is no longer needed
         truth.state = became
         if became.terminal:
             truth.terminal_at = now
@@ -413,6 +419,7 @@ class Oracle:
             self.alerts_unmatched += 1
             return
         truth.alerts += 1
+        truth.alert_owed = False
 
 
 class AlertHandler(logging.Handler):

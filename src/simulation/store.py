@@ -135,7 +135,8 @@ def _conflict(exc: TableError) -> bool:
 class StoreFixes:
     """The fixes of the bugs the simulation found in the store's protocol (docs/simulation.md, "What it
     found", findings 2 to 6), each a flag so that a regression test can turn it off and show that its seed
-    still catches the bug (``tests/simulation/test_regressions.py``). ``adapters.table_store`` has them all:
+    still catches the bug (the seeds, which drift as the code changes, are in
+    ``tests/simulation/test_regressions.py``). ``adapters.table_store`` has them all:
     :data:`FIXED` is the protocol it follows, request for request (``tests/adapters/test_store_races.py``
     builds each bug's interleaving on it); :data:`UNFIXED` turns every fix off.
 
@@ -143,28 +144,28 @@ class StoreFixes:
     task. Without it, the submission does both at once and takes the task back when the history has the
     id; if the write's answer is lost, or the process dies before the take-back, the task stays: the
     Supervisor starts it as if its kick were lost, the finished order runs again and can never be moved to
-    the history (the history has the id). Seed 84 with this one and both of finding 6's off (each of
-    those also covers it).
+    the history (the history has the id). Its seed needs both of finding 6's off too (each of those
+    also covers it).
 
     ``keep_watch_of_live_task``: a submission refused because the task exists removes the watch entry it
     inserted only when no live task has the id. Without it, the entry also goes when the live task has
     finished; but when two submissions of one id race, the entry the slower one inserted is the only one
     the task has (the faster one's insert found it there), so the finished task is never moved to the
-    history. Seed 177 with this one and ``rewatch_new_task`` off (the latter also prevents it, unless the
-    process that would put the entry again dies first).
+    history. Its seed needs ``rewatch_new_task`` off too (the latter also prevents it, unless
+    the process that would put the entry again dies first).
 
     ``archive_if_unchanged``: a second attempt at moving a task to the history (the first wrote the history
     but did not delete the live records) rewrites the history's copy only if it is unchanged since it read
     it, and a task the history already holds as a tombstone (moved and purged meanwhile) just has its live
     records deleted. Without it, the rewrite is unconditional: when the clean-up purges the task between
     the read and the rewrite, the task is back in the history, uncounted, and its next purge takes the
-    shard's tally below what the history holds. Seed 86 with only this one off.
+    shard's tally below what the history holds.
 
     ``rewatch_new_task``: a submission that wrote the task under a watch entry it did not insert (one left
     by an earlier attempt that died before writing) puts the entry again, at the task's CompleteBy. Without
     it, the submission relies on the entry it found; but a sweep that read the task as absent (it was not
     written yet) deletes that entry just after, and the task is never watched again: never recovered if it
-    stalls, never moved to the history when it finishes. Seed 48 with only this one off.
+    stalls, never moved to the history when it finishes.
 
     ``take_back_leftover`` and ``history_also_first`` (finding 6): a submission that found a watch entry
     writes the task before it reads the history (an earlier task of the id may still be on its way there);
@@ -173,9 +174,9 @@ class StoreFixes:
     ``history_also_first`` such a submission reads the history before the write as well (an id the history
     already holds is answered with nothing written); with ``take_back_leftover`` the Supervisor asks the
     store about a task never started before it starts it (:meth:`engine.ports.StateStore.take_back`), and
-    one whose id the history holds is deleted instead. Seed 182123520 with both off; seed 182123642 with
-    ``history_also_first`` off (the tombstone had expired when the Supervisor came to the task, so the
-    question alone could not tell).
+    one whose id the history holds is deleted instead. One seed shows it with both off, another with
+    ``history_also_first`` off alone (the tombstone had expired when the Supervisor came to the task, so
+    the question alone could not tell).
     """
 
     history_first: bool = True

@@ -197,6 +197,7 @@ class RecordingSender:
 
     def __init__(self) -> None:
         self.sent: list[Sent] = []
+        self.failing: set[str] = set()  # queues whose sends fail (the broker is unreachable for them)
 
     async def send(
         self,
@@ -209,6 +210,8 @@ class RecordingSender:
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
     ) -> None:
+        if queue in self.failing:
+            raise ConnectionError(f"cannot reach queue {queue}")
         self.sent.append(
             Sent(queue, body, message_id, correlation_id, reply_to, time_to_live_seconds, scheduled_at)
         )

@@ -248,6 +248,57 @@ async def test_failed_compensation_sets_error_and_alerts(caplog: pytest.LogCaptu
     assert any(telemetry.ORDER_ENTERED_ERROR in r.getMessage() for r in caplog.records)
 
 
+def _alerts(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith(f"event {telemetry.ORDER_ENTERED_ERROR}")]
+
+
+async def test_an_alert_lost_between_the_save_and_its_raising_is_raised_by_the_supervisor(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World()
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
+    undo = world.take_request()
+    world.sender.failing.add(queues.STATUS_QUEUE)  # the process dies, as it were, between save and alert
+    with caplog.at_level(logging.INFO, logger="engine"), pytest.raises(ConnectionError):
+        await world.reply(undo, ReplyOutcome.FAILED, error="cannot release")
+    state = world.store.state("o-1").state
+    assert state.process_state is ProcessState.ERROR and state.alert_pending
+    assert not [r for r in caplog.records if telemetry.ORDER_ENTERED_ERROR in r.getMessage()]
+    world.sender.failing.clear()
+    # The task's watch entry comes due: the Supervisor raises the alert, says so, and stops watching.
+    world.clock.advance(SETTINGS.step_complete_by_seconds + 1)
+    with caplog.at_level(logging.INFO, logger="engine"):
+        report = await world.supervisor.sweep()
+    assert report.alerted == 1 and report.unwatched == 1
+    [alert] = _alerts(caplog)
+    assert alert.orderId == "o-1" and "cannot release" in alert.reason
+    assert not world.store.state("o-1").state.alert_pending
+    caplog.clear()
+    world.clock.advance(100)
+    with caplog.at_level(logging.INFO, logger="engine"):
+        assert (await world.supervisor.sweep()).alerted == 0
+    assert not _alerts(caplog)
+
+
+async def test_an_alert_raised_is_recorded_so_the_supervisor_does_not_raise_it_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World()
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
+    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="cannot release")
+    assert not world.store.state("o-1").state.alert_pending
+    world.clock.advance(SETTINGS.step_complete_by_seconds + 1)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="engine"):
+        report = await world.supervisor.sweep()
+    assert report.alerted == 0 and report.unwatched == 1
+    assert not _alerts(caplog)
+
+
 async def test_supervisor_retries_a_timed_out_step_with_growing_backoff_then_errors(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

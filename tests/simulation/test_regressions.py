@@ -17,6 +17,7 @@ from engine.machine import Operation
 from engine.messages import CommandKind, SchedulerCommand
 from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.supervisor import Supervisor
 from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
 from orders.catalog import CATALOG
@@ -71,8 +72,8 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
     assert message.body.kind is CommandKind.RESUME
 
 
-def test_seed_105_charges_no_failure_for_a_lost_resume(monkeypatch: pytest.MonkeyPatch) -> None:
-    fixed = run(105)
+def test_seed_108_charges_no_failure_for_a_lost_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixed = run(108)
     assert fixed.ok, fixed.report()
     without_fix = tuple(
         r
@@ -80,7 +81,7 @@ def test_seed_105_charges_no_failure_for_a_lost_resume(monkeypatch: pytest.Monke
         if not (r.operation is Operation.KICK and r.source is ProcessState.COMPENSATING)
     )
     monkeypatch.setattr(machine, "TABLE", without_fix)
-    result = run(105)
+    result = run(108)
     assert any("the policy needs" in what for _, what in result.violations), result.report()
 
 
@@ -98,12 +99,26 @@ def test_seed_456930709_an_undo_of_a_step_skipped_while_running_waits_for_its_ca
     assert any("Compensated, but" in what for _, what in result.violations), result.report()
 
 
+def test_seed_36_raises_the_alert_of_a_process_that_died_before_raising_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fixed = run(36)
+    assert fixed.ok, fixed.report()
+
+    async def forget(self: Supervisor, record: TaskRecord) -> bool:
+        return True
+
+    monkeypatch.setattr(Supervisor, "_raise_alert", forget)
+    result = run(36)
+    assert any("no alert was raised" in what for _, what in result.violations), result.report()
+
+
 # ---- in the store's protocol (fixed in adapters.table_store too: tests/adapters/test_store_races.py) ----
 # (the fixes turned off, the seed, what breaks)
 STORE_BUGS = [
     # Fix 3's bug shows only with the fixes of finding 6 off too: each of them also covers it.
-    (("history_first", "history_also_first", "take_back_leftover"), 84, "both live and in the history"),
-    (("keep_watch_of_live_task", "rewatch_new_task"), 177, "a finished order was never moved to the history"),
+    (("history_first", "history_also_first", "take_back_leftover"), 372, "both live and in the history"),
+    (("keep_watch_of_live_task", "rewatch_new_task"), 183, "a finished order was never moved to the history"),
     (("archive_if_unchanged",), 86, "the tally says"),
     (("rewatch_new_task",), 48, "a finished order was never moved to the history"),
     (("take_back_leftover", "history_also_first"), 182123520, "the order was started 2 times"),
