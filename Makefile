@@ -11,7 +11,7 @@ IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(P
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-emulator bench-emulator-compare emulator clean simulate simulate-long
+.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-emulator bench-emulator-compare emulator clean simulate simulate-long
 
 install: $(STAMP) node_modules/.installed
 
@@ -92,6 +92,9 @@ bench: install
 
 # Operator reads, a sweep and a submission with 1,000, 10,000 and 100,000 finished orders stored (about
 # two minutes), e.g. HISTORY_ARGS="--rounds 100" make bench-history
+bench-simulation: $(STAMP)
+	$(BIN)/python bench/simulation.py
+
 bench-history: $(STAMP)
 	$(BIN)/python bench/history.py $(HISTORY_ARGS)
 
