@@ -11,7 +11,7 @@ IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(P
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-emulator bench-emulator-compare emulator clean simulate simulate-long
+.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
 
 install: $(STAMP) node_modules/.installed
 
@@ -73,6 +73,10 @@ simulate: $(STAMP)
 	$(BIN)/python -m simulation $(if $(SEED),--seed $(SEED)) $(if $(ORDERS),--orders $(ORDERS))
 
 # Consecutive seeds from a random start (or START=n) for SECONDS (default 600), printing every failing seed.
+# A new seed for a regression whose seed drifted (BUG=<name>; without it, the list of regressions).
+simulate-hunt: $(STAMP)
+	$(BIN)/python -m tests.simulation.regressions $(BUG) $(if $(START),--start $(START)) $(if $(SECONDS),--seconds $(SECONDS))
+
 simulate-long: $(STAMP)
 	$(BIN)/python -m simulation --seconds $(or $(SECONDS),600) $(if $(START),--start $(START))
 

@@ -1,9 +1,10 @@
-"""The seeds ``make test`` runs (and ``make simulate`` without SEED), and the seeds that found bugs.
+"""The seeds ``make test`` runs (and ``make simulate`` without SEED); those that found bugs are in
+``tests/simulation/regressions.py``.
 
 A seed reproduces a run of this version of the simulation and the engine: a change to either changes what
 a seed explores. The regression tests therefore check both that a bug's seed passes and that it still
 fails with the bug put back; when a change makes a seed miss its bug, hunt a new one with the bug put back
-(``python -m simulation --seeds 0-999`` under the same change) and update it here.
+(``make simulate-hunt BUG=<name>``) and update it in ``tests/simulation/regressions.py``.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ class StoreFixes:
     """The fixes of the bugs the simulation found in the store's protocol (docs/simulation.md, "What it
     found", findings 2 to 6), each a flag so that a regression test can turn it off and show that its seed
     still catches the bug (the seeds, which drift as the code changes, are in
-    ``tests/simulation/test_regressions.py``). ``adapters.table_store`` has them all:
+    ``tests/simulation/regressions.py``). ``adapters.table_store`` has them all:
     :data:`FIXED` is the protocol it follows, request for request (``tests/adapters/test_store_races.py``
     builds each bug's interleaving on it); :data:`UNFIXED` turns every fix off.
 
