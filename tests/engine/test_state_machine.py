@@ -265,7 +265,7 @@ async def test_an_alert_lost_between_the_save_and_its_raising_is_raised_by_the_s
         await world.reply(undo, ReplyOutcome.FAILED, error="cannot release")
     state = world.store.state("o-1").state
     assert state.process_state is ProcessState.ERROR and state.alert_pending
-    assert not [r for r in caplog.records if telemetry.ORDER_ENTERED_ERROR in r.getMessage()]
+    assert not _alerts(caplog)
     world.sender.failing.clear()
     # The task's watch entry comes due: the Supervisor raises the alert, says so, and stops watching.
     world.clock.advance(SETTINGS.step_complete_by_seconds + 1)
