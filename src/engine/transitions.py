@@ -520,11 +520,19 @@ def resubmit(record: TaskRecord, ctx: Context) -> Decision:
     return _moved(command(state.order_id, CommandKind.START, "operator: resubmit", new_id=ctx.new_id))
 
 
+def settled(complete_by: datetime, ctx: Context) -> datetime:
+    """When a call of a step running until ``complete_by`` can no longer land at its service: the Agent
+    stops at CompleteBy, and a call it gave up on may still arrive within the grace (the network's bound).
+    The grace counts even when CompleteBy has passed: a call can be on its way then too."""
+    return complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds)
+
+
 def cancel(record: TaskRecord, ctx: Context) -> Decision:
     """Undo a task that is not terminal (a task already being undone is left as it is).
 
-    A step that is running may still land at the remote service until its complete-by, so its
-    compensation waits for that deadline (plus a grace period) rather than racing the agent.
+    A step that is running may still land at the remote service until its complete-by plus a grace
+    period (:func:`settled`), even when that complete-by has just passed, so its compensation waits until
+    then rather than racing the Agent.
     """
     rule = allows(Operation.CANCEL, record)
     if rule is None:
@@ -536,9 +544,7 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
         state.phase = Phase.COMPENSATE
         return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
     running = [s.complete_by for s in record.steps if s.status is StepStatus.RUNNING and s.complete_by]
-    resume_at = max([ctx.now, *running])
-    if resume_at > ctx.now:
-        resume_at += timedelta(seconds=ctx.settings.cancel_grace_seconds)
+    resume_at = max([ctx.now, *(settled(complete_by, ctx) for complete_by in running)])
     state.phase = Phase.COMPENSATE
     state.process_state = ProcessState.COMPENSATING
     _fresh_failure_counts(record)
@@ -626,8 +632,8 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
         return REFUSED
     step = record.steps[index]
     if step.status is StepStatus.RUNNING and step.complete_by is not None:
-        settled = step.complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds)
-        step.undo_not_before = settled if settled > ctx.now else None
+        wait = settled(step.complete_by, ctx)
+        step.undo_not_before = wait if wait > ctx.now else None
     step.status = StepStatus.COMPLETED
     step.result = {"skipped": True, "note": note}
     step.last_error = None

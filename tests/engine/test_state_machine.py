@@ -433,6 +433,21 @@ async def test_cancel_while_a_step_runs_waits_for_its_deadline_then_compensates(
     assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATED
 
 
+async def test_cancel_just_after_a_running_steps_deadline_still_waits_out_the_grace() -> None:
+    """The Agent gave up at CompleteBy, but the call it gave up on can land within the grace after it: a
+    cancel that comes in between (before the Supervisor has swept) must not undo the step at once."""
+    world = World()
+    await world.submit()
+    await world.kick()
+    await world.reply(world.take_request())
+    running = world.take_request()  # the second step is running
+    world.clock.advance((running.complete_by - world.clock.now()).total_seconds() + 0.2)
+    await world.tasks.cancel("o-1")
+    assert not world.requests()  # no undo yet
+    (resume,) = world.sender.take(queues.SCHEDULER_QUEUE)
+    assert resume.scheduled_at == running.complete_by + timedelta(seconds=SETTINGS.cancel_grace_seconds)
+
+
 async def test_cancel_before_any_step_started_compensates_at_once() -> None:
     world = World()
     await world.submit()

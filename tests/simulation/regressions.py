@@ -15,7 +15,7 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -76,8 +76,17 @@ def _no_alert_raised_again(monkeypatch: pytest.MonkeyPatch) -> StoreFixes:
     return FIXED
 
 
+def _grace_only_for_a_deadline_ahead(monkeypatch: pytest.MonkeyPatch) -> StoreFixes:
+    def settled(complete_by: datetime, ctx: Context) -> datetime:
+        ahead = complete_by > ctx.now
+        return complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds) if ahead else complete_by
+
+    monkeypatch.setattr(transitions, "settled", settled)
+    return FIXED
+
+
 REGRESSIONS = (
-    Regression("lost-resume", 1, 108, "the policy needs", _no_kick_of_a_lost_resume),
+    Regression("lost-resume", 1, 193, "the policy needs", _no_kick_of_a_lost_resume),
     Regression(
         "keep-watch-of-live-task",
         2,
@@ -119,7 +128,14 @@ REGRESSIONS = (
     Regression(
         "undo-of-a-skipped-step-waits", 7, 456930709, "Compensated, but", _undo_a_skipped_step_at_once
     ),
-    Regression("lost-alert-raised-again", 8, 36, "no alert was raised", _no_alert_raised_again),
+    Regression("lost-alert-raised-again", 8, 51, "no alert was raised", _no_alert_raised_again),
+    Regression(
+        "cancel-waits-after-a-deadline-just-passed",
+        9,
+        23090331,
+        "Compensated, but",
+        _grace_only_for_a_deadline_ahead,
+    ),
 )
 
 
