@@ -504,15 +504,22 @@ def _give_back(record: TaskRecord, ctx: Context, at: datetime, reason: str, outc
 
 
 # ---- operator and application requests --------------------------------------------------------
+def _operator_took_over(record: TaskRecord) -> None:
+    """An operator takes a task out of Error: the Supervisor counts its failures afresh, and the alert,
+    raised or not, has done its job."""
+    state = record.state
+    state.failure_count = 0
+    state.alert_pending = False
+    record.steps[state.current_step].failures = 0
+
+
 def resubmit(record: TaskRecord, ctx: Context) -> Decision:
     """An operator sends an Error task back to Pending with FailureCount reset."""
     if allows(Operation.RESUBMIT, record) is None:
         return REFUSED
     state = record.state
+    _operator_took_over(record)
     state.process_state = ProcessState.PENDING
-    state.failure_count = 0
-    state.alert_pending = False  # an operator is on it: the alert has done its job
-    record.steps[state.current_step].failures = 0
     state.locked_by = None
     state.next_attempt_at = None
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
@@ -570,9 +577,7 @@ def _hand_back(record: TaskRecord, ctx: Context, reason: str) -> Decision:
     """Give the task back unlocked with a kick now, so a Scheduler claims it and dispatches as usual."""
     state = record.state
     if state.process_state is ProcessState.ERROR:
-        state.failure_count = 0  # an operator looked at it: the Supervisor counts afresh
-        state.alert_pending = False
-        record.steps[state.current_step].failures = 0
+        _operator_took_over(record)
     forward = state.phase is Phase.FORWARD
     state.process_state = ProcessState.PENDING if forward else ProcessState.COMPENSATING
     state.locked_by = None

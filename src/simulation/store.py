@@ -311,14 +311,18 @@ class SimStateStore:
         written: list[str | None] | None = None
         for _ in range(_RACES):
             found: Row | None
-            if added is not None and self.protocol.history_first:
-                # Nothing was watching the id, so no task of it is on its way to the history: read the
-                # history first, and write the task only if the id is not there.
+            protocol = self.protocol
+            if protocol.history_first if added is not None else protocol.history_also_first:
+                # The history first, the task written only if the id is not there.
                 found = await self._read_archive(order_id)
                 written = (
                     await self._create_live(pk, order_id, operations, snapshot) if found is None else None
                 )
-                if written is None and found is not None:
+                if written is not None and added is None:
+                    # An entry was there: a task of the id may have been on its way to the history during
+                    # that read, so it is read again after the write.
+                    found = await self._read_archive(order_id)
+                elif found is not None:
                     answer = await self._existing(record, added, found)
                     assert answer is not None
                     return answer
@@ -326,18 +330,6 @@ class SimStateStore:
                 written, found = await asyncio.gather(
                     self._create_live(pk, order_id, operations, snapshot), self._read_archive(order_id)
                 )
-            elif self.protocol.history_also_first:
-                # An entry was there: read the history before the write too, and again after it.
-                found = await self._read_archive(order_id)
-                written = (
-                    await self._create_live(pk, order_id, operations, snapshot) if found is None else None
-                )
-                if written is not None:
-                    found = await self._read_archive(order_id)
-                elif found is not None:
-                    answer = await self._existing(record, added, found)
-                    assert answer is not None
-                    return answer
             else:
                 written = await self._create_live(pk, order_id, operations, snapshot)
                 found = await self._read_archive(order_id) if written is not None else None

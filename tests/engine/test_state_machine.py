@@ -237,13 +237,19 @@ async def test_permanent_failure_at_first_step_compensates_only_that_step() -> N
     assert world.store.state("o-1").steps[1].status is StepStatus.NOT_STARTED
 
 
-async def test_failed_compensation_sets_error_and_alerts(caplog: pytest.LogCaptureFixture) -> None:
-    world = World()
+async def undo_of_a_failed_first_step(world: World) -> AgentRequest:
+    """Submit an order whose first step fails for good: the request to undo that step."""
     await world.submit()
     await world.kick()
     await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
+    return world.take_request()
+
+
+async def test_failed_compensation_sets_error_and_alerts(caplog: pytest.LogCaptureFixture) -> None:
+    world = World()
+    undo = await undo_of_a_failed_first_step(world)
     with caplog.at_level(logging.ERROR, logger="engine"):
-        await world.reply(world.take_request(), ReplyOutcome.FAILED, error="cannot release")
+        await world.reply(undo, ReplyOutcome.FAILED, error="cannot release")
     assert world.store.state("o-1").state.process_state is ProcessState.ERROR
     assert any(telemetry.ORDER_ENTERED_ERROR in r.getMessage() for r in caplog.records)
 
@@ -256,10 +262,7 @@ async def test_an_alert_lost_between_the_save_and_its_raising_is_raised_by_the_s
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     world = World()
-    await world.submit()
-    await world.kick()
-    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
-    undo = world.take_request()
+    undo = await undo_of_a_failed_first_step(world)
     world.sender.failing.add(queues.STATUS_QUEUE)  # the process dies, as it were, between save and alert
     with caplog.at_level(logging.INFO, logger="engine"), pytest.raises(ConnectionError):
         await world.reply(undo, ReplyOutcome.FAILED, error="cannot release")
@@ -286,10 +289,7 @@ async def test_an_alert_raised_is_recorded_so_the_supervisor_does_not_raise_it_a
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     world = World()
-    await world.submit()
-    await world.kick()
-    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="no stock")
-    await world.reply(world.take_request(), ReplyOutcome.FAILED, error="cannot release")
+    await world.reply(await undo_of_a_failed_first_step(world), ReplyOutcome.FAILED, error="cannot release")
     assert not world.store.state("o-1").state.alert_pending
     world.clock.advance(SETTINGS.step_complete_by_seconds + 1)
     caplog.clear()
