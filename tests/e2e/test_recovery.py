@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections import Counter
 from itertools import cycle, islice
 
 import pytest
@@ -36,6 +37,19 @@ def assert_applied_once(stack: LocalStack, order_id: str) -> None:
 def assert_processed_once(stack: LocalStack, order_id: str, timeout: float = 60) -> None:
     stack.wait_terminal(order_id, timeout=timeout)
     assert_applied_once(stack, order_id)
+
+
+def given_back(stack: LocalStack) -> list[tuple[str, str, int]]:
+    """(order, step, attempt) for every running forward step the Supervisor took back for another dispatch,
+    as the workers logged it: a retry, which counts a failure, or the release of a task it held while the
+    step's circuit breaker was open, which does not (docs/architecture.md)."""
+    found = []
+    for line in stack.all_worker_logs().splitlines():
+        _, recovered, rest = line.partition("recovered expired task ")
+        fields = dict(field.split("=", 1) for field in rest.split() if "=" in field)
+        if recovered and (fields.get("was"), fields.get("now")) == ("Processing", "Pending"):
+            found.append((fields["orderId"], fields["step"], int(fields["attempt"])))
+    return found
 
 
 @by_workflow
@@ -75,15 +89,23 @@ def test_hang_past_complete_by_is_recovered_by_the_supervisor(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
     last = len(workflow.steps) - 1
-    calm.faults(**{workflow.steps[last].agent: {"hangRate": 1, "hangMs": 10_000}})
+    step = workflow.steps[last]
+    calm.faults(**{step.agent: {"hangRate": 1, "hangMs": 10_000}})
     order_id = calm.submit(workflow=workflow)
-    # A second attempt at the hung step exists only once the Supervisor has recovered the first.
     calm.wait_state(
         order_id, lambda o: o["steps"][last]["attempts"] >= 2, what="the hung step to be re-dispatched"
     )
     calm.clear_faults()
     order = calm.wait_terminal(order_id)
-    assert order["processState"] == "Processed" and order["failureCount"] >= 1
+    assert order["processState"] == "Processed", order
+    # The second attempt exists because the Supervisor took the hung first one back. Not necessarily as a
+    # failure: the hung call counts against the service's breaker, with this worker's failed calls for
+    # earlier orders, and when it opens the breaker the Supervisor holds the task and then releases it
+    # uncharged, so failureCount can stay 0.
+    wait_for(
+        lambda: (order_id, step.name, 1) in given_back(calm),
+        what="the Supervisor to have taken the hung attempt back",
+    )
     assert_ledger_agrees(calm, order_id)
 
 
@@ -164,11 +186,13 @@ def test_cancel_compensates_an_order_in_flight(calm: LocalStack, workflow: Workf
 def test_two_workers_never_process_an_order_twice(calm: LocalStack) -> None:
     assert len(calm.state["workers"]) == 2
     ids = submit_mix(calm, 20)
-    for order_id in ids:
-        order = calm.wait_terminal(order_id)
-        assert order["processState"] == "Processed"
-        # A step is dispatched again only after the Supervisor recovered it, which counts a failure.
-        assert order["failureCount"] > 0 or all(s["attempts"] == 1 for s in order["steps"]), order
+    orders = [calm.wait_terminal(order_id) for order_id in ids]
+    assert all(order["processState"] == "Processed" for order in orders), orders
+    # A step is dispatched again only after the Supervisor took it back (counted as a failure or not).
+    taken_back = Counter((order_id, step) for order_id, step, _ in given_back(calm))
+    for order in orders:
+        for step in order["steps"]:
+            assert step["attempts"] <= 1 + taken_back[order["orderId"], step["name"]], order
     assert_ledger_agrees(calm, *ids)
     # Both workers took part.
     logs = [calm.worker_log(1), calm.worker_log(2)]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from engine import queues, telemetry
-from engine.breaker import BreakerRecord, MemoryBreakerStore, opened, probe_claimed, probe_ended
+from engine.agent import Agent, TransientError
+from engine.breaker import BreakerRecord, BreakerState, MemoryBreakerStore, opened, probe_claimed, probe_ended
 from engine.clock import ManualClock
 from engine.costs import processed_order
 from engine.errors import Conflict, InvalidState
@@ -27,7 +29,7 @@ from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepStatus
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import RetryPolicy, StepDefinition, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -629,6 +631,64 @@ async def test_held_work_is_given_back_uncharged_when_the_breaker_wants_a_trial_
     world.clock.advance(10)
     assert (await world.supervisor.sweep()).retried == 1
     assert world.store.state("o-1").steps[0].failures == 1
+
+
+async def test_a_hung_call_that_opens_the_breaker_gets_its_step_a_second_attempt_uncharged() -> None:
+    """A call that hangs until CompleteBy counts against its service's breaker, after the failed calls of
+    other orders in the same process. When it is the call that opens the breaker, the Supervisor holds the
+    task and then releases it without counting a failure: the step runs again, and the order can finish
+    with FailureCount 0 although its step ran twice."""
+    world = World()
+    service_up = False
+
+    async def do_c(request: AgentRequest, timeout: float) -> dict[str, Any]:
+        if not service_up:
+            world.clock.advance(timeout)  # no answer within the call's timeout, which is CompleteBy
+            raise TransientError("gamma: timed out")
+        return {"ref": request.idempotency_key}
+
+    async def sleep(seconds: float) -> None:
+        world.clock.advance(seconds)
+
+    # The default policy, with the open interval of the end-to-end stack (BREAKER_RESET_SECONDS=1).
+    policy = RetryPolicy(breaker_reset_seconds=1)
+    agent = Agent("gamma", {"do-c": do_c}, world.sender, world.clock, policy, sleep, breakers=world.breakers)
+    for n in range(2, policy.breaker_fail_max + 1):  # attempts of other orders that gave up the same way
+        other = AgentRequest(
+            order_id=f"o-{n}",
+            step="third",
+            step_index=2,
+            attempt=1,
+            action="do-c",
+            idempotency_key=f"o-{n}:third",
+            complete_by=world.clock.now() + timedelta(seconds=3),
+        )
+        assert await agent.handle(other) is None
+    assert agent.breaker.state is BreakerState.CLOSED
+    await world.submit()
+    await world.kick()
+    for _ in range(2):
+        assert await world.reply(world.take_request())
+    hung = world.take_request()
+    assert await agent.handle(hung) is None
+    assert agent.breaker.state is BreakerState.OPEN  # opened by the hung call, at CompleteBy
+    world.clock.advance(0.5)
+    assert (await world.supervisor.sweep()).held == 1
+    world.clock.advance(policy.breaker_reset_seconds + SETTINGS.hold_margin_seconds)
+    report = await world.supervisor.sweep()
+    assert (report.released, report.retried) == (1, 0)
+    (resume,) = world.commands()
+    assert await world.scheduler.handle_command(resume)
+    again = world.take_request()
+    assert again.attempt == 2
+    service_up = True
+    reply = await agent.handle(again)  # the trial call: it closes the breaker
+    assert reply is not None and reply.outcome is ReplyOutcome.SUCCEEDED
+    assert await world.reply(again, result=reply.result)
+    record = world.store.state("o-1")
+    assert record.state.process_state is ProcessState.PROCESSED
+    assert (record.state.failure_count, record.steps[2].attempts) == (0, 2)
+    assert agent.breaker.state is BreakerState.CLOSED
 
 
 async def test_the_sweep_reads_the_breakers_once_and_only_when_something_expired() -> None:
