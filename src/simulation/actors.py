@@ -28,6 +28,7 @@ from engine.supervisor import Supervisor
 from engine.tasks import Action, TaskService
 
 from .bus import Message
+from .oracle import OPERATOR_NOTE
 from .store import SimStateStore
 from .world import Crash, StoreUnavailable, Worker
 
@@ -146,12 +147,15 @@ class Client:
                     sim, lambda host: host.tasks.submit(order_id, document, identity, workflow)
                 )
             except (Crash, StoreUnavailable):
+                sim.oracle.may_watch_until(order_id)
                 await asyncio.sleep(sim.world.rng.uniform(0.1, 2.0) * (1 + min(attempt, 5)))
                 continue
             except EngineError as exc:
+                sim.oracle.may_watch_until(order_id)
                 outcomes.append(type(exc).__name__)
                 sim.oracle.note(order_id, f"submission #{variant} refused: {type(exc).__name__}")
                 return
+            sim.oracle.may_watch_until(order_id)
             outcomes.append("created" if created else "exists")
             sim.oracle.note(order_id, f"submission #{variant}: {'created' if created else 'exists'}")
             return
@@ -168,7 +172,10 @@ class Operator:
         self.sim = sim
 
     async def cancel(self, order_id: str) -> None:
-        await self._act(order_id, "cancel", lambda host, version: host.tasks.cancel(order_id))
+        """The application cancels the order (no version: whatever is current)."""
+        await self._act(
+            order_id, "cancel", lambda host, a: host.tasks.cancel(order_id, a), actor="application"
+        )
 
     async def act(self, order_id: str) -> None:
         sim = self.sim
@@ -200,7 +207,10 @@ class Operator:
             "extend": lambda host, a: host.tasks.extend_step(order_id, name, seconds, a),
             "cancel": lambda host, a: host.tasks.cancel(order_id, a),
         }
-        await self._act(order_id, choice, calls[choice], version)
+        named = name if choice in ("retry", "skip", "extend") else None
+        await self._act(
+            order_id, choice, calls[choice], version, named, seconds if choice == "extend" else None
+        )
 
     async def _act(
         self,
@@ -208,26 +218,35 @@ class Operator:
         what: str,
         call: Callable[[Host, Action], Awaitable[Any]],
         version: str | None = None,
+        step: str | None = None,
+        seconds: float | None = None,
+        actor: str = "operator:simulated",
     ) -> None:
+        """Send the action; the oracle learns what was asked (its token rides in the audit entry's note),
+        and whether it was answered as done."""
         sim = self.sim
         truth = sim.oracle.orders.get(order_id)
         if truth is None:
             return
-        action = Action(actor="operator:simulated", note="simulated", version=version)
+        token = sim.oracle.operator_asked(order_id, what, step, seconds)
+        action = Action(actor=actor, note=f"{OPERATOR_NOTE}{token}", version=version)
         try:
             await in_process(sim, lambda host: call(host, action))
         except (Crash, StoreUnavailable):
             # Not answered: it may have been saved (and audited) or not.
             truth.operator_unsure[what] = truth.operator_unsure.get(what, 0) + 1
             sim.oracle.note(order_id, f"operator {what}: no answer")
+            sim.oracle.operator_answered(order_id, token, done=False)
             return
         except EngineError as exc:
             sim.oracle.note(order_id, f"operator {what}: refused ({type(exc).__name__})")
             sim.oracle.count(f"operator {what} refused")
+            sim.oracle.operator_answered(order_id, token, done=False)
             return
         truth.operator_done[what] = truth.operator_done.get(what, 0) + 1
         sim.oracle.count(f"operator {what} done")
         sim.oracle.note(order_id, f"operator {what}: done")
+        sim.oracle.operator_answered(order_id, token, done=True)
 
 
 # ---- the timers -----------------------------------------------------------------------------------------
@@ -262,9 +281,17 @@ class Timers:
         sim.loop.call_later(sim.profile.sweep_seconds, self._tick)
 
     async def _run(self, what: str, job: Awaitable[Any]) -> None:
+        started = self.sim.loop.time()
+        if what == "sweep":
+            self.sim.oracle.sweep_started(started)
         try:
             await job
             if what == "sweep":
                 self.sweeps += 1
+                self.sim.oracle.swept(started, None)
+        except BaseException as exc:  # also its process's death, or the run's end
+            if what == "sweep":
+                self.sim.oracle.swept(started, exc)
+            raise
         finally:
             self.running[what] -= 1

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.state import ProcessState, StepStatus, TaskState
 
+from . import liveness
 from .store import FINISHED, TALLY, Archived, AuditRow, HistoryListing, InputRow, LiveState, Tombstone
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ def final(sim: Simulation) -> None:
         _audit(sim, order_id, where)
     _records(sim)
     _messages(sim)
+    liveness.final(sim)
 
 
 def _ledger(sim: Simulation, order_id: str, final_name: str, value: Any) -> None:

@@ -33,12 +33,34 @@ Once the run has settled (faults stopped, every message settled, the Supervisor 
   Error first (alerting is at least once: a duplicate is counted, not a violation);
 - no message is lost: every message of a consumed queue was completed, dead-lettered or (an Agent's
   request past its deadline) expired.
+
+Liveness, what must happen (the bounds are :class:`simulation.liveness.Limits`, from the run's settings):
+
+- the Supervisor's counting is held to the policy the other way too: once a step has had
+  ``SUPERVISOR_MAX_FAILURES`` timeouts the policy counts in its phase since its count was last reset (an
+  attempt that outlived its CompleteBy, not held, its service's breaker closed from that CompleteBy until
+  the Supervisor came), the Supervisor's recovery of it is Error, never another attempt (checked on every
+  save, faults or not);
+- once the faults stopped, the Supervisor keeps its schedule: a sweep ends normally, and it recovers every
+  task in flight whose latest CompleteBy had passed when it started: at most one sweep interval after that
+  CompleteBy, plus the scheduling slack (the sweep still running at that tick, and its own run);
+- every operator action answered as done had its effect, as ``engine.tasks`` promises it: the save that
+  carries its audit entry shows it (an extend moved the step's CompleteBy by what was asked and re-sent the
+  request with it; a retry handed the task back unlocked with a fresh CompleteBy, a failure count reset if
+  it came out of Error, and the step was dispatched again; a skip completed the step with a skipped result
+  and handed the task back; a resubmit put an Error order back to Pending, and a Scheduler claimed it; a
+  cancel started the undo), its command was sent, and a cancel ended Compensated (or in Error, which its
+  answer could not know of: counted as such), unless a later action on the order took over;
+- once the faults stopped, every order is terminal within its own bound: from then, or from its last action
+  saved since, the work left to it under the policy (checked while the run settles, and at its end).
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -51,8 +73,11 @@ from engine.telemetry import ORDER_ENTERED_ERROR
 from engine.workflow import WorkflowCatalog
 
 from .bus import Message
+from .liveness import Limits
 from .loop import at_seconds
 from .services import Effect
+
+OPERATOR_NOTE = "simulated #"  # an operator action's note, with its token
 
 _LEGAL: set[tuple[ProcessState, ProcessState]] = {
     (row.source, target) for row in machine.TABLE for target in row.target_states
@@ -75,6 +100,29 @@ class StepView:
     compensation_attempts: int = 0
     failures: int = 0
     complete_by: datetime | None = None
+
+
+@dataclass(slots=True)
+class OperatorAct:
+    """One action of the operator (or the application's cancel) as asked, and what the store saw of it."""
+
+    token: int
+    what: str
+    step: str | None  # the step it names (retry, extend, skip)
+    seconds: float | None  # how far an extend pushes the step's CompleteBy
+    asked_at: float
+    saved_at: float | None = None  # the save that carries its audit entry (None: nothing saved)
+    after: ProcessState | None = None  # the state that save left
+    index: int = 0  # the current step at the save
+    phase: Phase = Phase.FORWARD
+    attempts: int = 0  # the step's dispatches in that phase at the save
+    complete_by: float | None = None  # the step's CompleteBy after the save
+    answered: bool = False  # answered as done
+
+    @property
+    def name(self) -> str:
+        """How a violation names it."""
+        return f"{self.what} of {self.step}" if self.step else self.what
 
 
 @dataclass
@@ -101,6 +149,19 @@ class OrderTruth:
     operator_unsure: dict[str, int] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)
     trace: list[tuple[float, str, tuple[Any, ...]]] = field(default_factory=list)
+    # liveness (see :mod:`simulation.liveness`)
+    expiries: dict[tuple[int, Phase], int] = field(default_factory=dict)  # counted since the last reset
+    latest_complete_by: float = 0.0  # the latest CompleteBy the task's state record has had
+    saves: int = 0
+    acted_at: float = 0.0  # when an operator's (or the application's) last action on it was saved
+    left_pending_at: float = 0.0  # when a save last took it out of Pending
+    current_step: int = 0
+    phase: Phase = Phase.FORWARD
+    bound: tuple[float, float, int, Phase] | None = None  # from: start, latest CompleteBy, its step and phase
+    late: bool = False  # its bound was reported broken
+    acts: list[OperatorAct] = field(default_factory=list)
+    commands_at: float = -1.0  # when the last Scheduler command about it was sent
+    requests: dict[tuple[int, bool, int], float] = field(default_factory=dict)  # latest deadline sent
 
 
 class Oracle:
@@ -123,6 +184,17 @@ class Oracle:
         self.status_messages = 0
         self.alerts_unmatched = 0
         self.counts: dict[str, int] = {}
+        # liveness (see simulation.liveness): set when the run starts and when its faults stop
+        self.limits: Limits | None = None
+        self.ledger: Mapping[tuple[str, str], Effect] = {}
+        self.quiet_at: float | None = None
+        self.acts: dict[int, tuple[str, OperatorAct]] = {}  # the operator's actions by token
+        # in flight: (latest CompleteBy, n, order, its saves then, when saved)
+        self._due: list[tuple[float, int, str, int, float]] = []
+        self._pushed = 0
+        self.slack = 0.0  # the longest a sweep that ended after the faults stopped ran
+        self._sweeping: list[float] = []  # when each sweep under way started
+        self.finished_at = 0.0  # when the last order with a bound became terminal
 
     # ---- helpers -------------------------------------------------------------------------------------
     def violation(self, order_id: str, what: str) -> None:
@@ -182,8 +254,13 @@ class Oracle:
             truth.created += 1
             truth.state_before_creation = truth.state
             truth.state = after.process_state
+            self._watched(truth, after, now)
+            if self.quiet_at is not None and truth.bound is None:
+                self._bound_from(truth, now)  # submitted after the faults stopped
             self.note(order_id, "created {}", after.process_state.value)
             return
+        self._expiry_handled(truth, before, after, steps, audit, now)
+        self._acted(truth, before, after, steps, audit, now)
         was, became = before.process_state, after.process_state
         if truth.state is not None and truth.state is not was:
             self.violation(order_id, f"saved over {was.value}, but the store held {truth.state.value}")
@@ -205,8 +282,11 @@ class Oracle:
         elif was is ProcessState.ERROR and became is not ProcessState.ERROR:
             truth.alert_owed = False  # an operator took it out: the alert, if lost, is no longer needed
         truth.state = became
+        truth.current_step, truth.phase = after.current_step, after.phase
         if became.terminal:
             truth.terminal_at = now
+            self._terminal_on_time(truth, now)
+        self._watched(truth, after, now)
         self.note(
             order_id,
             "saved {}->{} step={} {} attempt={} completeBy={}",
@@ -333,8 +413,376 @@ class Oracle:
                 break
         return closed
 
+    # ---- liveness: the Supervisor, held to its policy and its schedule --------------------------------
+    def start(self, limits: Limits, ledger: Mapping[tuple[str, str], Effect]) -> None:
+        """The run starts: the settings its liveness invariants are held to, and the services' ledger."""
+        self.limits = limits
+        self.ledger = ledger
+
+    def _watched(self, truth: OrderTruth, after: TaskState, now: float) -> None:
+        """A save: the task's latest CompleteBy, and, in flight, a task the Supervisor must come back to."""
+        truth.saves += 1
+        if after.complete_by is not None:
+            truth.latest_complete_by = max(truth.latest_complete_by, at_seconds(after.complete_by))
+        if not after.process_state.in_flight:
+            return
+        if after.complete_by is None:
+            self.violation(
+                truth.order_id, f"{after.process_state.value} without a CompleteBy: nothing recovers it"
+            )
+            return
+        self._pushed += 1
+        heapq.heappush(self._due, (truth.latest_complete_by, self._pushed, truth.order_id, truth.saves, now))
+
+    def may_watch_until(self, order_id: str) -> None:
+        """A submission or an operator's action ended (answered or not): a watch entry it wrote carries a
+        CompleteBy of its own, at most a budget from now, even if its task's write lost a race or never
+        happened. The task's latest CompleteBy covers it, so the Supervisor's deadline does."""
+        truth = self.orders.get(order_id)
+        if truth is not None and self.limits is not None:
+            truth.latest_complete_by = max(truth.latest_complete_by, self.now() + self.limits.complete_by)
+
+    def sweep_started(self, started: float) -> None:
+        """A sweep starts (it runs until :meth:`swept`)."""
+        self._sweeping.append(started)
+
+    def slack_now(self) -> float:
+        """The scheduling slack: the longest a sweep has run since the faults stopped, a sweep still under
+        way counted for as long as it has run so far."""
+        now = self.now()
+        return max([self.slack, *(now - started for started in self._sweeping)])
+
+    def _sweeps_end(self, now: float) -> None:
+        """Once the faults have stopped, a sweep ends within ``Limits.sweep_run`` (reported once, and no
+        longer counted in the slack: a sweep that never ends must not put every bound off for ever)."""
+        limits, quiet = self.limits, self.quiet_at
+        if limits is None or quiet is None:
+            return
+        for started in [s for s in self._sweeping if now - max(s, quiet) > limits.sweep_run]:
+            self._sweeping.remove(started)
+            self.violation(
+                "",
+                f"the sweep that started at {started:.3f} was still running at {now:.3f}, longer than "
+                f"{limits.sweep_run:.1f} s once the faults stopped",
+            )
+
+    def swept(self, started: float, error: BaseException | None) -> None:
+        """A sweep that started at ``started`` ended (``error``: what it raised; a ``BaseException`` that is
+        no ``Exception`` is its process's death, or the run's end). Once the faults have stopped, a sweep
+        ends normally, and it recovers every task in flight whose latest CompleteBy had passed when it
+        started (its watch entry was due, the task past its CompleteBy): each such task has changed since."""
+        if started in self._sweeping:
+            self._sweeping.remove(started)
+        now = self.now()
+        quiet = self.quiet_at
+        if quiet is None or now <= quiet or (error is not None and not isinstance(error, Exception)):
+            return
+        self.slack = max(self.slack, now - started)
+        if started < quiet:
+            return
+        if error is not None:
+            self.violation("", f"the sweep that started at {started:.3f} failed with no fault: {error!r}")
+            return
+        kept: list[tuple[float, int, str, int, float]] = []
+        while self._due and self._due[0][0] <= started:
+            entry = heapq.heappop(self._due)
+            latest, _, order_id, saves, saved_at = entry
+            truth = self.orders[order_id]
+            if truth.saves != saves or truth.state is None or not truth.state.in_flight:
+                continue  # changed since
+            if saved_at >= started:
+                kept.append(entry)  # saved as the sweep started: the next sweep's
+                continue
+            if truth.latest_complete_by > started:  # raised since the save: due later
+                kept.append((truth.latest_complete_by, *entry[1:]))
+                continue
+            self.violation(
+                order_id,
+                f"{truth.state.value} past its CompleteBy {latest:.3f}, and the sweep that started at "
+                f"{started:.3f} ended at {now:.3f} without recovering it",
+            )
+        for entry in kept:
+            heapq.heappush(self._due, entry)
+
+    def _expiry_handled(
+        self,
+        truth: OrderTruth,
+        before: TaskState,
+        after: TaskState,
+        steps: list[StepState],
+        audit: list[AuditEntry],
+        now: float,
+    ) -> None:
+        """The Supervisor's handling of an attempt past its CompleteBy. The policy counts the expiry when the
+        attempt was not held and the service's breaker stayed closed from that CompleteBy to the save (the
+        sweep read the breakers after the CompleteBy and before the save: it read it closed, and neither held
+        nor released the task). Once a step has had ``max_failures`` of them in its phase since its count
+        was last reset (an operator taking the order out of Error; the undo phase counts afresh), its
+        handling is Error."""
+        if before.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+            return
+        if before.locked_by is None or before.complete_by is None or before.hold_end is not None:
+            return  # waiting for a Scheduler (a lost command is sent again, not counted), or held
+        deadline = at_seconds(before.complete_by)
+        index, phase = before.current_step, before.phase
+        running = StepStatus.RUNNING if phase is Phase.FORWARD else StepStatus.COMPENSATING
+        if deadline > now or truth.views[index].status is not running:
+            return
+        if after.current_step != index or after.phase is not phase or after.attempt != before.attempt:
+            return  # a reply moved it on
+        if any(step.index == index and step.status is not running for step in steps):
+            return
+        supervisor_error = after.process_state is ProcessState.ERROR and any(
+            e.action == "error" and e.actor.startswith("supervisor") for e in audit
+        )
+        if not supervisor_error and (audit or (after.locked_by is not None and after.hold_end is None)):
+            return  # an operator's action, or not given back
+        if not self._closed_throughout(truth.agents[index], deadline, now):
+            return  # the Supervisor may have held or released it, uncounted
+        key = (index, phase)
+        counted = truth.expiries[key] = truth.expiries.get(key, 0) + 1
+        if counted >= self.max_failures and after.process_state is not ProcessState.ERROR:
+            self.violation(
+                truth.order_id,
+                f"the Supervisor gave step {truth.steps[index]} ({phase.value}) back "
+                f"({before.process_state.value} -> {after.process_state.value}) after {counted} timeouts the "
+                f"policy counts (each past its CompleteBy, the breaker closed until the Supervisor came); "
+                f"the policy puts it in Error at {self.max_failures}",
+            )
+
+    def _closed_throughout(self, service: str, start: float, end: float) -> bool:
+        """Whether the service's breaker was closed from ``start`` to ``end`` (closed if never written)."""
+        history = self.breakers.get(service, [])
+        first = bisect.bisect_right(history, start, key=lambda write: write[0])
+        if first and not history[first - 1][1]:
+            return False
+        for t, is_closed in history[first:]:
+            if t > end:
+                break
+            if not is_closed:
+                return False
+        return True
+
+    # ---- liveness: operator actions ------------------------------------------------------------------
+    def _acted(
+        self,
+        truth: OrderTruth,
+        before: TaskState,
+        after: TaskState,
+        steps: list[StepState],
+        audit: list[AuditEntry],
+        now: float,
+    ) -> None:
+        """Who moved the order: a Scheduler that took it out of Pending; the undo phase beginning (its counts
+        start afresh); an operator's (or the application's) action, with the count it resets and its
+        effect."""
+        was, became = before.process_state, after.process_state
+        if was is ProcessState.PENDING and became is not ProcessState.PENDING:
+            truth.left_pending_at = now
+        if before.phase is Phase.FORWARD and after.phase is Phase.COMPENSATE:
+            for key in [k for k in truth.expiries if k[1] is Phase.COMPENSATE]:
+                del truth.expiries[key]
+        actions = [entry for entry in audit if entry.action != "error"]
+        if not actions:
+            return
+        truth.acted_at = now
+        if was is ProcessState.ERROR and became is not ProcessState.ERROR:
+            truth.expiries.pop((before.current_step, before.phase), None)  # the operator took over
+        for entry in actions:
+            token = _token(entry.note)
+            found = self.acts.get(token) if token is not None else None
+            if found is None or found[0] != truth.order_id:
+                continue
+            act = found[1]
+            act.saved_at, act.after = now, became
+            act.index, act.phase = before.current_step, before.phase
+            view = truth.views[act.index]
+            act.attempts = view.attempts if act.phase is Phase.FORWARD else view.compensation_attempts
+            problem = self._effect(truth, act, before, after, steps, now)
+            if problem:
+                self.violation(truth.order_id, f"the {act.name} was saved as done, but {problem}")
+
+    def _effect(
+        self,
+        truth: OrderTruth,
+        act: OperatorAct,
+        before: TaskState,
+        after: TaskState,
+        steps: list[StepState],
+        now: float,
+    ) -> str | None:
+        """What the saved action fails to show of its effect (None: it shows it), as ``engine.tasks`` and
+        ``engine.transitions`` promise it."""
+        was, became = before.process_state, after.process_state
+        step = next((s for s in steps if s.index == act.index), None)
+        fresh = after.complete_by is not None and at_seconds(after.complete_by) > now
+        if act.what == "extend":
+            old = truth.views[act.index].complete_by
+            new = step.complete_by if step is not None else old
+            asked = act.seconds or 0.0
+            if old is None or new is None or abs(at_seconds(new) - at_seconds(old) - asked) > 1e-3:
+                return f"its CompleteBy went from {old} to {new}, not {asked:g} s later"
+            if after.complete_by != new or became is not was or after.attempt != before.attempt:
+                return f"the task is {became.value}, attempt {after.attempt}, CompleteBy {after.complete_by}"
+            act.complete_by = at_seconds(new)
+        elif act.what == "retry":
+            wanted = ProcessState.PENDING if before.phase is Phase.FORWARD else ProcessState.COMPENSATING
+            if (
+                became is not wanted
+                or after.locked_by is not None
+                or not fresh
+                or after.current_step != act.index
+            ):
+                return (
+                    f"the task is {became.value}, locked by {after.locked_by}, CompleteBy {after.complete_by}"
+                )
+            if was is ProcessState.ERROR and step is not None and step.failures:
+                return f"its failure count was not reset ({step.failures})"
+        elif act.what == "skip":
+            result = step.result if step is not None else None
+            if step is None or step.status is not StepStatus.COMPLETED or not _skipped(result):
+                return f"the step is {step.status.value if step else 'unchanged'} with result {result}"
+            if became is not ProcessState.PENDING or not fresh:
+                return f"the task is {became.value}, CompleteBy {after.complete_by}: not handed back"
+        elif act.what == "resubmit":
+            if was is not ProcessState.ERROR or became is not ProcessState.PENDING or not fresh:
+                return f"the task went {was.value} -> {became.value}, CompleteBy {after.complete_by}"
+        elif act.what == "cancel":
+            undone = became in (ProcessState.COMPENSATING, ProcessState.COMPENSATED)
+            if after.phase is not Phase.COMPENSATE or not undone:
+                return f"the task went {was.value} -> {became.value} ({after.phase.value})"
+        return None
+
+    def operator_asked(self, order_id: str, what: str, step: str | None, seconds: float | None) -> int:
+        """An action about to be sent; the token it returns goes in the audit entry's note."""
+        token = len(self.acts) + 1
+        act = OperatorAct(token, what, step, seconds, self.now())
+        self.acts[token] = (order_id, act)
+        truth = self.orders.get(order_id)
+        if truth is not None:
+            truth.acts.append(act)
+        return token
+
+    def operator_answered(self, order_id: str, token: int, done: bool) -> None:
+        """The action's call ended: answered as done (``done``), refused, or not answered. An answer of done
+        comes after the change was saved and what it decided was sent."""
+        act = self.acts[token][1]
+        truth = self.orders[order_id]
+        self.may_watch_until(order_id)
+        if self.quiet_at is not None and truth.acted_at >= act.asked_at:
+            self._bound_from(truth, self.now())  # saved after the faults stopped: its bound starts again
+        if not done:
+            return
+        act.answered = True
+        if act.saved_at is None:
+            # Only a cancel is done without a change: of an order already being undone.
+            if act.what != "cancel" or truth.phase is not Phase.COMPENSATE:
+                self.violation(order_id, f"the {act.name} was answered as done, but nothing was saved")
+            return
+        if act.what == "extend":
+            key = (act.index, act.phase is Phase.COMPENSATE, act.attempts)
+            if act.complete_by is not None and truth.requests.get(key, 0.0) < act.complete_by - 1e-3:
+                self.violation(
+                    order_id,
+                    f"the {act.name} was answered as done, but no request of attempt {act.attempts} carries "
+                    f"its new deadline {act.complete_by:.3f}",
+                )
+        elif act.after is not ProcessState.COMPENSATED and truth.commands_at < act.saved_at:
+            self.violation(order_id, f"the {act.name} was answered as done, but no command was sent")
+
+    # ---- liveness: every order terminal within its bound ----------------------------------------------
+    def faults_stopped(self) -> None:
+        """The faults stop: every order in flight has its bound from now."""
+        now = self.quiet_at = self.finished_at = self.now()
+        for truth in self.orders.values():
+            self._bound_from(truth, now)
+
+    def _bound_from(self, truth: OrderTruth, start: float) -> None:
+        """The order's bound starts at ``start`` (the faults stopped, or an action on it was saved since),
+        from its work in hand then."""
+        state = truth.state
+        truth.late = False
+        if state is None or not state.in_flight:
+            truth.bound = None
+            return
+        truth.bound = (start, truth.latest_complete_by, truth.current_step, truth.phase)
+
+    def terminal_by(self, truth: OrderTruth) -> float | None:
+        """When the order must be terminal (None: no bound, it was terminal when the faults stopped), from
+        its work in hand when its bound started and what the run has shown since: the steps left to run
+        (forward, then undone if a service already rejected one of them: no other step can fail once the
+        faults stopped) and the breakers of their services that were open then or opened since."""
+        if truth.bound is None or self.limits is None:
+            return None
+        start, latest, index, phase = truth.bound
+        if phase is Phase.COMPENSATE:
+            steps = range(index + 1)
+            phases = index + 1
+        else:
+            last = len(truth.steps) - 1
+            failing = next((j for j in range(index, last + 1) if self._rejected(truth, j)), None)
+            steps = range(last + 1) if failing is not None else range(index, last + 1)
+            phases = last + 1 - index if failing is None else (failing - index + 1) + (failing + 1)
+        holds = sum(self._openings(service, start) for service in {truth.agents[i] for i in steps})
+        return start + self.limits.terminal(start, latest, phases, holds, self.slack_now())
+
+    def _rejected(self, truth: OrderTruth, index: int) -> bool:
+        """Whether the step's service has decided to reject its key for good (decided when its first call
+        lands, so only while the faults lasted)."""
+        effect = self.ledger.get((truth.agents[index], f"{truth.order_id}:{truth.steps[index]}"))
+        return effect is not None and bool(effect.rejected)
+
+    def _openings(self, service: str, start: float) -> int:
+        """How many times the service's breaker was open (or a trial call under way) from ``start`` on: when
+        it was not closed then, and each write since that left it so."""
+        history = self.breakers.get(service, [])
+        first = bisect.bisect_right(history, start, key=lambda write: write[0])
+        opened = int(first > 0 and not history[first - 1][1])
+        return opened + sum(1 for _, is_closed in history[first:] if not is_closed)
+
+    def check_deadlines(self) -> None:
+        """The sweeps that run too long, and the orders past their bound (called while the run settles)."""
+        now = self.now()
+        self._sweeps_end(now)
+        for truth in self.orders.values():
+            if truth.late or truth.state is None or truth.state.terminal:
+                continue
+            due = self.terminal_by(truth)
+            if due is not None and now > due:
+                self._terminal_late(truth, due, None)
+
+    def latest_due(self) -> float:
+        """The latest the Supervisor may have to come to an order: the bound of one still in flight, when
+        the last one that had a bound became terminal, and the latest CompleteBy of a terminal one (its
+        watch entry comes due no later; then the Supervisor moves it to the history, or raises its alert)."""
+        latest = self.finished_at
+        for truth in self.orders.values():
+            if truth.state is None or truth.state.terminal:
+                latest = max(latest, truth.latest_complete_by)
+            elif truth.bound is not None:
+                latest = max(latest, self.terminal_by(truth) or latest)
+        return latest
+
+    def _terminal_on_time(self, truth: OrderTruth, now: float) -> None:
+        if truth.bound is not None:
+            self.finished_at = max(self.finished_at, now)
+        due = self.terminal_by(truth)
+        if due is not None and not truth.late and now > due:
+            self._terminal_late(truth, due, now)
+
+    def _terminal_late(self, truth: OrderTruth, due: float, at: float | None) -> None:
+        truth.late = True
+        state = truth.state.value if truth.state is not None else "never created"
+        self.violation(
+            truth.order_id,
+            f"still {state} at its bound {due:.1f}"
+            if at is None
+            else f"{state} only at {at:.1f}, after its bound {due:.1f}",
+        )
+
     def creation_taken_back(self, order_id: str) -> None:
         truth = self.orders[order_id]
+        truth.saves += 1
         truth.created -= 1
         truth.state = truth.state_before_creation
         self.note(order_id, "creation taken back: the id is in the history")
@@ -367,6 +815,10 @@ class Oracle:
                     body.outcome.value,
                 )
         elif isinstance(body, AgentRequest):
+            truth = self.orders.get(body.order_id)
+            if truth is not None:
+                key = (body.step_index, body.compensating, body.attempt)
+                truth.requests[key] = max(truth.requests.get(key, 0.0), at_seconds(body.complete_by))
             self.note(
                 body.order_id,
                 "request {} undo={} #{} until {}",
@@ -376,6 +828,9 @@ class Oracle:
                 body.complete_by,
             )
         elif isinstance(body, SchedulerCommand):
+            truth = self.orders.get(body.order_id)
+            if truth is not None:
+                truth.commands_at = self.now()
             self.note(body.order_id, "command {} {}", body.kind.value, body.reason)
         elif isinstance(body, bytes):
             self.poison_sent += 1
@@ -420,6 +875,17 @@ class Oracle:
             return
         truth.alerts += 1
         truth.alert_owed = False
+
+
+def _skipped(result: Any) -> bool:
+    return isinstance(result, dict) and bool(result.get("skipped"))
+
+
+def _token(note: str | None) -> int | None:
+    """The token of an action the simulation's operator sent (its note says ``simulated #<token>``)."""
+    if note is None or not note.startswith(OPERATOR_NOTE):
+        return None
+    return int(note.removeprefix(OPERATOR_NOTE))
 
 
 class AlertHandler(logging.Handler):

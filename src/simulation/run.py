@@ -22,6 +22,7 @@ from engine.workflow import WorkflowCatalog, WorkflowDefinition
 from . import checks
 from .actors import Client, Operator, Timers, build_host, consume
 from .bus import Bus
+from .liveness import Limits
 from .loop import VirtualClock, VirtualLoop
 from .oracle import AlertHandler, Oracle
 from .profile import Profile, draw
@@ -220,15 +221,21 @@ class Simulation:
                 self._later(at, self.operator.act, known[rng.randrange(len(known))])
 
     def _bound(self) -> float:
-        """How long after the faults stop every order must have reached a terminal state: a lock left by a
-        dead process, then a step's whole recovery (its deadline, possibly extended, a sweep, the longest
-        backoff, a breaker's open interval and the hold margin), twice over."""
-        p = self.profile
-        lock = 60.0
-        recovery = 4 * p.complete_by_seconds + 2 * p.sweep_seconds + p.backoff_max_seconds
-        return 2 * (
-            lock + p.restart_seconds + recovery + p.breaker_reset_seconds + p.cancel_grace_seconds + 1
-        )
+        """How long after the faults stopped the run may take to settle (a failure if it does not).
+
+        Each order has a bound of its own (:meth:`simulation.liveness.Limits.terminal`, docs/simulation.md,
+        "The bounds"): from the faults stopping, or its last action saved since, the time the work left to
+        it may take under the policy. The run may last until the latest of them (an order still in flight:
+        its bound; one already terminal: when it became so) or of the orders' latest CompleteBy (a finished
+        order's watch entry comes due no later), then one more recovery of the Supervisor, which moves the
+        order to the history and removes its watch entry, and a delivery for its last message. The
+        messages a process that died held come back whatever the orders do, at most a restart, a lock
+        duration of the queues and a delivery after the faults stopped
+        (:meth:`~simulation.liveness.Limits.redelivery`); the run waits for them too.
+        """
+        limits, oracle = self.limits, self.oracle
+        orders = oracle.latest_due() - self.quiet_at
+        return max(orders + limits.detect(oracle.slack_now()), limits.redelivery()) + limits.delivery
 
     def settled(self) -> bool:
         """Nothing left to do: every order terminal, no action or message pending, no watch entry."""
@@ -239,15 +246,20 @@ class Simulation:
         return not self.tables.table("orderswatch").rows()
 
     async def _main(self) -> None:
+        self.limits = Limits.of(self.profile, self.settings, self.catalog)
+        self.oracle.start(self.limits, self.services.ledger)
         self._plan()
         self.timers.start()
         await asyncio.sleep(self.profile.arrival_seconds * 1.5 + 1.0)
         self.world.faults = False
         self.quiet_at = self.loop.time()
+        self.oracle.faults_stopped()
         self.bound = self._bound()
         step = max(self.profile.sweep_seconds, 1.0)
         while not self.settled() and self.loop.time() < self.quiet_at + self.bound:
             await asyncio.sleep(step)
+            self.oracle.check_deadlines()
+            self.bound = self._bound()
         # One more sweep interval, so that a last move the checks would miss has time to show.
         await asyncio.sleep(self.profile.sweep_seconds * 2)
         self.stopped = True

@@ -1,19 +1,21 @@
-"""Four bugs to plant in the engine, each one a line or two away from the real code: the simulation's
-fixed seeds must catch every one of them (tests/simulation/test_planted_bugs.py)."""
+"""Bugs to plant in the engine, each one a line or two away from the real code: the simulation's fixed seeds
+must catch every one of them, each by the invariant it names (tests/simulation/test_planted_bugs.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 
 from engine import transitions
-from engine.breaker import BreakerRecord
+from engine.breaker import BreakerRecord, BreakerState, hold_until
 from engine.decisions import REFUSED, Decision, Outcome
 from engine.machine import Operation
 from engine.messages import AgentReply
 from engine.scheduler import Scheduler
-from engine.state import TaskRecord
+from engine.state import Phase, TaskRecord
 from engine.transitions import Context
 
 
@@ -79,17 +81,92 @@ def recover_expired_counting_holds(
     return decision
 
 
-PLANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
-    "reply accepted without its attempt's fence": lambda mp: mp.setattr(
-        transitions, "apply_reply", apply_reply_without_attempt_fence
+def recover_expired_without_counting(
+    record: TaskRecord, ctx: Context, breakers: Mapping[str, BreakerRecord] | None = None
+) -> Decision:
+    """``transitions.recover_expired`` without the line that counts a timeout: a step that keeps timing out
+    while its service is healthy is given back for another attempt, again and again, never put in Error."""
+    state = record.state
+    if (
+        state.complete_by is None
+        or state.complete_by > ctx.now
+        or transitions.allows(Operation.KICK, record)
+        or transitions.allows(Operation.EXPIRE, record) is None
+    ):
+        return _original_recover_expired(record, ctx, breakers)
+    breaker = (breakers or {}).get(ctx.steps[state.current_step].agent)
+    unhealthy = breaker is not None and breaker.state is not BreakerState.CLOSED
+    if hold_until(breaker, ctx.now) is not None or state.hold_end is not None or unhealthy:
+        return _original_recover_expired(record, ctx, breakers)  # a hold or a release, as before
+    step = record.steps[state.current_step]
+    retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures + 1))
+    reason = f"supervisor: retry after failure {step.failures + 1} of {step.name}"
+    return transitions._give_back(record, ctx, retry_at, reason, Outcome.RETRIED)
+
+
+def extend_step_without_the_change(record: TaskRecord, ctx: Context, index: int, seconds: float) -> Decision:
+    """``transitions.extend_step`` that re-sends the request with the later deadline but never moves the
+    step's CompleteBy: the operator is answered, the audit entry written, the deadline unchanged."""
+    step = record.steps[index] if index < len(record.steps) else None
+    if (
+        transitions._on_current_step(Operation.EXTEND_STEP, record, index) is None
+        or step is None
+        or step.complete_by is None
+        or step.complete_by <= ctx.now
+        or seconds <= 0
+    ):
+        return REFUSED
+    transitions._touch(record, ctx)
+    later = step.complete_by + timedelta(seconds=seconds)
+    compensating = record.state.phase is Phase.COMPENSATE
+    resend = f":until:{later.timestamp():.3f}"
+    return Decision(Outcome.MOVED, (transitions._request(record, ctx, index, compensating, resend=resend),))
+
+
+def recover_expired_kicking_silently(
+    record: TaskRecord, ctx: Context, breakers: Mapping[str, BreakerRecord] | None = None
+) -> Decision:
+    """``transitions.recover_expired`` whose re-kick of a task waiting for a Scheduler (its command lost)
+    moves the task's CompleteBy but sends no command: the Supervisor comes back after every budget, and no
+    Scheduler ever claims the task."""
+    decision = _original_recover_expired(record, ctx, breakers)
+    return Decision(Outcome.KICKED) if decision.outcome is Outcome.KICKED else decision
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A bug to plant, and words of the violation by which the invariant about its consequence reports it:
+    the first violation of the seed that catches it."""
+
+    put: Callable[[pytest.MonkeyPatch], None]
+    breaks: str
+
+
+PLANTS: dict[str, Plant] = {
+    "reply accepted without its attempt's fence": Plant(
+        lambda mp: mp.setattr(transitions, "apply_reply", apply_reply_without_attempt_fence), "never reported"
     ),
-    "the Scheduler saves without the ETag condition": lambda mp: mp.setattr(
-        Scheduler, "_commit", _commit_without_etags
+    "the Scheduler saves without the ETag condition": Plant(
+        lambda mp: mp.setattr(Scheduler, "_commit", _commit_without_etags), "a finished order changed"
     ),
-    "compensation in forward order": lambda mp: mp.setattr(
-        transitions, "_dispatch_compensation", dispatch_compensation_forward
+    "compensation in forward order": Plant(
+        lambda mp: mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_forward),
+        "was still applied",
     ),
-    "a breaker hold counted as a failure": lambda mp: mp.setattr(
-        transitions, "recover_expired", recover_expired_counting_holds
+    "a breaker hold counted as a failure": Plant(
+        lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_counting_holds),
+        "the policy needs",
+    ),
+    "a timeout the Supervisor does not count": Plant(
+        lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_without_counting),
+        "the policy puts it in Error",
+    ),
+    "an extend answered as done that moves nothing": Plant(
+        lambda mp: mp.setattr(transitions, "extend_step", extend_step_without_the_change),
+        "was saved as done, but its CompleteBy",
+    ),
+    "a re-kick that sends no command": Plant(
+        lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_kicking_silently),
+        "at its bound",
     ),
 }

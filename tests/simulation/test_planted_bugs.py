@@ -1,5 +1,6 @@
-"""Each of four deliberately planted engine bugs is caught by the fixed seeds that make test runs, and the
-seed that caught it passes once the bug is taken out again."""
+"""Each deliberately planted engine bug (tests/simulation/planted.py) is caught by the fixed seeds that make
+test runs, by the invariant about its consequence (its first violation says so), and the seed that caught
+it passes once the bug is taken out again."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ def _first_failure() -> tuple[int, Result] | None:
 
 @pytest.mark.parametrize("bug", list(PLANTS))
 def test_the_fixed_seeds_catch_a_planted_bug(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    PLANTS[bug](monkeypatch)
+    plant = PLANTS[bug]
+    plant.put(monkeypatch)
     caught = _first_failure()
     monkeypatch.undo()
     assert caught is not None, f"no fixed seed caught: {bug}"
     seed, result = caught
-    print(f"{bug}: caught by seed {seed}: {result.violations[0][1]}")
+    first = result.violations[0][1]
+    print(f"{bug}: caught by seed {seed}: {first}")
+    assert plant.breaks in first, f"seed {seed} caught {bug} by another invariant first: {first}"
     clean = run(seed, max_orders=FIXED_MAX_ORDERS)
     assert clean.ok, clean.report()
