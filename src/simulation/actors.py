@@ -28,7 +28,6 @@ from engine.supervisor import Supervisor
 from engine.tasks import Action, TaskService
 
 from .bus import Message
-from .store import SimStateStore
 from .world import Crash, StoreUnavailable, Worker
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ class Host:
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
     """The engine as a process of the Function App builds it, on the simulated ports."""
-    store = SimStateStore(sim.tables, sim.world, sim.oracle, protocol=sim.protocol)
+    store = sim.storage.state_store(sim.world)
     parts = EngineParts(
         sim.catalog, store, sim.bus, sim.clock, sim.settings, sim.breakers, new_id=sim.world.new_id
     )
