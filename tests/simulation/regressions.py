@@ -25,7 +25,7 @@ from engine.machine import Operation
 from engine.state import ProcessState, TaskRecord
 from engine.supervisor import Supervisor
 from engine.transitions import Context
-from simulation.run import run
+from simulation.run import Result, run
 from tests.simulation.store_bugs import take_out
 
 # Puts a bug back (through the monkeypatch, undone when it ends).
@@ -41,6 +41,10 @@ class Regression:
     seed: int
     symptom: str  # what a violation says when the bug is back
     put_back: PutBack
+
+    def shown_by(self, result: Result) -> bool:
+        """Whether a run broke with this bug's symptom."""
+        return any(self.symptom in what for _, what in result.violations)
 
 
 def _store_fixes_off(*fixes: str) -> PutBack:
@@ -139,8 +143,7 @@ def shows(regression: Regression, seed: int) -> bool:
     """Whether the seed, with the bug put back, breaks with the bug's symptom."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         regression.put_back(monkeypatch)
-        result = run(seed)
-    return any(regression.symptom in what for _, what in result.violations)
+        return regression.shown_by(run(seed))
 
 
 def main(argv: list[str] | None = None) -> int:
