@@ -20,12 +20,14 @@ from simulation.run import Result, run
 @dataclass(frozen=True)
 class Job:
     """One run: a seed, its orders (``orders`` replaces the seed's number, ``max_orders`` caps it) and the
-    bug to put back (``("plant", name)``, ``("regression", name)`` or None)."""
+    bug to put back (``("plant", name)``, ``("regression", name)`` or None); ``servicebus``: through the
+    Service Bus adapter (see :class:`simulation.run.Simulation`)."""
 
     seed: int
     orders: int | None = None
     max_orders: int | None = None
     bug: tuple[str, str] | None = None
+    servicebus: bool = True
 
 
 def _run(job: Job) -> Result:
@@ -40,7 +42,7 @@ def _run(job: Job) -> Result:
                 from tests.simulation.regressions import REGRESSIONS
 
                 next(r for r in REGRESSIONS if r.name == name).put_back(monkeypatch)
-        return run(job.seed, job.orders, max_orders=job.max_orders)
+        return run(job.seed, job.orders, max_orders=job.max_orders, servicebus=job.servicebus)
 
 
 def processes() -> int:
