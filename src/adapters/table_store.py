@@ -256,7 +256,7 @@ class TableStateStore:
         shards: int = 8,
         counter: OperationCounter | None = None,
         history: TableClient | None = None,
-        transact: Transact = submit_transaction,
+        transact: Transact | None = None,
         unique: Callable[[], str] = _random_tail,
     ) -> None:
         """``unique`` gives the eight characters that keep two audit entries of one microsecond apart
@@ -268,7 +268,7 @@ class TableStateStore:
         self.history = history
         self.shards = shards
         self.counter = counter or OperationCounter()
-        self._transact = transact
+        self._transaction = transact
         self._unique = unique
         # Each shard's tally as last read or written here (ETag, counts): a stale one costs one refused
         # transaction and a read.
@@ -286,6 +286,10 @@ class TableStateStore:
                 await service.create_table(name)
         table, watch, history = (service.get_table_client(name) for name in names)
         return cls(table, watch, shards, history=history)
+
+    async def _transact(self, table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
+        # The module's submit_transaction is looked up at each call (tests wrap it to make a request fail).
+        return await (self._transaction or submit_transaction)(table, operations)
 
     async def close(self) -> None:
         """Close the table clients (and their connections)."""
