@@ -14,14 +14,18 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from azure.servicebus.aio import ServiceBusClient
+
+from adapters.servicebus import ServiceBusSender
 from engine import queues
 from engine.agent import Agent
 from engine.errors import EngineError
 from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.parts import EngineParts
+from engine.ports import MessageSender
 from engine.retention import Retention, RetentionPolicy
 from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
@@ -29,7 +33,7 @@ from engine.tasks import Action, TaskService
 
 from .bus import Message
 from .oracle import OPERATOR_NOTE
-from .store import SimStateStore
+from .servicebus_client import SimServiceBusClient
 from .world import Crash, StoreUnavailable, Worker
 
 if TYPE_CHECKING:
@@ -49,16 +53,21 @@ class Host:
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
     """The engine as a process of the Function App builds it, on the simulated ports."""
-    store = SimStateStore(sim.tables, sim.world, sim.oracle, protocol=sim.protocol)
+    store = sim.storage.state_store(sim.world)
+    # The adapter's sender, one per process as in the Function App; or the broker itself, as the regression
+    # seeds were found (see Simulation).
+    sender: MessageSender = (
+        ServiceBusSender(cast(ServiceBusClient, SimServiceBusClient(sim.bus))) if sim.servicebus else sim.bus
+    )
     parts = EngineParts(
-        sim.catalog, store, sim.bus, sim.clock, sim.settings, sim.breakers, new_id=sim.world.new_id
+        sim.catalog, store, sender, sim.clock, sim.settings, sim.breakers, new_id=sim.world.new_id
     )
     agents = {
         name: Agent.for_catalog(
             sim.catalog,
             name,
             sim.actions[name],
-            sim.bus,
+            sender,
             sim.clock,
             breakers=sim.breakers,
             instance_id=worker.name,
@@ -120,7 +129,14 @@ async def in_process[T](sim: Simulation, call: Callable[[Host], Awaitable[T]]) -
     async def request() -> T:
         return await call(host)
 
-    return await sim.world.run_in(worker, request())
+    try:
+        return await sim.world.run_in(worker, request())
+    except asyncio.CancelledError:
+        if not worker.dead:
+            raise
+        # The process died under the request: what waited on its other coroutines (a send the adapter's
+        # flusher was making when it died) is cancelled. The caller gets no answer, as from any crash.
+        raise Crash("the process died during the request") from None
 
 
 # ---- the client ---------------------------------------------------------------------------------------

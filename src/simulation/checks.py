@@ -6,34 +6,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.state import ProcessState, StepStatus, TaskState
+from engine.state import ProcessState, StepState, StepStatus, TaskState
 
 from . import liveness
-from .store import FINISHED, TALLY, Archived, AuditRow, HistoryListing, InputRow, LiveState, Tombstone
+from .tables import Row
 
 if TYPE_CHECKING:
     from .run import Simulation
 
+FINISHED = tuple(state for state in ProcessState if state.finished)
+TALLY = "count"  # a history shard's tally of its finished tasks
 _UNCHANGED_OK = ("cancel",)  # answered as done when already under way (nothing saved, nothing audited)
 
 
-def _final_states(sim: Simulation) -> dict[str, tuple[str, TaskState | None, Any]]:
-    """Each order's end: ("live", state, LiveState) / ("history", state, Archived) / ("purged", None,
-    Tombstone)."""
-    found: dict[str, tuple[str, TaskState | None, Any]] = {}
-    for _, _, row in sim.tables.table("orders").rows():
-        if isinstance(row.value, LiveState):
-            found[row.value.state.order_id] = ("live", row.value.state, row.value)
-    for _, _, row in sim.tables.table("ordershistory").rows():
-        value = row.value
-        if isinstance(value, Archived):
-            order_id = value.state.order_id
-            if order_id in found:
-                sim.oracle.violation(order_id, "the order is both live and in the history")
+def _final_states(sim: Simulation) -> dict[str, tuple[str, TaskState | None, Row | None]]:
+    """Each order's end: ("live", state, its state record) / ("history", state, the history's task) /
+    ("purged", None, its tombstone)."""
+    storage = sim.storage
+    found: dict[str, tuple[str, TaskState | None, Row | None]] = {}
+    for _, _, row in storage.live.rows():
+        if row.props.get("Kind") == "state":
+            state = storage.state(row)
+            found[state.order_id] = ("live", state, row)
+    for _, _, row in storage.history.rows():
+        kind = row.props.get("Kind")
+        if kind == "archive":
+            state = storage.state(row)
+            if state.order_id in found:
+                sim.oracle.violation(state.order_id, "the order is both live and in the history")
             else:
-                found[order_id] = ("history", value.state, value)
-        elif isinstance(value, Tombstone) and value.order_id not in found:
-            found[value.order_id] = ("purged", None, value)
+                found[state.order_id] = ("history", state, row)
+        elif kind == "tombstone" and row.props["OrderID"] not in found:
+            found[row.props["OrderID"]] = ("purged", None, row)
     return found
 
 
@@ -50,7 +54,7 @@ def final(sim: Simulation) -> None:
         if truth.created > 1:
             oracle.violation(order_id, f"the order was started {truth.created} times")
         # Gone entirely: purged after the retention period, and its tombstone dropped too.
-        where, state, value = end if end is not None else ("purged", None, None)
+        where, state, row = end if end is not None else ("purged", None, None)
         final_name = truth.state.value
         if state is not None and state.process_state is not truth.state:
             oracle.violation(
@@ -65,27 +69,27 @@ def final(sim: Simulation) -> None:
             oracle.violation(
                 order_id, f"terminal only at {truth.terminal_at:.1f}, after the bound {deadline:.1f}"
             )
-        if where == "live":
-            assert state is not None
-            if state.hold_end is not None:
-                oracle.violation(order_id, "a terminal order is still held")
+        if where == "live" and state is not None and state.hold_end is not None:
+            oracle.violation(order_id, "a terminal order is still held")
         if truth.alert_owed:
             oracle.violation(order_id, "entered Error, and no alert was raised")
-        _ledger(sim, order_id, final_name, value)
+        _ledger(sim, order_id, final_name, where, row)
         _audit(sim, order_id, where)
     _records(sim)
     _messages(sim)
     liveness.final(sim)
 
 
-def _ledger(sim: Simulation, order_id: str, final_name: str, value: Any) -> None:
+def _ledger(sim: Simulation, order_id: str, final_name: str, where: str, row: Row | None) -> None:
     oracle = sim.oracle
     truth = oracle.orders[order_id]
-    steps = list(value.steps) if isinstance(value, Archived) else None
-    if steps is None and isinstance(value, LiveState):
-        table = sim.tables.table("orders")
-        rows = table.range(_pk(sim, order_id), f"order|{order_id}|step|", f"order|{order_id}|step|~")
-        steps = [row.value for _, row in rows]
+    steps: list[StepState] | None = None
+    if where == "history" and row is not None:
+        steps = sim.storage.archived(row).steps
+    elif where == "live":
+        prefix = f"order|{order_id}|step|"
+        rows = sim.storage.live.scan(sim.storage.pk(order_id), prefix, prefix + "~")
+        steps = [sim.storage.step(r) for _, r in rows]
     keys = {f"{order_id}:{name}": index for index, name in enumerate(truth.steps)}
     for effect in truth.effects:
         if effect.applies > 1:
@@ -105,17 +109,10 @@ def _ledger(sim: Simulation, order_id: str, final_name: str, value: Any) -> None
         for effect in truth.effects:
             if effect.compensated_at is None:
                 oracle.violation(order_id, f"Compensated, but {effect.key} is still applied")
-    if steps is not None and final_name in (ProcessState.PROCESSED.value, ProcessState.COMPENSATED.value):
-        want = StepStatus.COMPLETED if final_name == ProcessState.PROCESSED.value else None
+    if steps is not None and final_name == ProcessState.PROCESSED.value:
         for step in steps:
-            if want is not None and step.status is not want:
+            if step.status is not StepStatus.COMPLETED:
                 oracle.violation(order_id, f"Processed with step {step.name} {step.status.value}")
-
-
-def _pk(sim: Simulation, order_id: str) -> str:
-    from .store import shard_of
-
-    return shard_of(order_id, 8)
 
 
 def _audit(sim: Simulation, order_id: str, where: str) -> None:
@@ -125,9 +122,10 @@ def _audit(sim: Simulation, order_id: str, where: str) -> None:
     truth = oracle.orders[order_id]
     if where == "purged":
         return
-    table = sim.tables.table("orders" if where == "live" else "ordershistory")
+    storage = sim.storage
+    table = storage.live if where == "live" else storage.history
     prefix = f"audit|{order_id}|"
-    entries = [row.value.entry for _, row in table.range(_pk(sim, order_id), prefix, prefix + "~")]
+    entries = [storage.audit_entry(row) for _, row in table.scan(storage.pk(order_id), prefix, prefix + "~")]
     counted: dict[str, int] = {}
     for entry in entries:
         counted[entry.action] = counted.get(entry.action, 0) + 1
@@ -151,39 +149,44 @@ def _audit(sim: Simulation, order_id: str, where: str) -> None:
 
 def _records(sim: Simulation) -> None:
     """No record outlives its order."""
-    oracle = sim.oracle
-    for _, order_id, row in sim.tables.table("orderswatch").rows():
-        oracle.violation(order_id, f"a watch entry ({row.value}) outlived the run's work")
+    oracle, storage = sim.oracle, sim.storage
+    for _, order_id, row in storage.watch.rows():
+        oracle.violation(order_id, f"a watch entry ({row.props.get('CompleteBy')}) outlived the run's work")
     live: dict[str, dict[str, Any]] = {}
     listings: dict[str, list[tuple[str, TaskState]]] = {}
     audits: dict[str, int] = {}
-    for _, rk, row in sim.tables.table("orders").rows():
-        value = row.value
-        if isinstance(value, LiveState | InputRow):
-            order_id = rk.split("|")[1]
-            live.setdefault(order_id, {})[type(value).__name__] = value
-        elif isinstance(value, TaskState):
-            listings.setdefault(value.order_id, []).append((rk, value))
-        elif isinstance(value, AuditRow):
-            audits[value.order_id] = audits.get(value.order_id, 0) + 1
-        elif rk.startswith("order|"):
-            order_id = rk.split("|")[1]
-            live.setdefault(order_id, {}).setdefault("steps", 0)
-            live[order_id]["steps"] += 1
+    for pk, rk, row in storage.live.rows():
+        if not pk.startswith("s"):  # the breakers' partition
+            continue
+        kind = row.props.get("Kind")
+        order_id = row.props.get("OrderID", rk)
+        if kind in ("state", "input"):
+            live.setdefault(order_id, {})[kind] = row
+        elif kind == "index":
+            listings.setdefault(order_id, []).append((rk, storage.state(row)))
+        elif kind == "audit":
+            audits[order_id] = audits.get(order_id, 0) + 1
+        elif kind == "step":
+            parts = live.setdefault(order_id, {})
+            parts["steps"] = parts.get("steps", 0) + 1
+        else:
+            oracle.violation(order_id, f"a live record of no known kind: {rk}")
     for order_id, parts in live.items():
-        state_row = parts.get("LiveState")
-        if state_row is None or "InputRow" not in parts:
+        state_row = parts.get("state")
+        if state_row is None or "input" not in parts:
             oracle.violation(order_id, f"live records without their task: {sorted(parts)}")
             continue
+        state = storage.state(state_row)
         truth = oracle.orders.get(order_id)
         if truth is not None and parts.get("steps", 0) != len(truth.steps):
             oracle.violation(order_id, f"{parts.get('steps', 0)} step records for {len(truth.steps)} steps")
         entries = listings.pop(order_id, [])
-        if len(entries) != 1 or entries[0][0] != state_row.index_key:
-            oracle.violation(order_id, f"listing entries {[k for k, _ in entries]} for {state_row.index_key}")
-        elif entries[0][1].process_state is not state_row.state.process_state:
+        index_key = state_row.props.get("IndexKey")
+        if len(entries) != 1 or entries[0][0] != index_key:
+            oracle.violation(order_id, f"listing entries {[k for k, _ in entries]} for {index_key}")
+        elif entries[0][1].process_state is not state.process_state:
             oracle.violation(order_id, "the listing entry names another state than the task's")
-        if state_row.state.process_state.finished:
+        if state.process_state.finished:
             oracle.violation(order_id, "a finished order was never moved to the history")
     for order_id, entries in listings.items():
         oracle.violation(order_id, f"listing entries {[k for k, _ in entries]} of no live task")
@@ -194,33 +197,29 @@ def _records(sim: Simulation) -> None:
 
 
 def _history(sim: Simulation) -> None:
-    oracle = sim.oracle
-    table = sim.tables.table("ordershistory")
+    oracle, table = sim.oracle, sim.storage.history
     for pk in table.partitions():
         archived: dict[str, int] = {s.value: 0 for s in FINISHED}
-        listed: dict[str, str] = {}
-        tombstones: dict[str, Tombstone] = {}
-        gone: dict[str, str] = {}
+        tombstones: dict[str, str] = {}  # order id -> its gone entry's key
+        gone: dict[str, str] = {}  # gone entry's key -> order id
         tally: dict[str, int] | None = None
         for _, rk, row in table.rows(pk):
-            value = row.value
-            if isinstance(value, Archived):
-                archived[value.state.process_state.value] += 1
-                listed.setdefault(value.state.order_id, "")
-                if table.get(pk, value.index_key) is None:
-                    oracle.violation(value.state.order_id, "archived without its listing entry")
-            elif isinstance(value, HistoryListing):
-                listed[value.state.order_id] = rk
-            elif isinstance(value, Tombstone):
-                tombstones[value.order_id] = value
+            props = row.props
+            kind = props.get("Kind")
+            if kind == "archive":
+                archived[props["ProcessState"]] += 1
+                if table.get(pk, props["IndexKey"]) is None:
+                    oracle.violation(props["OrderID"], "archived without its listing entry")
+            elif kind == "tombstone":
+                tombstones[props["OrderID"]] = props["GoneKey"]
             elif rk == TALLY:
-                tally = value
+                tally = {s.value: int(props.get(s.value, 0)) for s in FINISHED}
             elif rk.startswith("gone|"):
-                gone[rk] = value
+                gone[rk] = props["OrderID"]
         if tally is not None and tally != archived:
             oracle.violation("", f"shard {pk}: the tally says {tally}, the history holds {archived}")
-        for order_id, stone in tombstones.items():
-            if stone.gone_key not in gone:
+        for order_id, key in tombstones.items():
+            if key not in gone:
                 oracle.violation(order_id, "a tombstone without its gone entry")
         for key, order_id in gone.items():
             if order_id not in tombstones:

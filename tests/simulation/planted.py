@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from adapters import table_store
 from engine import transitions
 from engine.breaker import BreakerRecord, BreakerState, hold_until
 from engine.decisions import REFUSED, Decision, Outcome
@@ -164,6 +165,11 @@ PLANTS: dict[str, Plant] = {
     "an extend answered as done that moves nothing": Plant(
         lambda mp: mp.setattr(transitions, "extend_step", extend_step_without_the_change),
         "was saved as done, but its CompleteBy",
+    ),
+    "the state store's writes without If-Match": Plant(
+        # An ETag passed without its match condition: azure-data-tables then sends the write unconditionally.
+        lambda mp: mp.setattr(table_store, "_IF_MATCH", {}),
+        "no transition",
     ),
     "a re-kick that sends no command": Plant(
         lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_kicking_silently),

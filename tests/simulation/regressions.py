@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
@@ -25,11 +25,11 @@ from engine.machine import Operation
 from engine.state import ProcessState, TaskRecord
 from engine.supervisor import Supervisor
 from engine.transitions import Context
-from simulation.run import run
-from simulation.store import FIXED, StoreFixes
+from simulation.run import Result, run
+from tests.simulation.store_bugs import take_out
 
-# Puts a bug back (through the monkeypatch, undone when it ends) and returns the store protocol to run.
-PutBack = Callable[[pytest.MonkeyPatch], StoreFixes]
+# Puts a bug back (through the monkeypatch, undone when it ends).
+PutBack = Callable[[pytest.MonkeyPatch], None]
 
 
 @dataclass(frozen=True)
@@ -42,47 +42,47 @@ class Regression:
     symptom: str  # what a violation says when the bug is back
     put_back: PutBack
 
+    def shown_by(self, result: Result) -> bool:
+        """Whether a run broke with this bug's symptom."""
+        return any(self.symptom in what for _, what in result.violations)
+
 
 def _store_fixes_off(*fixes: str) -> PutBack:
-    def put_back(_: pytest.MonkeyPatch) -> StoreFixes:
-        return replace(FIXED, **dict.fromkeys(fixes, False))
+    def put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+        take_out(monkeypatch, *fixes)
 
     return put_back
 
 
-def _no_kick_of_a_lost_resume(monkeypatch: pytest.MonkeyPatch) -> StoreFixes:
+def _no_kick_of_a_lost_resume(monkeypatch: pytest.MonkeyPatch) -> None:
     without = tuple(
         r
         for r in machine.TABLE
         if not (r.operation is Operation.KICK and r.source is ProcessState.COMPENSATING)
     )
     monkeypatch.setattr(machine, "TABLE", without)
-    return FIXED
 
 
-def _undo_a_skipped_step_at_once(monkeypatch: pytest.MonkeyPatch) -> StoreFixes:
+def _undo_a_skipped_step_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def undo_at_once(record: TaskRecord, ctx: Context, index: int, at: datetime) -> Decision:
         return transitions._dispatch(record, ctx, index, compensating=True)
 
     monkeypatch.setattr(transitions, "_undo_later", undo_at_once)
-    return FIXED
 
 
-def _no_alert_raised_again(monkeypatch: pytest.MonkeyPatch) -> StoreFixes:
+def _no_alert_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
     async def forget(self: Supervisor, record: TaskRecord) -> bool:
         return True
 
     monkeypatch.setattr(Supervisor, "_raise_alert", forget)
-    return FIXED
 
 
-def _grace_only_for_a_deadline_ahead(monkeypatch: pytest.MonkeyPatch) -> StoreFixes:
+def _grace_only_for_a_deadline_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     def settled(complete_by: datetime, ctx: Context) -> datetime:
         ahead = complete_by > ctx.now
         return complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds) if ahead else complete_by
 
     monkeypatch.setattr(transitions, "settled", settled)
-    return FIXED
 
 
 REGRESSIONS = (
@@ -142,8 +142,8 @@ REGRESSIONS = (
 def shows(regression: Regression, seed: int) -> bool:
     """Whether the seed, with the bug put back, breaks with the bug's symptom."""
     with pytest.MonkeyPatch.context() as monkeypatch:
-        result = run(seed, protocol=regression.put_back(monkeypatch))
-    return any(regression.symptom in what for _, what in result.violations)
+        regression.put_back(monkeypatch)
+        return regression.shown_by(run(seed, servicebus=False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     regression = by_name[args.name]
     started, seed = time.perf_counter(), args.start
     while time.perf_counter() - started < args.seconds:
-        if shows(regression, seed) and run(seed).ok:
+        if shows(regression, seed) and run(seed, servicebus=False).ok:
             print(f"seed {seed} shows {regression.name} with the bug put back and passes without it")
             return 0
         seed += 1

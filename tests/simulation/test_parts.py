@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableTransactionError
 
 from engine import queues
 from engine.messages import SchedulerCommand
 from simulation.bus import Bus, Message
 from simulation.loop import VirtualLoop
 from simulation.profile import draw
-from simulation.tables import TableError, Tables
+from simulation.table_client import SimTableClient
+from simulation.tables import Tables
 from simulation.world import Crash, Worker, World
 
 
@@ -36,18 +41,98 @@ def test_virtual_time_jumps_to_the_next_timer() -> None:
         loop.close()
 
 
+IF_MATCH = MatchConditions.IfNotModified
+
+
+def _client(label: str = "t") -> SimTableClient:
+    class Instant:
+        def before(self, kind: str) -> asyncio.Future[None]:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(None)
+            return future
+
+        def after(self, kind: str) -> None:
+            pass
+
+    return SimTableClient(Tables().table("t"), Instant(), label)
+
+
+def _entity(rk: str, **props: Any) -> dict[str, Any]:
+    return {"PartitionKey": "p", "RowKey": rk, **props}
+
+
 def test_a_transaction_is_all_or_nothing_and_conditional_on_etags() -> None:
-    table = Tables().table("t")
-    first = table.one("p", ("create", "a|1", "one", None))
-    assert first is not None
-    with pytest.raises(TableError) as refused:
-        table.transact("p", [("create", "a|2", "two", None), ("update", "a|1", "uno", "W/stale")])
-    assert refused.value.status == 412
-    assert table.get("p", "a|2") is None
-    assert table.transact("p", [("create", "a|2", "two", None), ("update", "a|1", "uno", first)])[1] != first
-    with pytest.raises(TableError):
-        table.one("p", ("create", "a|1", "again", None))
-    assert [key for key, _ in table.range("p", "a|", "a|2")] == ["a|1"]
+    client = _client()
+
+    async def main() -> None:
+        first = (await client.create_entity(_entity("a|1", V="one")))["etag"]
+        with pytest.raises(TableTransactionError) as refused:
+            await client.submit_transaction(
+                [
+                    ("create", _entity("a|2", V="two")),
+                    ("update", _entity("a|1", V="uno"), {"etag": 'W/"stale"', "match_condition": IF_MATCH}),
+                ]
+            )
+        assert (refused.value.status_code, refused.value.error_code) == (412, "UpdateConditionNotSatisfied")
+        with pytest.raises(ResourceNotFoundError):
+            await client.get_entity("p", "a|2")
+        results = await client.submit_transaction(
+            [
+                ("create", _entity("a|2", V="two")),
+                ("update", _entity("a|1", V="uno"), {"etag": first, "match_condition": IF_MATCH}),
+            ]
+        )
+        assert results[1]["etag"] != first
+        with pytest.raises(ResourceExistsError):
+            await client.create_entity(_entity("a|1", V="again"))
+        with pytest.raises(TableTransactionError) as split:
+            await client.submit_transaction(
+                [("create", _entity("a|3")), ("create", {**_entity("b"), "PartitionKey": "q"})]
+            )
+        assert split.value.status_code == 400
+        await client.delete_entity("p", "absent")  # the SDK answers an absent entity's delete as done
+        with pytest.raises(ResourceModifiedError):
+            await client.delete_entity("p", "a|1", etag=first, match_condition=IF_MATCH)
+
+    asyncio.run(main())
+
+
+def test_queries_read_their_filter_page_by_page_as_the_sdk_does() -> None:
+    client = _client()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def main() -> None:
+        for i in range(5):
+            await client.upsert_entity(
+                _entity(f"k|{i}", Kind="x" if i % 2 else "y", At=at + timedelta(seconds=i))
+            )
+        await client.upsert_entity({**_entity("k|9"), "PartitionKey": "other"})
+        ranged = client.query_entities(
+            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+            parameters={"pk": "p", "lo": "k|1", "hi": "k|4"},
+            results_per_page=2,
+        ).by_page()
+        first = [e["RowKey"] async for e in await anext(ranged)]
+        assert first == ["k|1", "k|2"] and ranged.continuation_token == {"PartitionKey": "p", "RowKey": "k|3"}
+        rest = client.query_entities(
+            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+            parameters={"pk": "p", "lo": "k|1", "hi": "k|4"},
+        ).by_page(continuation_token=ranged.continuation_token)
+        assert [e["RowKey"] async for e in await anext(rest)] == ["k|3"] and rest.continuation_token is None
+        due = client.query_entities(
+            "PartitionKey eq @pk and At le @now",
+            parameters={"pk": "p", "now": at + timedelta(seconds=1)},
+            select=["At"],
+        )
+        found = [e async for e in due]
+        assert [dict(e) for e in found] == [{"At": at}, {"At": at + timedelta(seconds=1)}]
+        assert found[0].metadata["etag"]
+        kinds = client.query_entities("PartitionKey eq 'p' and Kind eq 'x'")
+        assert [e["RowKey"] async for e in kinds] == ["k|1", "k|3"]
+        with pytest.raises(NotImplementedError):
+            client.query_entities("PartitionKey eq 'p' or Kind eq 'x'")
+
+    asyncio.run(main())
 
 
 def _bus(consume: Any, *, faults: bool = True) -> tuple[VirtualLoop, World, Bus]:

@@ -9,22 +9,22 @@ import pytest
 from simulation.run import Result, run
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
 from tests.simulation.planted import PLANTS
+from tests.simulation.pool import Job, run_in_order
 
 
-def _first_failure() -> tuple[int, Result] | None:
-    for seed in FIXED_SEEDS:
-        result = run(seed, max_orders=FIXED_MAX_ORDERS)
+def _first_failure(bug: str) -> tuple[int, Result] | None:
+    """The first fixed seed that fails with ``bug`` planted (seeds run on every core, in order)."""
+    jobs = (Job(seed, max_orders=FIXED_MAX_ORDERS, bug=("plant", bug)) for seed in FIXED_SEEDS)
+    for result in run_in_order(jobs):
         if not result.ok:
-            return seed, result
+            return result.seed, result
     return None
 
 
 @pytest.mark.parametrize("bug", list(PLANTS))
-def test_the_fixed_seeds_catch_a_planted_bug(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fixed_seeds_catch_a_planted_bug(bug: str) -> None:
     plant = PLANTS[bug]
-    plant.put(monkeypatch)
-    caught = _first_failure()
-    monkeypatch.undo()
+    caught = _first_failure(bug)
     assert caught is not None, f"no fixed seed caught: {bug}"
     seed, result = caught
     first = result.violations[0][1]

@@ -19,8 +19,9 @@ from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord,
 from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
 from orders.catalog import CATALOG
-from simulation.run import run
-from tests.simulation.regressions import REGRESSIONS, Regression, shows
+from simulation.run import Result
+from tests.simulation.pool import Job, run_all
+from tests.simulation.regressions import REGRESSIONS, Regression
 
 
 def _fingerprint() -> str:
@@ -70,11 +71,25 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
 
 # The store's fixes are in adapters.table_store too, where tests/adapters/test_store_races.py builds each
 # bug's interleaving on Azurite.
+@pytest.fixture(scope="module")
+def regression_runs() -> dict[tuple[str, bool], Result]:
+    """Each regression's seed with its bug fixed and put back, on every core."""
+    jobs = [
+        Job(r.seed, bug=("regression", r.name) if back else None, servicebus=False)
+        for r in REGRESSIONS
+        for back in (False, True)
+    ]
+    keys = [(r.name, back) for r in REGRESSIONS for back in (False, True)]
+    return dict(zip(keys, run_all(jobs), strict=True))
+
+
 @pytest.mark.parametrize("regression", REGRESSIONS, ids=lambda r: f"{r.name}-{r.seed}")
-def test_the_seed_passes_and_fails_again_with_the_bug_put_back(regression: Regression) -> None:
-    fixed = run(regression.seed)
+def test_the_seed_passes_and_fails_again_with_the_bug_put_back(
+    regression: Regression, regression_runs: dict[tuple[str, bool], Result]
+) -> None:
+    fixed = regression_runs[regression.name, False]
     assert fixed.ok, fixed.report()
-    assert shows(regression, regression.seed), (
+    assert regression.shown_by(regression_runs[regression.name, True]), (
         f"seed {regression.seed} no longer shows {regression.name}: hunt another "
         f"(python -m tests.simulation.regressions {regression.name})"
     )

@@ -1,0 +1,67 @@
+"""Runs of the simulation on every core: seeds are independent of each other, so the suite's runs go to a
+pool of processes (as many as the machine has cores, at most four) and each test reads its result.
+
+A job may put a bug back first (a planted bug of ``tests/simulation/planted.py`` or a regression's of
+``tests/simulation/regressions.py``, by name), in the process that runs it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from simulation.run import Result, run
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a seed, its orders (``orders`` replaces the seed's number, ``max_orders`` caps it) and the
+    bug to put back (``("plant", name)``, ``("regression", name)`` or None); ``servicebus``: through the
+    Service Bus adapter (see :class:`simulation.run.Simulation`)."""
+
+    seed: int
+    orders: int | None = None
+    max_orders: int | None = None
+    bug: tuple[str, str] | None = None
+    servicebus: bool = True
+
+
+def _run(job: Job) -> Result:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        if job.bug is not None:
+            kind, name = job.bug
+            if kind == "plant":
+                from tests.simulation.planted import PLANTS
+
+                PLANTS[name].put(monkeypatch)
+            else:
+                from tests.simulation.regressions import REGRESSIONS
+
+                next(r for r in REGRESSIONS if r.name == name).put_back(monkeypatch)
+        return run(job.seed, job.orders, max_orders=job.max_orders, servicebus=job.servicebus)
+
+
+def processes() -> int:
+    """How many runs go at once."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+def run_all(jobs: Iterable[Job]) -> list[Result]:
+    """Every job's result, in order."""
+    return list(run_in_order(jobs))
+
+
+def run_in_order(jobs: Iterable[Job]) -> Iterator[Result]:
+    """The jobs' results in order, as they come; the runs still going stop when the caller stops
+    reading."""
+    jobs = list(jobs)
+    if processes() == 1 or len(jobs) == 1:
+        yield from map(_run, jobs)
+        return
+    # spawn: a fork of the test process would carry its threads and open sockets along.
+    with multiprocessing.get_context("spawn").Pool(processes()) as pool:
+        yield from pool.imap(_run, jobs)
