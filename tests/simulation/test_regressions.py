@@ -95,9 +95,7 @@ def test_the_seed_passes_and_fails_again_with_the_bug_put_back(
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="finding 10 (docs/simulation.md), open: a slow watch insert is swept"
-)
+@pytest.mark.xfail(strict=True, reason="finding 10 (docs/simulation.md), open: a slow watch insert is swept")
 def test_a_submission_whose_own_watch_entry_was_swept_before_its_write_stays_watched() -> None:
     result = run(5194, servicebus=False)
     assert not any("never moved to the history" in what for _, what in result.violations), result.report()
