@@ -194,9 +194,9 @@ class SimTableClient:
         self.io.after(kind)
         return etags
 
-    async def _point(self, operation: str, pk: str, op: Operation, answered: bool = False) -> dict[str, Any]:
+    async def _point(self, operation: str, pk: str, op: Operation) -> dict[str, Any]:
         try:
-            [etag] = await self._request(operation, pk, [op], answered)
+            [etag] = await self._request(operation, pk, [op], answered=False)
         except TableError as exc:
             if exc.status in _POINT_ERRORS:
                 raise _POINT_ERRORS[exc.status](message=f"{exc.code}: {exc.key}") from exc
