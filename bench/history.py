@@ -46,24 +46,18 @@ from engine.settings import EngineSettings
 from engine.state import ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
-from engine.workflow import WorkflowCatalog
+from engine.workflow import StepDefinition, WorkflowCatalog
 from orders.api import OrdersApi
-from orders.catalog import FULFILMENT
-from orders.models import OrderRequest, body_hash
+from orders.catalog import FULFILMENT, SERVICES
+from orders.models import body_hash, order_document, order_input
 from servicebus_emulator.launcher import free_port
 
 TARGET_RATIO = 1.2
 SHARDS = 8
 LIVE = {ProcessState.PENDING: 50, ProcessState.PROCESSING: 100, ProcessState.ERROR: 50}
 DUE_PER_SWEEP = 10
-ORDER = {
-    "customerId": "bench-history",
-    "items": [
-        {"sku": "sku-1", "quantity": 2, "unitPrice": 10.0},
-        {"sku": "sku-2", "quantity": 1, "unitPrice": 5.5},
-    ],
-    "currency": "EUR",
-}
+# What each order carries: the workflow's first declared example.
+ORDER = FULFILMENT.examples()[0]
 CATALOG = WorkflowCatalog.of(FULFILMENT)
 SETTINGS = EngineSettings(step_complete_by_seconds=3600)
 FIGURES = (
@@ -95,8 +89,15 @@ class FixedClock:
 
 
 def document(order_id: str) -> tuple[dict[str, Any], str]:
-    body = OrderRequest.model_validate({**ORDER, "orderId": order_id}).document(order_id)
+    body = order_document(order_id, order_input(FULFILMENT, ORDER))
     return body, body_hash(body)
+
+
+def declared_result(step: StepDefinition, key: str) -> dict[str, Any] | None:
+    """What the simulators return for a step's effect under ``key``: its service's declared result values."""
+    service = next(s for s in SERVICES if s.name == step.agent)
+    resource, _ = service.resource(step.action)
+    return None if resource.result is None else resource.result.simulated(key).model_dump(by_alias=True)
 
 
 def finished_record(order_id: str, at: datetime, compensated: bool) -> TaskRecord:
@@ -120,7 +121,7 @@ def finished_record(order_id: str, at: datetime, compensated: bool) -> TaskRecor
                 name=step.name,
                 status=done,
                 attempts=1,
-                result={"id": f"{step.name}-{order_id}", "at": at.isoformat()},
+                result=declared_result(step, f"{order_id}:{step.name}"),
             )
             for i, step in enumerate(FULFILMENT.steps)
         ],

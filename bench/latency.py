@@ -30,14 +30,21 @@ import httpx
 from pydantic import BaseModel
 
 from devhost import launch
+from orders.catalog import CATALOG
 
 TARGET_P50_MS = 60.0
 POLL_SECONDS = 0.02  # the target figure does not depend on it; polling more often loads worker 1
-ORDER = {
-    "customerId": "bench-latency",
-    "items": [{"sku": "sku-1", "quantity": 1, "unitPrice": 10.0}],
-    "currency": "EUR",
-}
+
+
+def _example() -> dict[str, object]:
+    """What each order carries: the first declared example of the workflow an order that names none runs."""
+    workflow = CATALOG.current(CATALOG.default)
+    if workflow is None or not workflow.examples():
+        raise RuntimeError(f"the catalog's workflow {CATALOG.default} declares no example input")
+    return workflow.examples()[0]
+
+
+ORDER = _example()
 # Settings for the stack: a Supervisor that does not fire during the run, deadlines far away.
 STACK_ENV = {"SUPERVISOR_SCHEDULE": "0 0 0 * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
 

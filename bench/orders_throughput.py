@@ -62,13 +62,8 @@ from engine.transitions import EngineSettings
 from engine.workflow import WorkflowCatalog, WorkflowDefinition
 from history import fill_history
 from orders.catalog import CATALOG
+from orders.models import order_input
 from servicebus_emulator.launcher import free_port
-
-ORDER = {
-    "customerId": "bench",
-    "items": [{"sku": "sku-1", "quantity": 1, "unitPrice": 10.0}],
-    "currency": "EUR",
-}
 
 
 def submitted_workflow() -> WorkflowDefinition:
@@ -79,9 +74,14 @@ def submitted_workflow() -> WorkflowDefinition:
     return workflow
 
 
+# What each order carries: the first declared example of the workflow it runs (an order names none).
+ORDER = submitted_workflow().examples()[0]
+
+
 WORKFLOW = submitted_workflow()
-# What one of its orders sends when it runs straight through: the one formula (engine.costs).
-TRAFFIC: OrderTraffic = processed_order(WORKFLOW)
+# What one of its orders sends when it runs straight through: the one formula (engine.costs), less the
+# steps its conditions leave out on ORDER (they read the input as the API stores it).
+TRAFFIC: OrderTraffic = processed_order(WORKFLOW, {"input": order_input(WORKFLOW, ORDER), "results": {}})
 
 
 # ---- 1. end to end ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import httpx
 from pydantic import BaseModel
 
 from devhost import launch
-from orders_throughput import COUNTS_POLL_SECONDS, processed_count
+from orders_throughput import COUNTS_POLL_SECONDS, ORDER, processed_count
 
 OWN_PACKAGES = {
     "engine",
@@ -52,11 +52,6 @@ OWN_PACKAGES = {
     "function_app",
 }
 NAMESPACE_PACKAGES = {"azure", "opentelemetry"}  # named by their first two path parts
-ORDER = {
-    "customerId": "profile",
-    "items": [{"sku": "sku-1", "quantity": 1, "unitPrice": 10.0}],
-    "currency": "EUR",
-}
 STACK_ENV = {"SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}  # as make bench
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

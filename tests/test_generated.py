@@ -4,18 +4,21 @@ that says so notices a file that falls behind, whichever way it does."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from engine import queues
+from engine.conditions import Test
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
-from orders import generate
+from orders import catalog_docs, generate
 from orders.catalog import CATALOG, SERVICES
-from orders.services.declaration import ServiceDefinition
+from orders.services.declaration import ServiceBody, ServiceDefinition, ServiceResult
 from servicebus_emulator.config import load_config
 from simulators.cli import build_parser
 
@@ -161,3 +164,54 @@ def test_a_queue_that_is_not_the_engine_s_has_no_properties() -> None:
 def test_new_sample_settings_point_at_the_local_simulators() -> None:
     port = build_parser().get_default("port")
     assert generate.LOCAL_SIMULATORS_URL.endswith(f"127.0.0.1:{port}"), "the simulators' default port"
+
+
+def test_the_docs_tables_show_inputs_conditions_results_and_steps_that_cannot_be_undone() -> None:
+    """Rendered from a declaration of the test's own: each construct where a reader looks for it."""
+
+    class Line(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        sku: str
+        gift: bool = False
+
+    class Basket(BaseModel):
+        model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"lines": [{"sku": "a"}]}]})
+        lines: list[Line]
+        note: str | None = None
+
+    class Ticket(ServiceResult):
+        ticket_id: str
+
+    class Reads(ServiceBody):
+        needs = ("ticketId",)
+        may_use = ("other",)
+
+    template = SERVICES[0].resources[0]
+    kept = template.model_copy(
+        update={"collection": "tickets", "apply": "open", "undo": "close", "result": Ticket}
+    )
+    sent = template.model_copy(
+        update={"collection": "mails", "apply": "mail", "undo": None, "undone": None, "body": Reads}
+    )
+    service = ServiceDefinition(name="desk", description="d", resources=(kept, sent))
+    steps = (
+        StepDefinition(name="open-ticket", agent="desk", action="open", compensation="close"),
+        StepDefinition(
+            name="mail-it",
+            agent="desk",
+            action="mail",
+            when=Test(field="input.lines[].gift", op="==", value=True),
+        ),
+    )
+    workflow = WorkflowDefinition(name="desk-work", input=Basket, steps=steps)
+    table = catalog_docs.render((service,), WorkflowCatalog.of(workflow))
+    assert "Input `Basket`" in table
+    assert (
+        "`lines[].sku` (text); `lines[].gift` (true/false, default `false`); `note` (text, optional)" in table
+    )
+    # Each row by the first name it shows: the step's, or the service's.
+    rows = {m.group(1): line for line in table.splitlines() if (m := re.search(r"^\|[^`]*`([^`]+)`", line))}
+    assert "| always | `ticketId` | — | `close` |" in rows["open-ticket"]
+    condition, reads = "when `any input.lines[].gift == true`", "`ticketId`, `other` if returned"
+    assert f"| {condition} | — | {reads} | — (cannot be undone) |" in rows["mail-it"]
+    assert "tickets (`open` / `close`), mails (`mail` / —)" in rows["desk"]

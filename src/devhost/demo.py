@@ -2,17 +2,23 @@
 
 It starts orders-devhost on free ports, applies a fault profile to every declared remote service, submits
 a batch of orders over HTTP, a mix of the catalog's workflows (``--mix``; by default each workflow an
-equal share), shows per workflow the counts per ProcessState, retries, Supervisor recoveries and
-compensations while they run, then prints a summary per workflow: orders per terminal state, latency from
-submission to the terminal state (p50/p95), and the ledger check of :mod:`simulators.ledger_check` (every
-Processed order's steps applied exactly once and not undone, no Compensated order's step left applied).
-It exits non-zero if an order is lost or the ledger check fails.
+equal share), each order's input one of its workflow's declared examples in turn, varied (lines dropped,
+quantities scaled, as its input model allows) so that each condition's branches occur, shows per
+workflow the counts per ProcessState, retries, Supervisor recoveries and compensations while they run,
+then prints a summary per workflow: orders per terminal state, steps left out by their conditions,
+latency from submission to the terminal state (p50/p95), and the ledger check of
+:mod:`simulators.ledger_check` (every Processed order's steps applied exactly once and not undone but
+those left out, never called; no Compensated order's step left applied but those that cannot be undone,
+applied before any undo; every value passed on the one returned). It exits non-zero if an order is lost
+or the ledger check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -25,13 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from devhost import launch
+from engine.workflow import WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
-from simulators.ledger_check import check_ledger
+from simulators.ledger_check import ledger_report
 
 TERMINAL = ("Processed", "Compensated", "Error")
 STATES = ("Pending", "Processing", "Compensating", *TERMINAL)
@@ -86,6 +94,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--data-dir", type=Path, default=None, help="keep the stack's data here (default: temporary)"
     )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the variations of the orders' inputs (default: random)",
+    )
     return p.parse_args(argv)
 
 
@@ -100,6 +114,59 @@ def assign_workflows(count: int, mix: dict[str, float]) -> list[str]:
         given[name] += 1
         chosen.append(name)
     return chosen
+
+
+def current(name: str) -> WorkflowDefinition:
+    """The latest version of a workflow of the catalog: what a new order of it runs."""
+    workflow = CATALOG.current(name)
+    if workflow is None:
+        raise SystemExit(f"the catalog has no workflow {name}")
+    return workflow
+
+
+def order_inputs(workflows: list[str], rng: random.Random) -> list[dict[str, Any]]:
+    """The input of each order: its workflow's declared examples in turn (so every example is submitted
+    once there are as many orders as examples), each varied by :func:`vary`."""
+    given = dict.fromkeys(workflows, 0)
+    inputs = []
+    for name in workflows:
+        workflow = current(name)
+        examples = workflow.examples()
+        if not examples:
+            raise SystemExit(f"workflow {name} declares no example input to submit")
+        inputs.append(vary(examples[given[name] % len(examples)], workflow, rng))
+        given[name] += 1
+    return inputs
+
+
+def vary(example: dict[str, Any], workflow: WorkflowDefinition, rng: random.Random) -> dict[str, Any]:
+    """``example`` with some of its list's elements dropped and its whole numbers scaled, if the workflow's
+    input model takes the result (a few tries), else the example as it is. Knowing nothing of the fields,
+    it varies what makes conditions go either way: which lines an order has (e.g. an order with a digital
+    line alone), and how many of each."""
+    for _ in range(5):
+        candidate = _varied(copy.deepcopy(example), rng)
+        try:
+            if workflow.input is not None:
+                workflow.input.model_validate(candidate)
+        except ValidationError:
+            continue
+        return dict(candidate)
+    return dict(example)
+
+
+def _varied(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        return {key: _varied(item, rng) for key, item in value.items()}
+    if isinstance(value, list):
+        items = [_varied(item, rng) for item in value]
+        if len(items) > 1 and rng.random() < 0.5:
+            keep = sorted(rng.sample(range(len(items)), rng.randint(1, len(items) - 1)))
+            items = [items[index] for index in keep]
+        return items
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value * rng.randint(1, 3)
+    return value
 
 
 def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDevhost:
@@ -179,26 +246,24 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
         if response.status_code != 200:
             raise SystemExit(f"the fault profile was refused: {response.text}")
         console.print(f"fault profile on every service ({', '.join(s.name for s in SERVICES)}): {profile}")
-        workflows = {
-            f"demo-{uuid.uuid4().hex[:12]}": workflow for workflow in assign_workflows(args.orders, args.mix)
+        assigned = assign_workflows(args.orders, args.mix)
+        inputs = order_inputs(assigned, random.Random(args.seed))
+        workflows = {f"demo-{uuid.uuid4().hex[:12]}": workflow for workflow in assigned}
+        bodies = {
+            order_id: {**given, "orderId": order_id, "workflow": workflow}
+            for (order_id, workflow), given in zip(workflows.items(), inputs, strict=True)
         }
         console.print(
             "orders per workflow: "
             + ", ".join(f"{name} {count}" for name, count in Counter(workflows.values()).items())
+            + " (inputs: the workflows' declared examples, varied)"
         )
 
         def submit(order_id: str) -> int:
-            body = {
-                "orderId": order_id,
-                "customerId": "demo-customer",
-                "items": [
-                    {"sku": "sku-1", "quantity": 1, "unitPrice": 12.5},
-                    {"sku": "sku-2", "quantity": 3, "unitPrice": 4},
-                ],
-                "currency": "EUR",
-                "workflow": workflows[order_id],
-            }
-            return api.post("/api/orders", json=body).status_code
+            response = api.post("/api/orders", json=bodies[order_id])
+            if response.status_code != 202:
+                console.print(f"[red]{order_id} refused[/red]: {response.text[:300]}")
+            return response.status_code
 
         ids = list(workflows)
         started = time.monotonic()
@@ -250,6 +315,13 @@ def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed
         "not terminal (lost)",
         *(str(sum(o["processState"] not in TERMINAL for o in column)) for column in columns.values()),
     )
+    table.add_row(
+        "steps left out",
+        *(
+            str(sum(s.get("state") == "LeftOut" for o in column for s in o.get("steps", [])))
+            for column in columns.values()
+        ),
+    )
     # Submission (createdAt) to the terminal transition (updatedAt), both written by the workers.
     latencies = {
         name: sorted(_seconds(o) for o in column if o["processState"] in TERMINAL and "createdAt" in o)
@@ -265,7 +337,8 @@ def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed
         )
     table.add_row("wall time", f"{elapsed:.1f} s", *([""] * (len(columns) - 1)))
     console.print(table)
-    problems = check_ledger(orders.values(), ledger)
+    report = ledger_report(orders.values(), ledger)
+    problems = report.problems
     if problems:
         console.print("[red]ledger check failed:[/red]")
         for problem in problems[:20]:
@@ -280,8 +353,11 @@ def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed
         checked = ", ".join(per_workflow)
         console.print(
             f"[green]ledger check passed[/green] ({checked}): every Processed order's steps applied exactly "
-            "once under their keys and not undone, no Compensated order's step left applied"
+            "once under their keys and not undone but those left out by their conditions, never called; no "
+            "Compensated order's step left applied but those that cannot be undone, applied before any "
+            "undo; every value passed on the one its step returned"
         )
+    console.print(f"ledger check: {report.summary()}")
     if lost:
         console.print(f"[red]{len(lost)} orders did not reach a terminal state[/red]: {lost[:10]}")
     return 1 if lost or problems else 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import queues
 from .workflow import WorkflowDefinition
@@ -63,11 +64,19 @@ class OrderTraffic:
         return {queue: count for queue, count in self.messages().items() if queue != queues.STATUS_QUEUE}
 
 
-def processed_order(workflow: WorkflowDefinition) -> OrderTraffic:
-    """The traffic of an order of ``workflow`` that runs straight through to Processed."""
+def processed_order(workflow: WorkflowDefinition, document: dict[str, Any] | None = None) -> OrderTraffic:
+    """The traffic of an order of ``workflow`` that runs straight through to Processed.
+
+    A step left out by its condition costs nothing on the bus (it is decided in the save that dispatches
+    the next step); pass the order's ``document`` (``{"input": ..., "results": ...}``) to leave out the
+    steps whose conditions fail on it, else every step counts.
+    """
+    steps = [
+        step for step in workflow.steps if document is None or step.when is None or step.when.holds(document)
+    ]
     return OrderTraffic(
         commands=1,
-        requests=dict(Counter(step.agent for step in workflow.steps)),
-        replies=len(workflow.steps),
-        status_events=(RECEIVED, *[STEP_COMPLETED] * len(workflow.steps), PROCESSED),
+        requests=dict(Counter(step.agent for step in steps)),
+        replies=len(steps),
+        status_events=(RECEIVED, *[STEP_COMPLETED] * len(steps), PROCESSED),
     )

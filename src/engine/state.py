@@ -43,7 +43,8 @@ class ProcessState(StrEnum):
 
 
 class StepStatus(StrEnum):
-    """Step-level state."""
+    """Step-level state. LeftOut: the step's condition did not hold when its turn came, so it was never
+    called and is never undone."""
 
     NOT_STARTED = "NotStarted"
     RUNNING = "Running"
@@ -51,6 +52,8 @@ class StepStatus(StrEnum):
     FAILED = "Failed"
     COMPENSATING = "Compensating"
     COMPENSATED = "Compensated"
+    # Its condition did not hold when its turn came: never called, never undone.
+    LEFT_OUT = "LeftOut"
 
 
 class Phase(StrEnum):
@@ -113,7 +116,11 @@ class StepState(BaseModel):
     # land until its CompleteBy plus the grace, so an undo of the step must not reach the service before.
     undo_not_before: datetime | None = Field(default=None, alias="UndoNotBefore")
     last_error: str | None = Field(default=None, alias="LastError")
+    # What the step's service returned when it applied the step (its declared result values), passed on to
+    # later steps' conditions and bodies.
     result: dict[str, Any] | None = Field(default=None, alias="Result")
+    # Why the step is in its state when no error says it (a step left out: the condition that failed).
+    reason: str | None = Field(default=None, alias="Reason")
 
 
 class AuditEntry(BaseModel):

@@ -140,6 +140,17 @@ def command(
     )
 
 
+def document(record: TaskRecord, upto: int) -> dict[str, Any]:
+    """What a step's condition and its calls' bodies read: the order's input, and the values the steps
+    up to ``upto`` returned (an undo of a step sees the step's own result), by name; a later step's value
+    of the same name wins (the declaration refuses such clashes in one workflow)."""
+    results: dict[str, Any] = {}
+    for step in record.steps[: upto + 1]:
+        if step.result:
+            results.update(step.result)
+    return {"input": record.input, "results": results}
+
+
 def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = "") -> Outgoing:
     definition = ctx.steps[index]
     step = record.steps[index]
@@ -159,10 +170,7 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, r
         # The same key on every retry and re-dispatch of this step, so the service drops duplicates.
         idempotency_key=f"{record.order_id}:{definition.name}",
         complete_by=step.complete_by,
-        payload={
-            "input": record.input,
-            "results": {s.name: s.result for s in record.steps if s.result},
-        },
+        payload=document(record, index),
     )
     return Outgoing(
         queue=queues.agent_queue(definition.agent),
@@ -226,12 +234,48 @@ def claim(record: TaskRecord, ctx: Context) -> Decision:
     return decision.after(status(record, ctx, StatusEvent.RECEIVED)) if first_time else decision
 
 
+_DONE = (StepStatus.COMPLETED, StepStatus.LEFT_OUT)
+
+
 def _dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
-    """Run the first step that is not completed, or finish the task."""
-    index = next((i for i, s in enumerate(record.steps) if s.status is not StepStatus.COMPLETED), None)
-    if index is None:
-        return _finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
-    return _dispatch(record, ctx, index, compensating=False)
+    """Run the first step that is not done, or finish the task. A step whose condition does not hold on
+    the input and the results so far is left out (audited with the condition), and the next one comes up:
+    the condition reads only what was saved, so whoever evaluates it again gets the same answer."""
+    before = record.state.process_state
+    left_out: list[AuditEntry] = []
+    while True:
+        index = next((i for i, s in enumerate(record.steps) if s.status not in _DONE), None)
+        if index is None:
+            decision = _finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
+            break
+        condition = ctx.steps[index].when
+        if condition is None or condition.holds(document(record, index - 1)):
+            decision = _dispatch(record, ctx, index, compensating=False)
+            break
+        left_out.append(_leave_out(record, ctx, index, f"condition not met: {condition.describe()}"))
+    # Each entry is written by the save that makes this whole move: it says the task's change in it.
+    for entry in left_out:
+        entry.process_state_before, entry.process_state_after = before, record.state.process_state
+    return decision
+
+
+def _leave_out(record: TaskRecord, ctx: Context, index: int, reason: str) -> AuditEntry:
+    step = record.steps[index]
+    entry = AuditEntry(
+        at=ctx.now,
+        actor=_engine(ctx, "scheduler"),
+        action="left out",
+        step=step.name,
+        process_state_before=record.state.process_state,
+        process_state_after=record.state.process_state,
+        step_state_before=step.status,
+        step_state_after=StepStatus.LEFT_OUT,
+        detail=reason[:2000],
+    )
+    step.status = StepStatus.LEFT_OUT
+    step.reason = reason[:1000]
+    record.audit(entry)
+    return entry
 
 
 def apply_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision:
@@ -640,7 +684,9 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
         wait = settled(step.complete_by, ctx)
         step.undo_not_before = wait if wait > ctx.now else None
     step.status = StepStatus.COMPLETED
-    step.result = {"skipped": True, "note": note}
+    # No result: the service returned nothing to pass on (a later body that needs one of its values fails).
+    step.result = None
+    step.reason = f"skipped by an operator: {note}"[:1000]
     step.last_error = None
     done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, detail=f"skipped: {note}")
     return _hand_back(record, ctx, f"operator: skip {step.name}").after(done)

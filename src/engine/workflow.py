@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .conditions import Condition, Declared, check_input_path, parts
 
 
-class RetryPolicy(BaseModel):
+class RetryPolicy(Declared):
     """How an Agent retries transient faults within one attempt of a step."""
-
-    model_config = ConfigDict(frozen=True)
 
     max_tries: int = Field(default=6, ge=1, description="calls to the remote service per attempt, at most")
     initial_backoff_seconds: float = Field(default=0.2, gt=0)
@@ -30,10 +30,8 @@ class RetryPolicy(BaseModel):
     breaker_reset_seconds: float = Field(default=10.0, gt=0, description="how long the breaker stays open")
 
 
-class StepDefinition(BaseModel):
-    """One step: the agent that runs it, its action, and the action that undoes it."""
-
-    model_config = ConfigDict(frozen=True)
+class StepDefinition(Declared):
+    """One step: the agent that runs it, its action, the action that undoes it, and when it runs."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")
     agent: str = Field(
@@ -41,30 +39,107 @@ class StepDefinition(BaseModel):
     )
     action: str
     compensation: str | None = Field(
-        default=None, description="the action that undoes it; None if nothing to undo"
+        default=None,
+        description="the action that undoes it; None for a step that cannot be undone: a later failure or "
+        "a cancel undoes the steps before it and never it",
     )
     complete_by_seconds: float | None = Field(
         default=None, gt=0, description="the step's budget; None uses the STEP_COMPLETE_BY_SECONDS setting"
     )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    when: Condition | None = Field(
+        default=None,
+        description="run only when this holds on the order's input and earlier results; else left out",
+    )
 
 
 class WorkflowDefinition(BaseModel):
-    """An ordered list of steps, run forward and compensated in reverse; one version of a workflow."""
+    """An ordered list of steps, run forward and compensated in reverse; one version of a workflow.
 
-    model_config = ConfigDict(frozen=True)
+    ``input`` is the model of what an order of this workflow carries (its POST body, less ``orderId``
+    and ``workflow``): submissions are validated with it, and what it dumps is the order's stored input.
+    Give it ``extra="forbid"`` and one or more examples (``json_schema_extra={"examples": [...]}``), which
+    the API's document shows and the demo submits.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")
     version: int = Field(default=1, ge=1, description="orders keep the version they started on")
     description: str = ""
+    input: type[BaseModel] | None = Field(default=None, description="the model of an order's input")
     steps: tuple[StepDefinition, ...] = Field(min_length=1, max_length=50)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        # Named here rather than by pydantic's "extra inputs" error, which cannot say which workflow.
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"workflow {data.get('name')!r}: unknown field {', '.join(unknown)} "
+                    f"(a workflow declares: {', '.join(cls.model_fields)})"
+                )
+        return data
+
+    @field_validator("input")
+    @classmethod
+    def _input_model(cls, model: type[BaseModel] | None) -> type[BaseModel] | None:
+        if model is not None and model.model_config.get("extra") != "forbid":
+            raise ValueError(f"input model {model.__name__} must refuse unknown fields: extra='forbid'")
+        return model
 
     @model_validator(mode="after")
     def _unique_names(self) -> WorkflowDefinition:
         names = [s.name for s in self.steps]
         if len(set(names)) != len(names):
-            raise ValueError("step names must be unique")
+            raise ValueError(f"workflow {self.name}: step names must be unique")
         return self
+
+    @model_validator(mode="after")
+    def _nothing_unknown(self) -> WorkflowDefinition:
+        for step in self.steps:
+            models: list[tuple[str, Declared]] = [
+                (f"step {step.name}", step),
+                (f"step {step.name} retry", step.retry),
+            ]
+            if step.when is not None:
+                models += [(f"step {step.name} condition", part) for part in parts(step.when)]
+            for where, model in models:
+                if model.unknown():
+                    declared = ", ".join(type(model).model_fields)
+                    raise ValueError(
+                        f"workflow {self.name} version {self.version}, {where}: unknown field "
+                        f"{', '.join(model.unknown())} (it declares: {declared})"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _conditions_read_declared_input(self) -> WorkflowDefinition:
+        for step in self.steps:
+            for path in step.when.fields() if step.when is not None else ():
+                if not path.startswith("input."):
+                    continue
+                where = (
+                    f"workflow {self.name} version {self.version}, step {step.name}: the condition on {path}"
+                )
+                if self.input is None:
+                    raise ValueError(f"{where} needs an input model: declare input= on the workflow")
+                problem = check_input_path(path, self.input)
+                if problem:
+                    model = f"{self.input.__name__} ({self.input.__module__})"
+                    fix = f"; add the field to {model}" if "declares no field" in problem else ""
+                    raise ValueError(f"{where}: {problem}{fix}")
+        return self
+
+    def examples(self) -> list[dict[str, Any]]:
+        """The example inputs its input model declares (none without one)."""
+        if self.input is None:
+            return []
+        extra = self.input.model_config.get("json_schema_extra")
+        found = extra.get("examples") if isinstance(extra, dict) else None
+        return [dict(e) for e in found if isinstance(e, dict)] if isinstance(found, list) else []
 
     @model_validator(mode="after")
     def _one_breaker_per_agent(self) -> WorkflowDefinition:

@@ -48,6 +48,8 @@ from .models import (
     StateCount,
     audit_view,
     body_hash,
+    order_document,
+    order_input,
     status_view,
     summary,
 )
@@ -182,10 +184,23 @@ class OrdersApi:
         if isinstance(order, Reply):
             return order
         order_id = order.order_id or str(uuid.uuid4())
-        document = order.document(order_id)
         try:
             tasks = await self._tasks()
-            workflow = order.workflow or tasks.parts.catalog.default
+            catalog = tasks.parts.catalog
+            workflow = order.workflow if order.workflow is not None else catalog.default
+            definition = catalog.current(workflow)
+            if definition is None:
+                detail = FieldError(field="workflow", message=f"declared: {', '.join(catalog.names)}")
+                return error(400, "ValidationFailed", f"no workflow {workflow!r} is declared", [detail])
+            try:
+                document = order_document(order_id, order_input(definition, order.input_fields()))
+            except ValidationError as exc:
+                return error(
+                    400,
+                    "ValidationFailed",
+                    f"the order is not a valid {workflow} input",
+                    _validation_details(exc),
+                )
             identity = body_hash(document, None if workflow == tasks.parts.catalog.default else workflow)
             created, record = await tasks.submit(order_id, document, identity, workflow)
         except EngineError as exc:

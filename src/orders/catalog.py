@@ -13,21 +13,25 @@ it (``docs/customizing.md``). An order whose version is no longer declared goes 
 
 from __future__ import annotations
 
+from engine.conditions import Test
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 
-from .services import inventory, payment, shipping
+from .inputs import FulfilmentOrder, ReturnOrder
+from .services import inventory, notifications, payment, shipping
 from .services.declaration import ServiceDefinition, check_catalog
 
 SERVICES: tuple[ServiceDefinition, ...] = (
     inventory.SERVICE,
     payment.SERVICE,
     shipping.SERVICE,
+    notifications.SERVICE,
 )
 
 FULFILMENT = WorkflowDefinition(
     name="order-fulfilment",
     version=1,
-    description="Reserve the stock, take the payment, ship the goods",
+    description="Reserve the stock, take the payment, ship the goods unless all are digital, confirm",
+    input=FulfilmentOrder,
     steps=(
         StepDefinition(
             name="reserve-inventory", agent=inventory.SERVICE.name, action="reserve", compensation="release"
@@ -36,8 +40,15 @@ FULFILMENT = WorkflowDefinition(
             name="charge-payment", agent=payment.SERVICE.name, action="charge", compensation="refund"
         ),
         StepDefinition(
-            name="create-shipment", agent=shipping.SERVICE.name, action="create", compensation="cancel"
+            name="create-shipment",
+            agent=shipping.SERVICE.name,
+            action="create",
+            compensation="cancel",
+            # An order of digital goods only has nothing to ship.
+            when=Test(field="input.items[].digital", op="!=", value=True, each="any"),
         ),
+        # A confirmation cannot be unsent: no compensation. It carries the shipment's tracking number.
+        StepDefinition(name="send-confirmation", agent=notifications.SERVICE.name, action="send"),
     ),
 )
 
@@ -45,6 +56,7 @@ RETURNS = WorkflowDefinition(
     name="order-return",
     version=1,
     description="Collect the returned goods, refund the customer, put the goods back in stock",
+    input=ReturnOrder,
     steps=(
         StepDefinition(
             name="collect-return",

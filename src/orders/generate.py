@@ -12,7 +12,9 @@ The files, relative to the repository root:
   queues with their properties as the Service Bus module takes them, read by the Bicep with
   ``loadJsonContent``;
 - ``local.settings.sample.json``: its other values kept, one ``<NAME>_SERVICE_URL`` per service;
-- ``docs/customizing.md``: the tables between its generated markers (:mod:`orders.catalog_docs`).
+- ``docs/customizing.md``: the tables between its generated markers (:mod:`orders.catalog_docs`): each
+  workflow version's input fields and steps (their conditions, the results their services return and
+  their bodies read, what undoes them, or that nothing can), and the services.
 
 Output is deterministic (insertion-ordered keys, two-space indent, a final newline), so the check compares
 text exactly.

@@ -7,56 +7,43 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
+from engine.workflow import WorkflowDefinition
 
 from .catalog import CATALOG
+from .inputs import WholeNumber
 
 OrderId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,64}$")]
 
 
-def _whole(value: Any) -> Any:
-    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), but "3" and true are not."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-# A JSON integer: strict (no strings, no booleans), but an integral number written as 3.0 counts.
-WholeNumber = Annotated[int, BeforeValidator(_whole), Strict()]
-
-
-MAX_UNIT_PRICE = 1_000_000_000.0
-
-
-class OrderItem(BaseModel):
-    """One line of an order."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sku: str = Field(min_length=1, max_length=64)
-    quantity: WholeNumber = Field(ge=1, le=1000)
-    # Bounded so that an order's total (up to 100 lines of 1,000 units) stays a finite JSON number.
-    unit_price: float = Field(alias="unitPrice", ge=0, le=MAX_UNIT_PRICE, allow_inf_nan=False, strict=True)
-
-
 class OrderRequest(BaseModel):
-    """The body of ``POST /api/orders``."""
+    """The envelope of ``POST /api/orders``: which order, and which declared workflow runs it (none: the
+    first one declared). Every other field is the workflow's input, validated with its input model
+    (:func:`order_input`)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     order_id: OrderId | None = Field(default=None, alias="orderId")
-    customer_id: str = Field(alias="customerId", min_length=1, max_length=128)
-    items: list[OrderItem] = Field(min_length=1, max_length=100)
-    currency: Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$")]
-    # Which declared workflow runs the order; none: the first one declared (order fulfilment). The
-    # document lists the declared names; the task service refuses any other with a 400.
     workflow: Annotated[str, Field(json_schema_extra={"enum": CATALOG.names})] | None = None
 
-    def document(self, order_id: str) -> dict[str, Any]:
-        """The order as stored and handed to the agents (the workflow is recorded with the task)."""
-        return {"orderId": order_id, **self.model_dump(by_alias=True, exclude={"order_id", "workflow"})}
+    def input_fields(self) -> dict[str, Any]:
+        """The fields of the body that are the workflow's input."""
+        return dict(self.model_extra or {})
+
+
+def order_input(workflow: WorkflowDefinition, fields: dict[str, Any]) -> dict[str, Any]:
+    """The order's input as stored: validated with the workflow's input model and dumped by it (camelCase,
+    defaults filled in), so conditions and bodies read one shape. Raises ValidationError."""
+    if workflow.input is None:
+        return fields
+    return workflow.input.model_validate(fields).model_dump(by_alias=True, mode="json")
+
+
+def order_document(order_id: str, order_input: dict[str, Any]) -> dict[str, Any]:
+    """The order as stored and handed to the agents (the workflow is recorded with the task)."""
+    return {"orderId": order_id, **order_input}
 
 
 def body_hash(document: dict[str, Any], workflow: str | None = None) -> str:
@@ -86,6 +73,8 @@ class StepView(_View):
     compensation_attempts: int = Field(alias="compensationAttempts")
     complete_by: datetime | None = Field(alias="completeBy")
     last_error: str | None = Field(alias="lastError")
+    reason: str | None = Field(description="why the step is in its state: a step left out, one skipped")
+    result: dict[str, Any] | None = Field(description="the values its service returned, passed on")
 
 
 class OrderSummary(_View):
@@ -106,9 +95,10 @@ class OrderSummary(_View):
 
 
 class OrderStatus(OrderSummary):
-    """An order's task state and every step (``GET /api/orders/{orderId}``)."""
+    """An order's task state, every step and its input (``GET /api/orders/{orderId}``)."""
 
     steps: list[StepView]
+    input: dict[str, Any] = Field(description="the order as stored and handed to its steps")
 
 
 class OrderAccepted(_View):
@@ -244,10 +234,12 @@ def status_view(record: TaskRecord) -> OrderStatus:
             compensation_attempts=s.compensation_attempts,
             complete_by=s.complete_by,
             last_error=s.last_error,
+            reason=s.reason,
+            result=s.result,
         )
         for s in record.steps
     ]
-    return OrderStatus(**summary(record.state).model_dump(), steps=steps)
+    return OrderStatus(**summary(record.state).model_dump(), steps=steps, input=record.input)
 
 
 def audit_view(entry: AuditEntry) -> AuditView:

@@ -2,16 +2,23 @@
 
 Everything a simulator serves comes from the services' declaration (``orders.catalog.SERVICES``): for
 every resource of every service, an apply call ``POST /<service>/<collection>``, idempotent on its
-``Idempotency-Key`` header, whose body is validated with the resource's ``body`` model, and an undo call
-``POST /<service>/<collection>/<key>/<undo>`` that takes the key in its path; the paths are the agents'
-client's own (``apply_path``, ``undo_path``). Every call first waits the configured latency of its
-service, then draws one random number that picks at most one fault (see ``faults.pick_fault``); the
-ledger records what was really applied, whatever the caller was told.
+``Idempotency-Key`` header, whose body is validated with the resource's ``body`` model and whose answer
+carries the resource's declared result values (``resource.result.simulated(key)``: the same on every
+replay of the key); and, for a resource that can be undone (it declares ``undo``), an undo call
+``POST /<service>/<collection>/<key>/<undo>`` that takes the key in its path and may carry a body
+(validated with ``undo_body`` when declared; an empty body is accepted too). A resource without ``undo``
+has no undo route: a call there is a 404 like any unknown route. The paths are the agents' client's own
+(``apply_path``, ``undo_path``).
+
+Every call first waits the configured latency of its service, then draws one random number that picks
+at most one fault (see ``faults.pick_fault``); the ledger records what was really applied, whatever the
+caller was told, with the result values answered and the declared result values each body carried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
@@ -31,7 +38,7 @@ from orders.services.declaration import Resource, ServiceBody, ServiceDefinition
 
 from .faults import Fault, FaultInjector, Stats
 from .ledger import Change, Ledger, LedgerStore, LedgerUnavailable
-from .models import DECLARED, FAULTS_UPDATE, MAX_KEY_LENGTH, FaultSettings, ServiceName
+from .models import DECLARED, FAULTS_UPDATE, MAX_KEY_LENGTH, SERVICES, FaultSettings, ServiceName, Values
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +66,23 @@ class ResourceSpec:
         return apply_path(self.service, self.resource)
 
     @property
-    def undo_route(self) -> str:
-        """The undo route. ``:path`` lets a key contain "/" (sent as is or as %2F); the literal undo
-        action after it still anchors the route."""
+    def undo_route(self) -> str | None:
+        """The undo route, or None for a resource that cannot be undone. ``:path`` lets a key contain "/"
+        (sent as is or as %2F); the literal undo action after it still anchors the route."""
+        if self.resource.undo is None:
+            return None
         return f"{self.collection}/{{key:path}}/{self.resource.undo}"
+
+    def simulated_result(self, key: str) -> Values:
+        """The declared result values the apply of ``key`` answers (none if the resource declares none)."""
+        result = self.resource.result
+        return {} if result is None else result.simulated(key).model_dump(by_alias=True, mode="json")
 
 
 # The controls' paths (see create_app); a service of one of these names would be shadowed by them.
 CONTROLS = ("health", "faults", "ledger", "stats")
+# What every apply's answer holds besides the declared result values, which must not take these names.
+ANSWER_FIELDS = ("id", "orderId", "status")
 
 
 def resource_specs(services: Iterable[ServiceDefinition]) -> tuple[ResourceSpec, ...]:
@@ -75,10 +91,24 @@ def resource_specs(services: Iterable[ServiceDefinition]) -> tuple[ResourceSpec,
     clashes = sorted({spec.name for spec in specs} & set(CONTROLS))
     if clashes:
         raise ValueError(f"the simulators' controls use the names {', '.join(clashes)}: rename the service")
+    for spec in specs:
+        taken = sorted(set(spec.resource.result_names) & set(ANSWER_FIELDS))
+        if taken:
+            raise ValueError(
+                f"service {spec.name}, resource {spec.resource.collection}: the result names "
+                f"{', '.join(taken)} are those of every answer's own fields ({', '.join(ANSWER_FIELDS)}): "
+                "rename them in its result model"
+            )
     return specs
 
 
 RESOURCE_SPECS: tuple[ResourceSpec, ...] = resource_specs(DECLARED)
+
+
+def result_names(specs: Iterable[ResourceSpec]) -> frozenset[str]:
+    """Every result name a resource returns: a body's field of one of these names carries a value passed
+    on from an earlier step, which the ledger records for the ledger check."""
+    return frozenset(name for spec in specs for name in spec.resource.result_names)
 
 
 class ApiError(Exception):
@@ -106,9 +136,12 @@ def unavailable() -> JSONResponse:
 class Simulators:
     """The state behind the app: the ledger, the fault profile and the counters."""
 
-    def __init__(self, ledger: LedgerStore, faults: FaultInjector) -> None:
+    def __init__(
+        self, ledger: LedgerStore, faults: FaultInjector, result_names: frozenset[str] = frozenset()
+    ) -> None:
         self.ledger = ledger
         self.faults = faults
+        self.result_names = result_names
         self.stats = Stats()
         # Set when the server shuts down, so that hanging calls end now rather than after hangMs.
         self.stopping = asyncio.Event()
@@ -130,9 +163,12 @@ class Simulators:
                 waiter.cancel()
 
     async def apply(self, spec: ResourceSpec, request: Request) -> Response:
-        """One apply call: validate, wait the latency, draw a fault, record the effect unless it stops it."""
+        """One apply call: validate, wait the latency, draw a fault, record the effect unless it stops it.
+        The answer carries the declared result values the ledger recorded with the effect."""
         key = _checked_key(request.headers.get("idempotency-key"), "the Idempotency-Key header")
-        body = _validated(spec.resource.body, await _read_body(request))
+        raw = await _read_body(request)
+        body = _validated(spec.resource.body, raw)
+        carried = self._carried(raw)
         settings = self._begin_call(spec.name)
         await _sleep_ms(settings.latency_ms)
         # The replay of a key already applied answers what the first call did: a real service looks the
@@ -147,18 +183,31 @@ class Simulators:
         if fault is Fault.HANG:
             await self.hang(request, settings.hang_ms / 1000)
             return self._finish(spec, "apply", key, fault, unavailable())
-        change = await self._record(self.ledger.apply(spec.name, key, body.order_id))
+        applied = self.ledger.apply(
+            spec.name, key, body.order_id, result=spec.simulated_result(key), carried=carried
+        )
+        change = await self._record(applied)
         if fault is Fault.LOST_REPLY:
             return self._finish(spec, "apply", key, fault, unavailable())
         assert change.entry is not None  # an apply always leaves an entry
-        reply = {"id": key, "orderId": change.entry.order_id, "status": spec.resource.applied}
+        # A replay answers what the first apply recorded; an entry from before results were recorded
+        # answers the values the first apply would have (they depend on the key alone).
+        result = change.entry.result if change.entry.result is not None else spec.simulated_result(key)
+        reply = {**result, "id": key, "orderId": change.entry.order_id, "status": spec.resource.applied}
         return self._finish(
             spec, "apply", key, fault, JSONResponse(reply, status_code=201 if change.changed else 200)
         )
 
     async def compensate(self, spec: ResourceSpec, request: Request) -> Response:
-        """One compensation call: like an apply, but it never fails permanently and needs no body."""
+        """One compensation call: like an apply, but it never fails permanently. Its body, if any, is
+        validated with the resource's ``undo_body`` (else it must name the order); an empty one is taken
+        as it always was."""
         key = _checked_key(request.path_params["key"], "the key in the path")
+        raw = await _read_body(request)
+        carried: Values = {}
+        if raw.strip():
+            _validated(spec.resource.undo_body or ServiceBody, raw)
+            carried = self._carried(raw)
         settings = self._begin_call(spec.name)
         await _sleep_ms(settings.latency_ms)
         fault = self._draw(spec.name, settings, permanent_possible=False)
@@ -167,11 +216,17 @@ class Simulators:
         if fault is Fault.HANG:
             await self.hang(request, settings.hang_ms / 1000)
             return self._finish(spec, "compensate", key, fault, unavailable())
-        change = await self._record(self.ledger.compensate(spec.name, key))
+        change = await self._record(self.ledger.compensate(spec.name, key, carried=carried))
         if fault is Fault.LOST_REPLY:
             return self._finish(spec, "compensate", key, fault, unavailable())
         status = spec.resource.undone if change.entry is not None else "not-found"
         return self._finish(spec, "compensate", key, fault, JSONResponse({"id": key, "status": status}))
+
+    def _carried(self, body: bytes) -> Values:
+        """The fields of a validated body (a JSON object) named as a result, with their values as received
+        (null included: the body had the field but no value for it)."""
+        fields = json.loads(body)
+        return {name: value for name, value in fields.items() if name in self.result_names}
 
     def _begin_call(self, service: ServiceName) -> FaultSettings:
         """Count the call and take the settings it runs under (later changes do not affect it)."""
@@ -255,18 +310,29 @@ def describe(exc: ValidationError) -> str:
 
 
 def create_app(
-    data_dir: Path | None, seed: int | None = None, ledger: LedgerStore | None = None
+    data_dir: Path | None,
+    seed: int | None = None,
+    ledger: LedgerStore | None = None,
+    services: Iterable[ServiceDefinition] | None = None,
 ) -> Starlette:
     """The simulators' Starlette app, with the ledger ``ledger`` or else a ledger file in ``data_dir``.
 
-    ``seed`` makes the fault draws reproducible. Raises ``LedgerError`` if an existing ledger file in
+    ``seed`` makes the fault draws reproducible. ``services`` replaces the declared services' resources
+    (tests serve resources of their own under declared services' names: the ledger, the faults and the
+    counters are per declared service). Raises ``LedgerError`` if an existing ledger file in
     ``data_dir`` cannot be read. The state is at ``app.state.simulators``.
     """
+    specs = RESOURCE_SPECS if services is None else resource_specs(services)
+    undeclared = sorted({spec.name for spec in specs} - set(SERVICES))
+    if undeclared:
+        raise ValueError(
+            f"services {', '.join(undeclared)} are not declared (declared: {', '.join(SERVICES)})"
+        )
     if ledger is None:
         if data_dir is None:
             raise ValueError("create_app needs a data directory or a ledger")
         ledger = Ledger.load(data_dir)
-    simulators = Simulators(ledger, FaultInjector(seed))
+    simulators = Simulators(ledger, FaultInjector(seed), result_names(specs))
     log.info("ledger %s; fault seed %s", ledger.location, seed)
 
     async def health(request: Request) -> Response:
@@ -297,7 +363,7 @@ def create_app(
         Route("/ledger", get_ledger, methods=["GET"]),
         Route("/stats", get_stats, methods=["GET"]),
     ]
-    for spec in RESOURCE_SPECS:
+    for spec in specs:
         routes += _resource_routes(simulators, spec)
 
     app = Starlette(
@@ -321,10 +387,13 @@ def _resource_routes(simulators: Simulators, spec: ResourceSpec) -> list[Route]:
         return await simulators.compensate(spec, request)
 
     route = f"{spec.name}-{spec.resource.collection}"
-    return [
-        Route(spec.collection, apply, methods=["POST"], name=f"{route}-{spec.resource.apply}"),
-        Route(spec.undo_route, compensate, methods=["POST"], name=f"{route}-{spec.resource.undo}"),
-    ]
+    routes = [Route(spec.collection, apply, methods=["POST"], name=f"{route}-{spec.resource.apply}")]
+    # An effect that cannot be undone has no undo route: a call there is answered as any unknown route.
+    if spec.undo_route is not None:
+        routes.append(
+            Route(spec.undo_route, compensate, methods=["POST"], name=f"{route}-{spec.resource.undo}")
+        )
+    return routes
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

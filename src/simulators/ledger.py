@@ -2,7 +2,10 @@
 
 The ledger is the simulators' ground truth, the thing a test compares with what the order-processing
 system believes happened. So it only ever records what a caller could observe: an entry exists once an
-effect has been applied (``applied`` is then 1) and ``compensated`` becomes 1 at most once.
+effect has been applied (``applied`` is then 1) and ``compensated`` becomes 1 at most once. With the
+apply it records the result values the service answered and the declared result values the body
+carried; with the undo, those the undo's body carried; with each, the change's place in the ledger's
+order of changes (see ``models.LedgerEntry``).
 
 :class:`LedgerStore` is what the simulators need from a ledger. Two stores implement it: :class:`Ledger`
 here, a file on the local disk, for the standalone ``remote-simulators`` process (one process, one
@@ -13,10 +16,11 @@ The file ledger keeps two files in its data directory, so that a change costs th
 entries the ledger holds:
 
 - the journal (``simulators-ledger.journal``): one JSON line per change, numbered (``seq``), holding the
-  key's entry after the change. A change is appended, flushed and fsynced before it is made visible in
-  memory and answered, so no caller is told about an effect the journal does not hold. A crash in the
-  middle of an append leaves an incomplete last line (no newline yet): that change was never answered,
-  and the next start ignores it.
+  key's entry after the change (whose ``appliedSeq`` or ``compensatedSeq`` is that number, so the
+  entries say in which order their changes were made). A change is appended, flushed and fsynced before
+  it is made visible in memory and answered, so no caller is told about an effect the journal does not
+  hold. A crash in the middle of an append leaves an incomplete last line (no newline yet): that change
+  was never answered, and the next start ignores it.
 - the snapshot (``simulators-ledger.json``): every entry, and the number of the last change it includes.
 
 A start reads the snapshot, replays the journal's changes numbered after it, and compacts: it writes a
@@ -40,15 +44,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
-from .models import SERVICES, JournalRecord, LedgerEntry, LedgerFile, ServiceName
+from .models import SERVICES, JournalRecord, LedgerEntry, LedgerFile, ServiceName, Values
 
 LEDGER_FILE_NAME = "simulators-ledger.json"
 JOURNAL_FILE_NAME = "simulators-ledger.journal"
 # The fewest changes the journal holds before the running ledger compacts it (beyond that, as many as
-# the ledger has entries). About 100 bytes a line: a journal of a few MB at most before a large ledger.
+# the ledger has entries). About 200 to 300 bytes a line: a journal of a few MB at most before a large ledger.
 COMPACT_AFTER = 10_000
 
 log = logging.getLogger(__name__)
@@ -56,7 +61,9 @@ log = logging.getLogger(__name__)
 Entries = dict[ServiceName, dict[str, LedgerEntry]]
 
 
-Snapshot = dict[str, dict[str, dict[str, str | int]]]
+Snapshot = dict[str, dict[str, dict[str, Any]]]
+# The snapshot format this version writes (it reads every earlier one too).
+FILE_VERSION = 3
 
 
 class LedgerError(Exception):
@@ -100,12 +107,23 @@ class LedgerStore(abc.ABC):
         """Every entry in its JSON form, every service present even when it has no entries."""
 
     @abc.abstractmethod
-    async def apply(self, service: ServiceName, key: str, order_id: str) -> Change:
-        """Record the effect of ``key`` as applied, unless it already is (then nothing changes)."""
+    async def apply(
+        self,
+        service: ServiceName,
+        key: str,
+        order_id: str,
+        *,
+        result: Values | None = None,
+        carried: Values | None = None,
+    ) -> Change:
+        """Record the effect of ``key`` as applied with the ``result`` values it answers and the values
+        its body ``carried`` (none if not given), unless it already is (then nothing changes: the entry
+        keeps what the first apply recorded)."""
 
     @abc.abstractmethod
-    async def compensate(self, service: ServiceName, key: str) -> Change:
-        """Record the effect of ``key`` as compensated: once, and only if it was applied."""
+    async def compensate(self, service: ServiceName, key: str, *, carried: Values | None = None) -> Change:
+        """Record the effect of ``key`` as compensated with the values the undo's body ``carried``: once,
+        and only if it was applied."""
 
 
 class Ledger(LedgerStore):
@@ -200,36 +218,58 @@ class Ledger(LedgerStore):
         """How many keys the ledger holds, all services together."""
         return sum(len(by_key) for by_key in self._entries.values())
 
-    async def apply(self, service: ServiceName, key: str, order_id: str) -> Change:
+    async def apply(
+        self,
+        service: ServiceName,
+        key: str,
+        order_id: str,
+        *,
+        result: Values | None = None,
+        carried: Values | None = None,
+    ) -> Change:
         """Record the effect of ``key`` as applied, unless it already is (then nothing changes)."""
         # Shielded: a request cancelled mid-write (shutdown) must not leave the file ahead of memory.
-        return await asyncio.shield(self._apply(service, key, order_id))
+        return await asyncio.shield(
+            self._apply(service, key, order_id, dict(result or {}), dict(carried or {}))
+        )
 
-    async def compensate(self, service: ServiceName, key: str) -> Change:
+    async def compensate(self, service: ServiceName, key: str, *, carried: Values | None = None) -> Change:
         """Record the effect of ``key`` as compensated: once, and only if it was applied."""
-        return await asyncio.shield(self._compensate(service, key))
+        return await asyncio.shield(self._compensate(service, key, dict(carried or {})))
 
-    async def _apply(self, service: ServiceName, key: str, order_id: str) -> Change:
+    async def _apply(
+        self, service: ServiceName, key: str, order_id: str, result: Values, carried: Values
+    ) -> Change:
         async with self._lock:
             existing = self._entries[service].get(key)
             if existing is not None:
                 return Change(existing, changed=False)
-            entry = LedgerEntry(order_id=order_id, applied=1, compensated=0)
+            # The change's number is the journal line's (the lock holds it until the line is written).
+            entry = LedgerEntry(
+                order_id=order_id,
+                applied=1,
+                compensated=0,
+                result=result,
+                carried=carried,
+                applied_seq=self._sequence + 1,
+            )
             await self._commit(service, key, entry)
             return Change(entry, changed=True)
 
-    async def _compensate(self, service: ServiceName, key: str) -> Change:
+    async def _compensate(self, service: ServiceName, key: str, carried: Values) -> Change:
         async with self._lock:
             existing = self._entries[service].get(key)
             # A key never applied gets no entry: there is nothing to undo, and the ledger only shows effects.
             if existing is None or existing.compensated:
                 return Change(existing, changed=False)
-            entry = existing.model_copy(update={"compensated": 1})
+            update = {"compensated": 1, "undo_carried": carried, "compensated_seq": self._sequence + 1}
+            entry = existing.model_copy(update=update)
             await self._commit(service, key, entry)
             return Change(entry, changed=True)
 
     async def _commit(self, service: ServiceName, key: str, entry: LedgerEntry) -> None:
-        """Append one change to the journal, then make it the current state; compact when it is due."""
+        """Append one change to the journal, then make it the current state; compact when it is due.
+        The change is numbered one after the last (as the entry's ``appliedSeq`` or ``compensatedSeq``)."""
         sequence = self._sequence + 1
         line = _journal_line(sequence, service, key, entry)
         # If the append fails the in-memory ledger stays as it was, so memory and disk never disagree.
@@ -385,7 +425,7 @@ def _replay(path: Path, entries: Entries, sequence: int) -> int:
                 f"the ledger journal {path} skips from change {sequence} to {record.seq} at line {number}"
             )
         existing = entries[record.service].get(record.key)
-        if not _follows(existing, record.entry):
+        if not _follows(existing, record.entry, record.seq):
             raise LedgerError(
                 f"the ledger journal {path} at line {number} changes {record.service} key {record.key!r} "
                 f"from {existing} to {record.entry}, which no apply or compensation does"
@@ -395,17 +435,31 @@ def _replay(path: Path, entries: Entries, sequence: int) -> int:
     return sequence
 
 
-def _follows(before: LedgerEntry | None, after: LedgerEntry) -> bool:
-    """True if one apply or one compensation turns ``before`` into ``after``."""
+def _follows(before: LedgerEntry | None, after: LedgerEntry, sequence: int) -> bool:
+    """True if one apply or one compensation, change number ``sequence``, turns ``before`` into ``after``.
+
+    A line of an older journal has no results, carried values or change numbers (None): it still follows.
+    """
     if before is None:
-        return after.applied == 1 and after.compensated == 0
-    return before.compensated == 0 and after == before.model_copy(update={"compensated": 1})
+        return (
+            after.applied == 1
+            and after.compensated == 0
+            and after.applied_seq in (None, sequence)
+            and after.undo_carried is None
+            and after.compensated_seq is None
+        )
+    undone = {"compensated": 1, "undo_carried": after.undo_carried, "compensated_seq": after.compensated_seq}
+    return (
+        before.compensated == 0
+        and after.compensated_seq in (None, sequence)
+        and after == before.model_copy(update=undone)
+    )
 
 
 def _serialize(entries: Entries, sequence: int) -> str:
     """The snapshot file's text."""
     body = {
-        "version": 2,
+        "version": FILE_VERSION,
         "sequence": sequence,
         "services": {
             service: {key: entry.wire() for key, entry in by_key.items()}

@@ -12,9 +12,9 @@ up as a 400 here rather than as a silently coerced value.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from orders.catalog import SERVICES as DECLARED
@@ -67,30 +67,51 @@ class FaultSettings(BaseModel):
 FAULTS_UPDATE = TypeAdapter(dict[ServiceName, FaultSettings])
 
 
+# Values by their wire names: what a service returned, or the declared result values a call's body carried.
+Values = dict[str, JsonValue]
+# A number that orders the ledger's changes: each change's is higher than those of the changes before it.
+Sequence = Annotated[int, Field(ge=1)]
+
+
 class LedgerEntry(BaseModel):
-    """What the ledger knows about one idempotency key of one service."""
+    """What the ledger knows about one idempotency key of one service.
+
+    Besides whether the effect is applied and undone: ``result``, the declared result values the apply
+    answered (every replay answers the same); ``carried`` and ``undo_carried``, the values of declared
+    result names (of any resource) that the body of the apply and of the undo carried, as received, so a
+    check can compare each with the value its producing step returned; ``applied_seq`` and
+    ``compensated_seq``, where the apply and the undo stand in the ledger's order of changes. An entry
+    recorded before the ledger kept these (format 1 or 2) has None in each: nothing is known.
+    """
 
     model_config = ConfigDict(strict=True, frozen=True, validate_by_name=True, validate_by_alias=True)
 
     order_id: str = Field(alias="orderId")
     applied: Literal[0, 1]
     compensated: Literal[0, 1]
+    result: Values | None = None
+    carried: Values | None = None
+    undo_carried: Values | None = Field(default=None, alias="undoCarried")
+    applied_seq: Sequence | None = Field(default=None, alias="appliedSeq")
+    compensated_seq: Sequence | None = Field(default=None, alias="compensatedSeq")
 
-    def wire(self) -> dict[str, str | int]:
-        """The JSON form served by ``GET /ledger`` and written to the ledger file."""
-        return self.model_dump(by_alias=True)
+    def wire(self) -> dict[str, Any]:
+        """The JSON form served by ``GET /ledger`` and written to the ledger's files, every field present."""
+        return self.model_dump(by_alias=True, mode="json")
 
 
 class LedgerFile(BaseModel):
     """The ledger's snapshot on disk. ``version`` lets a later format be told apart from this one.
 
     Version 2 adds ``sequence``: the number of the last journal record the snapshot includes. A version 1
-    file (written before the journal existed) holds everything, and reads as sequence 0.
+    file (written before the journal existed) holds everything, and reads as sequence 0. Version 3 adds
+    the entries' results, carried values and change numbers (see :class:`LedgerEntry`); entries of an
+    older file read without them.
     """
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    version: Literal[1, 2]
+    version: Literal[1, 2, 3]
     sequence: Annotated[int, Field(ge=0)] = 0
     services: dict[ServiceName, dict[str, LedgerEntry]]
 

@@ -11,6 +11,12 @@ its own table (:func:`ledger_table_name`), one entity per service and idempotenc
   one applies it); the loser reads the winner's entry and answers as a replay.
 - A compensation reads the entity and updates it only if its ETag is unchanged (``If-Match``); on a
   412 it reads again, finds the compensation the other instance made, and changes nothing.
+- The result values the apply answered and the values the apply's and the undo's bodies carried are JSON
+  text in ``Result``, ``Carried`` and ``UndoCarried``. ``AppliedSeq`` and ``CompensatedSeq`` order the
+  changes by the time each was made, in microseconds since the epoch on the instance that made it: there
+  is no one counter every instance shares (it would be one entity every call updates), so two changes
+  made on two instances within their clocks' skew (milliseconds) may be ordered wrong. An entity
+  written before these properties existed reads with None in each.
 
 The SDK's synchronous client runs in worker threads (``asyncio.to_thread``): its asynchronous client
 needs aiohttp, which the app does not otherwise install, and these calls are a demo's, not the engine's.
@@ -21,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -33,10 +41,10 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
 )
-from azure.data.tables import TableClient, TableEntity, UpdateMode
+from azure.data.tables import EdmType, EntityProperty, TableClient, TableEntity, UpdateMode
 
 from .ledger import Change, LedgerStore, LedgerUnavailable, Snapshot
-from .models import SERVICES, LedgerEntry, ServiceName
+from .models import SERVICES, LedgerEntry, ServiceName, Values
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +66,37 @@ def row_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def _values(entity: Mapping[str, Any], name: str) -> Values | None:
+    text = entity.get(name)
+    return None if text is None else dict(json.loads(str(text)))
+
+
+def _sequence(entity: Mapping[str, Any], name: str) -> int | None:
+    value = entity.get(name)
+    # The SDK reads an Edm.Int64 back as an EntityProperty.
+    value = value.value if isinstance(value, EntityProperty) else value
+    return None if value is None else int(value)
+
+
+def _now() -> EntityProperty:
+    """This change's place in the order of changes: the time, in microseconds (see the module's note)."""
+    return EntityProperty(time.time_ns() // 1000, EdmType.INT64)
+
+
+def _json(values: Values) -> str:
+    return json.dumps(values, separators=(",", ":"), sort_keys=True)
+
+
 def _entry(entity: Mapping[str, Any]) -> LedgerEntry:
     return LedgerEntry(
         order_id=str(entity["OrderId"]),
         applied=1 if entity.get("Applied") else 0,
         compensated=1 if entity.get("Compensated") else 0,
+        result=_values(entity, "Result"),
+        carried=_values(entity, "Carried"),
+        undo_carried=_values(entity, "UndoCarried"),
+        applied_seq=_sequence(entity, "AppliedSeq"),
+        compensated_seq=_sequence(entity, "CompensatedSeq"),
     )
 
 
@@ -112,13 +146,21 @@ class TableLedger(LedgerStore):
         """Every entry of the table (one query, paged by the SDK)."""
         return await self._run(self._entries)
 
-    async def apply(self, service: ServiceName, key: str, order_id: str) -> Change:
+    async def apply(
+        self,
+        service: ServiceName,
+        key: str,
+        order_id: str,
+        *,
+        result: Values | None = None,
+        carried: Values | None = None,
+    ) -> Change:
         """Insert the key's entry; if it exists already, answer it unchanged."""
-        return await self._run(self._apply, service, key, order_id)
+        return await self._run(self._apply, service, key, order_id, dict(result or {}), dict(carried or {}))
 
-    async def compensate(self, service: ServiceName, key: str) -> Change:
+    async def compensate(self, service: ServiceName, key: str, *, carried: Values | None = None) -> Change:
         """Mark the key's entry compensated with an ETag-conditional update, once."""
-        return await self._run(self._compensate, service, key)
+        return await self._run(self._compensate, service, key, dict(carried or {}))
 
     # ---- in a worker thread --------------------------------------------------------------------------
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
@@ -156,8 +198,18 @@ class TableLedger(LedgerStore):
                 snapshot[service][str(entity["Key"])] = _entry(entity).wire()
         return snapshot
 
-    def _apply(self, service: ServiceName, key: str, order_id: str) -> Change:
-        entry = LedgerEntry(order_id=order_id, applied=1, compensated=0)
+    def _apply(
+        self, service: ServiceName, key: str, order_id: str, result: Values, carried: Values
+    ) -> Change:
+        applied_at = _now()
+        entry = LedgerEntry(
+            order_id=order_id,
+            applied=1,
+            compensated=0,
+            result=result,
+            carried=carried,
+            applied_seq=applied_at.value,
+        )
         entity = {
             "PartitionKey": service,
             "RowKey": row_key(key),
@@ -165,6 +217,9 @@ class TableLedger(LedgerStore):
             "OrderId": order_id,
             "Applied": 1,
             "Compensated": 0,
+            "Result": _json(result),
+            "Carried": _json(carried),
+            "AppliedSeq": applied_at,
         }
         try:
             self.table.create_entity(entity)
@@ -175,7 +230,7 @@ class TableLedger(LedgerStore):
             return Change(_entry(existing), changed=False)
         return Change(entry, changed=True)
 
-    def _compensate(self, service: ServiceName, key: str) -> Change:
+    def _compensate(self, service: ServiceName, key: str, carried: Values) -> Change:
         for _ in range(MAX_UPDATE_ROUNDS):
             existing = self._read(service, key)
             # A key never applied gets no entry: there is nothing to undo (as in the file ledger).
@@ -184,14 +239,22 @@ class TableLedger(LedgerStore):
             entry = _entry(existing)
             if entry.compensated:
                 return Change(entry, changed=False)
+            compensated_at = _now()
             try:
                 self.table.update_entity(
-                    {"PartitionKey": service, "RowKey": row_key(key), "Compensated": 1},
+                    {
+                        "PartitionKey": service,
+                        "RowKey": row_key(key),
+                        "Compensated": 1,
+                        "UndoCarried": _json(carried),
+                        "CompensatedSeq": compensated_at,
+                    },
                     mode=UpdateMode.MERGE,
                     etag=existing.metadata["etag"],
                     match_condition=MatchConditions.IfNotModified,
                 )
             except ResourceModifiedError:
                 continue  # someone changed the entity since the read: read it again
-            return Change(entry.model_copy(update={"compensated": 1}), changed=True)
+            undone = {"compensated": 1, "undo_carried": carried, "compensated_seq": compensated_at.value}
+            return Change(entry.model_copy(update=undone), changed=True)
         raise LedgerUnavailable(f"{service} key {key!r} kept changing during {MAX_UPDATE_ROUNDS} updates")

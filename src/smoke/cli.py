@@ -2,7 +2,9 @@
 
 Meant to run right after ``azd deploy`` (the ``postdeploy`` hook in azure.yaml) or by hand against any
 deployment or the local stack. Everything goes through the public HTTP API; nothing is read from the
-state store or the queues, so it checks what a client would see.
+state store or the queues, so it checks what a client would see. Each order is the first declared example
+of the default workflow (the one an order that names none runs), so it fits whatever input that workflow
+declares.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orders.catalog import CATALOG
 
 EXIT_OK = 0
 EXIT_NOT_PROCESSED = 1
@@ -112,13 +116,8 @@ class SmokeClient:
         return self._call("GET", "/api/health", 200, Health)
 
     def submit(self, order_id: str) -> Accepted:
-        """Submit one small order with a fresh id; it must be accepted as Pending."""
-        body = {
-            "orderId": order_id,
-            "customerId": "smoke-test",
-            "items": [{"sku": "smoke-sku", "quantity": 1, "unitPrice": 1.0}],
-            "currency": "EUR",
-        }
+        """Submit one order with a fresh id (see :func:`order_body`); it must be accepted as Pending."""
+        body = order_body(order_id)
         accepted = self._call("POST", "/api/orders", 202, Accepted, json=body)
         if accepted.order_id != order_id:
             raise ApiError(f"POST /api/orders answered for order {accepted.order_id!r}, not {order_id!r}")
@@ -155,6 +154,15 @@ class SmokeClient:
                 for e in exc.errors(include_url=False)
             )
             raise ApiError(f"{method} {path}: unexpected body ({problems})") from exc
+
+
+def order_body(order_id: str) -> dict[str, Any]:
+    """The body of a smoke order: the default workflow's first declared example, naming no workflow."""
+    workflow = CATALOG.current(CATALOG.default)
+    examples = workflow.examples() if workflow is not None else []
+    if not examples:
+        raise ApiError(f"workflow {CATALOG.default} declares no example input to submit")
+    return {**examples[0], "orderId": order_id}
 
 
 def wait_until_healthy(client: SmokeClient, timeout: float, interval: float) -> None:
@@ -255,8 +263,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="orders-smoke",
         description=(
-            "Check a deployment end to end: wait for GET /api/health, submit N small orders\n"
-            "with POST /api/orders and poll GET /api/orders/{id} until each is Processed."
+            "Check a deployment end to end: wait for GET /api/health, submit N orders (each the\n"
+            "default workflow's first declared example) with POST /api/orders and poll\n"
+            "GET /api/orders/{id} until each is Processed."
         ),
         epilog=(
             "exit codes:\n"

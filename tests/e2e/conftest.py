@@ -45,13 +45,44 @@ def _default_workflow() -> WorkflowDefinition:
     return workflow
 
 
+def returns(step: StepDefinition) -> list[str]:
+    """The result names the service of ``step`` declares for its action."""
+    service = next(s for s in catalog.SERVICES if s.name == step.agent)
+    resource, _ = service.resource(step.action)
+    return resource.result_names
+
+
+def runs_on(workflow: WorkflowDefinition, example: dict[str, Any]) -> tuple[StepDefinition, ...]:
+    """The steps an order of ``example`` runs when every step before returns its declared results."""
+    document: dict[str, Any] = {"input": example, "results": {}}
+    ran = []
+    for step in workflow.steps:
+        if step.when is None or step.when.holds(document):
+            ran.append(step)
+            document["results"].update(dict.fromkeys(returns(step), "returned"))
+    return tuple(ran)
+
+
+def straight_input(workflow: WorkflowDefinition) -> dict[str, Any]:
+    """The input the tests submit for ``workflow``: its first declared example on which every step runs
+    (else its first example, and the steps its conditions leave out are left out in the tests too)."""
+    examples = workflow.examples()
+    assert examples, f"workflow {workflow.name} declares no example input"
+    return next((e for e in examples if len(runs_on(workflow, e)) == len(workflow.steps)), examples[0])
+
+
+def runs(workflow: WorkflowDefinition) -> tuple[StepDefinition, ...]:
+    """The steps the tests' orders of ``workflow`` run (the others are left out by their conditions)."""
+    return runs_on(workflow, straight_input(workflow))
+
+
 # What a submission that names no workflow runs, and its steps by role: tests that need "a step" (to hang
 # its service, to act on it) take one of these, so a workflow with other steps needs no test edited. A
 # fault profile is per service: the role's step should be the only one on its service in the workflow.
 DEFAULT_WORKFLOW = _default_workflow()
-FIRST_STEP = DEFAULT_WORKFLOW.steps[0]
-MIDDLE_STEP = DEFAULT_WORKFLOW.steps[len(DEFAULT_WORKFLOW.steps) // 2]
-LAST_STEP = DEFAULT_WORKFLOW.steps[-1]
+FIRST_STEP = runs(DEFAULT_WORKFLOW)[0]
+MIDDLE_STEP = runs(DEFAULT_WORKFLOW)[len(runs(DEFAULT_WORKFLOW)) // 2]
+LAST_STEP = runs(DEFAULT_WORKFLOW)[-1]
 
 
 def position(step: StepDefinition, workflow: WorkflowDefinition = DEFAULT_WORKFLOW) -> int:
@@ -114,9 +145,7 @@ class LocalStack:
         """Submit an order; ``workflow`` other than the default is named in the body (the default is not,
         so that a submission naming none keeps being covered)."""
         order_id = order_id or f"o-{uuid.uuid4().hex[:12]}"
-        if workflow is not None and workflow.name != catalog.CATALOG.default:
-            overrides["workflow"] = workflow.name
-        body = new_order(order_id, **overrides)
+        body = new_order(order_id, workflow, **overrides)
         response = self.api.post("/api/orders", json=body)
         assert response.status_code == 202, response.text
         return order_id
@@ -201,15 +230,15 @@ class LocalStack:
         return check_ledger([self.order(order_id) for order_id in order_ids], self.ledger())
 
 
-def new_order(order_id: str | None = None, **overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "customerId": "customer-1",
-        "items": [
-            {"sku": "sku-1", "quantity": 2, "unitPrice": 9.5},
-            {"sku": "sku-2", "quantity": 1, "unitPrice": 20},
-        ],
-        "currency": "EUR",
-    }
+def new_order(
+    order_id: str | None = None, workflow: WorkflowDefinition | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """A body for ``POST /api/orders``: the workflow's straight input (the default workflow's if none),
+    naming the workflow unless it is the default (so that a submission naming none stays covered)."""
+    workflow = workflow or DEFAULT_WORKFLOW
+    body: dict[str, Any] = dict(straight_input(workflow))
+    if workflow.name != catalog.CATALOG.default:
+        body["workflow"] = workflow.name
     if order_id is not None:
         body["orderId"] = order_id
     body.update(overrides)

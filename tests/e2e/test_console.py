@@ -1,6 +1,8 @@
 """The operator console in a real headless Chromium against the local stack with the roles enforced
 (``orders-devhost --auth roles``): a person signs in at the sign-in page, as with App Service
-authentication, and the page works with that session; an operator can act, a reader sees no actions.
+authentication, and the page works with that session; an operator can act, a reader sees no actions but
+everything else: an order's input, a step left out by its condition with its reason, the values steps
+returned, and the declared workflows with their input fields.
 
 The browser is Debian's ``chromium`` driven through its ``chromedriver``; without them these tests are
 skipped (``apt-get install chromium chromium-driver``). ``CONSOLE_SCREENSHOT=docs/console.png`` saves
@@ -9,9 +11,11 @@ the page with a running order and an order in Error to that path.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -26,7 +30,17 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.e2e.conftest import FIRST_STEP, LocalStack, start_stack, stop_stack
+from engine.workflow import StepDefinition, WorkflowDefinition
+from orders.catalog import CATALOG
+from tests.e2e.conftest import (
+    FIRST_STEP,
+    WORKFLOWS,
+    LocalStack,
+    returns,
+    runs_on,
+    start_stack,
+    stop_stack,
+)
 from tests.e2e.test_deadletters import QUEUE, dead_lettered, poison
 from tests.e2e.test_retention import kept_as
 from tests.support import wait_for
@@ -144,6 +158,95 @@ def confirm(browser: WebDriver, seconds: int | None = None, note: str | None = N
     if note is not None:
         browser.find_element(By.ID, "confirm-note").send_keys(note)
     browser.find_element(By.ID, "confirm-ok").click()
+
+
+def left_out() -> tuple[WorkflowDefinition, dict[str, Any], list[StepDefinition]] | None:
+    """A declared example input whose order leaves steps out by their conditions, and those steps (in the
+    examples here: fulfilment's all-digital order, which has no shipment); None if no example does."""
+    for workflow in WORKFLOWS:
+        for example in workflow.examples():
+            ran = runs_on(workflow, example)
+            if skipped := [step for step in workflow.steps if step not in ran]:
+                return workflow, example, skipped
+    return None
+
+
+def submit_example(stack: LocalStack, workflow: WorkflowDefinition, example: dict[str, Any]) -> str:
+    """Submit a declared example input as it is, naming its workflow unless it is the default."""
+    order_id = f"o-{uuid.uuid4().hex[:12]}"
+    named = {} if workflow.name == CATALOG.default else {"workflow": workflow.name}
+    response = stack.api.post("/api/orders", json={"orderId": order_id, **named, **example})
+    assert response.status_code == 202, response.text
+    return order_id
+
+
+def look(element: WebElement) -> tuple[str, ...]:
+    """How a state reads on screen: its colour, font style and weight, and border."""
+    return tuple(
+        element.value_of_css_property(p) for p in ("color", "font-style", "font-weight", "border-top-style")
+    )
+
+
+def see_the_workflows(browser: WebDriver) -> None:
+    """The Workflows panel lists each declared workflow's current version with its input fields: every
+    required one as required, and every input field a condition reads."""
+    wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#workflows article[data-workflow]"),
+        timeout=10,
+        what="the workflows",
+    )
+    shown = {
+        a.get_attribute("data-workflow"): a
+        for a in browser.find_elements(By.CSS_SELECTOR, "#workflows article[data-workflow]")
+    }
+    assert set(shown) == {w.name for w in WORKFLOWS}
+    for workflow in WORKFLOWS:
+        article = shown[workflow.name]
+        assert article.find_element(By.TAG_NAME, "h3").text == f"{workflow.name} v{workflow.version}"
+        assert workflow.input is not None
+        rows = {
+            r.get_attribute("data-field"): r.text
+            for r in article.find_elements(By.CSS_SELECTOR, "tbody tr[data-field]")
+        }
+        for name, field in workflow.input.model_fields.items():
+            alias = field.alias or name
+            assert alias in rows, (workflow.name, alias, rows)
+            assert ("optional" if not field.is_required() else "required") in rows[alias]
+        read = {p.removeprefix("input.") for s in workflow.steps if s.when for p in s.when.fields()}
+        assert {p for p in read if not p.startswith("results.")} <= set(rows), (read, rows)
+
+
+def see_left_out_steps(
+    browser: WebDriver, order: dict[str, Any], skipped: list[StepDefinition]
+) -> tuple[str, ...]:
+    """The order shows its input as stored, each left-out step with its state and the reason the API
+    gives, and the values each step returned; answers how a left-out state looks."""
+    open_order(browser, order["orderId"])
+    assert "input" in order, "GET /api/orders/{orderId} answers no input: the console has none to show"
+    shown = browser.find_element(By.ID, "order-input").text
+    assert json.loads(shown) == order["input"]
+    workflow = CATALOG.find(order["workflow"], order["workflowVersion"])
+    assert workflow is not None, order
+    declared = {s.name: s for s in workflow.steps}
+    looks: dict[str, set[tuple[str, ...]]] = {}
+    for step in order["steps"]:
+        row = browser.find_element(By.CSS_SELECTOR, f'#order-steps tr[data-step="{step["name"]}"]')
+        state = row.find_element(By.CSS_SELECTOR, f".state-{step['state']}")
+        assert state.text == step["state"]
+        looks.setdefault(step["state"], set()).add(look(state))
+        definition = declared[step["name"]]
+        if definition in skipped:
+            assert step["state"] == "LeftOut" and step["result"] is None, step
+            assert definition.when is not None and definition.when.describe() in step["reason"], step
+            assert row.find_element(By.CSS_SELECTOR, "td.reason").text == step["reason"]
+            continue
+        # A step that ran shows every value its service declares it returns, as the API gives them.
+        assert step["state"] == "Completed" and set(step["result"] or {}) == set(returns(definition)), step
+        for name, value in (step["result"] or {}).items():
+            assert f"{name}: {value}" in row.find_element(By.CSS_SELECTOR, "td.result").text
+    [left_out_look] = looks.pop("LeftOut")  # one look for every step left out...
+    assert all(left_out_look not in other for other in looks.values()), looks  # ...unlike a step that ran
+    return left_out_look
 
 
 # ---- without a browser -------------------------------------------------------------------------------
@@ -318,6 +421,12 @@ def test_dead_letter_counts_show_and_a_replay_is_confirmed(stack: LocalStack, br
 
 @pytest.mark.usefixtures("calm")
 def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebDriver) -> None:
+    # An order whose condition leaves a step out, run to its end before the faults.
+    found = left_out()
+    finished = None
+    if found:
+        finished = stack.wait_terminal(submit_example(stack, found[0], found[1]))
+        assert finished["processState"] == "Processed", finished
     stack.faults(**{FIRST_STEP.agent: HANG})
     order_id = stack.submit()
     held(stack, order_id)
@@ -325,11 +434,18 @@ def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebD
     open_console(browser, stack, role="reader")
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-actions") == "off"
     wait_for(lambda: "Running" in cell(browser, order_id, FIRST).text, timeout=15, what="a row")
+    see_the_workflows(browser)
+    left_out_look = see_left_out_steps(browser, finished, found[2]) if found and finished else None
     open_order(browser, order_id)
     assert browser.find_element(By.ID, "order-summary").text  # the order is shown...
     steps = browser.find_element(By.ID, "order-steps")
     assert steps.find_elements(By.CSS_SELECTOR, "tbody tr")
     assert steps.find_elements(By.TAG_NAME, "button") == []  # ...with no action on its steps
+    if left_out_look:
+        # A step left out looks like neither a step still to come nor one that failed or ran.
+        states = {e.text: look(e) for e in steps.find_elements(By.CSS_SELECTOR, "tbody td [class^='state-']")}
+        assert "NotStarted" in states and "Running" in states, states
+        assert left_out_look not in states.values(), (left_out_look, states)
     for gone in ("order-resubmit", "order-cancel", "confirm"):
         assert browser.find_elements(By.ID, gone) == [], gone
     row = browser.find_element(By.CSS_SELECTOR, f'#deadletters tr[data-queue="{QUEUE}"]')

@@ -1,20 +1,25 @@
 """The walk-through of docs/customizing.md, performed on a copy of the repository: declare a service and a
-step on it (the page's own code, nothing else), regenerate, run an order through it end to end, then run
-there the tests that must not depend on the workflow (``WORKFLOW_INDEPENDENT``), on the copy's code."""
+step on it, then a workflow of its own (its input, a result passed on, a condition, a step that cannot be
+undone), with the page's own code and nothing else; regenerate, run orders through both end to end, then
+run there the tests that must not depend on the workflow (``WORKFLOW_INDEPENDENT``), on the copy's code."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import httpx
 import pytest
 
 from orders.catalog import FULFILMENT
-from tests.e2e.conftest import FAST_SETTINGS, new_order
+from tests.e2e.conftest import FAST_SETTINGS, TERMINAL, new_order
 from tests.e2e.repo_copy import ROOT, RepoCopy, blocks, files
 from tests.support import wait_for
 
@@ -23,9 +28,9 @@ DOC = ROOT / "docs" / "customizing.md"
 # The tests that follow the declaration instead of naming the example workflows: the engine, the adapters,
 # the local runtime, the infrastructure, and the order path through the whole local stack (a straight run,
 # its status messages, a compensation, a Supervisor recovery, the operations it costs). The walk-through
-# runs them again on the copy with its step and service added; docs/customizing.md lists them. Of the
-# Service Bus emulator, only the test of the queue configuration generated from the declaration: the rest
-# reads nothing the declaration changes, and would add three minutes.
+# runs them again on the copy with its step, services and workflow added; docs/customizing.md lists them.
+# Of the Service Bus emulator, only the test of the queue configuration generated from the declaration:
+# the rest reads nothing the declaration changes, and would add three minutes.
 WORKFLOW_INDEPENDENT = (
     "tests/engine",
     "tests/adapters",
@@ -42,17 +47,51 @@ WORKFLOW_INDEPENDENT = (
 # The packages the copy must import from its own src/ (and its tests from its own tests/).
 PACKAGES = ("engine", "adapters", "devhost", "orders", "servicebus_emulator", "simulators", "tests")
 
+# What the page declares, as its walk-through names it.
+INVOICE_STEP = "issue-invoice"
+GIFT_CARD = "gift-card"
+CHARGE, CARD, EMAIL = "charge-payment", "issue-gift-card", "email-gift-card"
+# The page's condition on the e-mail, as the engine words it when it leaves the step out.
+EMAIL_LEFT_OUT = "condition not met: input.recipientEmail exists"
+NEW_SERVICES = ("invoicing", "giftcards", "mailer")
+
 
 def walk_through(copy: RepoCopy) -> None:
-    """Every edit the page asks for: its files, its diff, then ``make generate``'s command."""
+    """Every edit the page asks for: its files, its diffs in order, then ``make generate``'s command."""
     page = DOC.read_text(encoding="utf-8")
     declared = files(page)
-    assert declared, "docs/customizing.md lost its service file"
+    assert declared, "docs/customizing.md lost its service files"
     for path, text in declared:
         copy.write(path, text)
-    (diff,) = blocks(page, "diff")
-    copy.apply(diff)
+    diffs = blocks(page, "diff")
+    assert diffs, "docs/customizing.md lost its diffs"
+    for diff in diffs:
+        copy.apply(diff)
     copy.run("-m", "orders.generate")
+
+
+def test_the_page_s_edits_apply_to_the_repository_as_it_is_and_pass_the_linters(tmp_path: Path) -> None:
+    """Fast: the files the page's diffs touch, copied as they are here, take every diff in order, and the
+    code the team ends up with passes the linters ``make test`` runs first."""
+    page = DOC.read_text(encoding="utf-8")
+    diffs = blocks(page, "diff")
+    touched = {path for diff in diffs for path in re.findall(r"^\+\+\+ b/(\S+)$", diff, re.MULTILINE)}
+    assert touched, "the page's diffs name no file"
+    for path in [*sorted(touched), "pyproject.toml"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / path, tmp_path / path)
+    scratch = RepoCopy(tmp_path)
+    for path, text in files(page):
+        scratch.write(path, text)
+    for diff in diffs:
+        scratch.apply(diff)
+    written = sorted(touched | {path for path, _ in files(page)})
+    ruff = Path(sys.executable).parent / "ruff"
+    for command in (["check"], ["format", "--check", "--diff"]):
+        done = subprocess.run(
+            [str(ruff), *command, *written], cwd=tmp_path, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, f"ruff {command[0]} on the page's code:\n{done.stdout}{done.stderr}"
 
 
 @pytest.fixture(scope="module")
@@ -63,35 +102,134 @@ def walked(tmp_path_factory: pytest.TempPathFactory) -> RepoCopy:
     return copy
 
 
+def examples(copy: RepoCopy, workflow: str) -> list[dict[str, Any]]:
+    """The example inputs the copy's declaration gives ``workflow`` (the page's)."""
+    script = (
+        "import json, sys\nfrom orders.catalog import CATALOG\n"
+        "print(json.dumps(CATALOG.current(sys.argv[1]).examples()))"
+    )
+    found: list[dict[str, Any]] = json.loads(copy.run("-c", script, workflow).stdout)
+    return found
+
+
+def ledger_check(
+    copy: RepoCopy, orders: list[dict[str, Any]], ledger: dict[str, Any], data: Path
+) -> dict[str, Any]:
+    """The copy's own ledger check (over the copy's catalog) of ``orders`` against the simulators' ledger,
+    handed over in the file ``data``: its problems and how much of each rule it applied."""
+    data.write_text(json.dumps({"orders": orders, "ledger": ledger}), encoding="utf-8")
+    script = (
+        "import dataclasses, json, sys\nfrom simulators.ledger_check import ledger_report\n"
+        "data = json.load(open(sys.argv[1], encoding='utf-8'))\n"
+        "print(json.dumps(dataclasses.asdict(ledger_report(data['orders'], data['ledger']))))"
+    )
+    report: dict[str, Any] = json.loads(copy.run("-c", script, str(data)).stdout)
+    return report
+
+
+def entries(ledger: dict[str, Any], order_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The ledger's entries of one order, by (service, step)."""
+    return {
+        (service, key.split(":", 1)[1]): entry
+        for service, by_key in ledger.items()
+        for key, entry in by_key.items()
+        if entry["orderId"] == order_id
+    }
+
+
 @pytest.mark.timeout(300)
-def test_the_walk_through_adds_a_step_and_its_service_and_an_order_runs_through_it(
+def test_the_walk_through_s_step_and_workflow_run_through_the_local_stack(
     walked: RepoCopy, tmp_path: Path
 ) -> None:
     copy = walked
-    # What the page promised is derived: the new queue for the emulator, and a generated file up to date.
-    assert '"agent-invoicing"' in copy.read("local/servicebus-config.json")
+    # What the page promised is derived: the new queues for the emulator, and the generated files up to date.
+    config = copy.read("local/servicebus-config.json")
+    assert all(f'"agent-{service}"' in config for service in NEW_SERVICES), config
     copy.run("-m", "orders.generate", "--check")
+    with_email, without_email = examples(copy, GIFT_CARD)[:2]
+    assert "recipientEmail" in with_email and "recipientEmail" not in without_email
     running = copy.start(tmp_path / "devhost", FAST_SETTINGS)
     try:
         with httpx.Client(base_url=running.api_url, timeout=10) as api:
-            accepted = api.post("/api/orders", json=new_order("walk-1"))
-            assert accepted.status_code == 202, accepted.text
 
-            def finished() -> dict | None:
-                order = api.get("/api/orders/walk-1").json()
-                return order if order["processState"] in ("Processed", "Compensated", "Error") else None
+            def submit(order_id: str, body: dict[str, Any]) -> None:
+                accepted = api.post("/api/orders", json={**body, "orderId": order_id})
+                assert accepted.status_code == 202, accepted.text
 
-            order = wait_for(finished, timeout=60, interval=0.2, what="the order to finish")
-        assert order["processState"] == "Processed", order
-        # The page's new version of the fulfilment workflow: its invoice step before the last step.
-        assert (order["workflow"], order["workflowVersion"]) == (FULFILMENT.name, FULFILMENT.version + 1)
-        *before, last = (step.name for step in FULFILMENT.steps)
-        assert [s["name"] for s in order["steps"]] == [*before, "issue-invoice", last]
+            def finished(order_id: str) -> dict[str, Any]:
+                def done() -> dict[str, Any] | None:
+                    order: dict[str, Any] = api.get(f"/api/orders/{order_id}").json()
+                    return order if order["processState"] in TERMINAL else None
+
+                return wait_for(done, timeout=60, interval=0.2, what=f"order {order_id} to finish")
+
+            # The workflow's own input is validated at submission: a field it does not declare is named.
+            refused = api.post("/api/orders", json={**with_email, "workflow": GIFT_CARD, "giftWrap": True})
+            assert refused.status_code == 400, refused.text
+            assert "giftWrap" in [d["field"] for d in refused.json()["error"]["details"]], refused.text
+
+            submit("walk-1", new_order())
+            submit("card-1", {**with_email, "workflow": GIFT_CARD})
+            submit("card-2", {**without_email, "workflow": GIFT_CARD})
+            invoiced, emailed, handed = (finished(o) for o in ("walk-1", "card-1", "card-2"))
+            # The e-mail fails for good: the card and the charge before it are undone, the e-mail never is.
+            faults = httpx.post(
+                f"{running.simulators_url}/faults", json={"mailer": {"permanentRate": 1.0}}, timeout=10
+            )
+            assert faults.status_code == 200, faults.text
+            submit("card-3", {**with_email, "workflow": GIFT_CARD})
+            undone = finished("card-3")
+            audit = api.get("/api/orders/card-2/audit").json()["items"]
         ledger = httpx.get(f"{running.simulators_url}/ledger", timeout=10).json()
-        invoice = ledger["invoicing"]["walk-1:issue-invoice"]
-        assert (invoice["orderId"], invoice["applied"], invoice["compensated"]) == ("walk-1", 1, 0), invoice
     finally:
         running.stop()
+
+    # The page's new version of the fulfilment workflow: its invoice step after the payment.
+    assert invoiced["processState"] == "Processed", invoiced
+    assert (invoiced["workflow"], invoiced["workflowVersion"]) == (FULFILMENT.name, FULFILMENT.version + 1)
+    names = [step.name for step in FULFILMENT.steps]
+    assert [s["name"] for s in invoiced["steps"]] == [*names[:2], INVOICE_STEP, *names[2:]]
+    invoice = entries(ledger, "walk-1")[("invoicing", INVOICE_STEP)]
+    assert (invoice["applied"], invoice["compensated"]) == (1, 0), invoice
+
+    # A recipient: every step runs, and the e-mail carries the number the card's service returned.
+    assert emailed["processState"] == "Processed", emailed
+    assert [(s["name"], s["state"]) for s in emailed["steps"]] == [
+        (CHARGE, "Completed"),
+        (CARD, "Completed"),
+        (EMAIL, "Completed"),
+    ]
+    card_number = emailed["steps"][1]["result"]["cardNumber"]
+    effects = entries(ledger, "card-1")
+    assert {key: (e["applied"], e["compensated"]) for key, e in effects.items()} == {
+        ("payment", CHARGE): (1, 0),
+        ("giftcards", CARD): (1, 0),
+        ("mailer", EMAIL): (1, 0),
+    }
+    assert effects[("giftcards", CARD)]["result"] == {"cardNumber": card_number}, effects
+    assert effects[("mailer", EMAIL)]["carried"] == {"cardNumber": card_number}, effects
+
+    # No recipient: the e-mail is left out by its condition, with the reason, audited, and never called.
+    assert handed["processState"] == "Processed", handed
+    left_out = handed["steps"][2]
+    assert (left_out["name"], left_out["state"], left_out["reason"]) == (EMAIL, "LeftOut", EMAIL_LEFT_OUT)
+    audited = [(a["action"], a["actor"].split(":")[0], a["detail"]) for a in audit if a["step"] == EMAIL]
+    assert audited == [("left out", "scheduler", EMAIL_LEFT_OUT)], audit
+    assert set(entries(ledger, "card-2")) == {("payment", CHARGE), ("giftcards", CARD)}
+
+    # The e-mail refused for good: the card cancelled, naming its number, and the charge refunded; nothing
+    # sent.
+    assert undone["processState"] == "Compensated", undone
+    effects = entries(ledger, "card-3")
+    card, charge = effects[("giftcards", CARD)], effects[("payment", CHARGE)]
+    assert (card["compensated"], card["undoCarried"]) == (1, card["result"]), card
+    assert (charge["compensated"], charge["undoCarried"]) == (1, charge["result"]), charge
+    assert ("mailer", EMAIL) not in effects, effects
+
+    # And the copy's own ledger check, over the copy's declaration: every call carried what it should.
+    report = ledger_check(copy, [invoiced, emailed, handed, undone], ledger, tmp_path / "check.json")
+    assert report["problems"] == [], report
+    assert report["left_out"] >= 1 and report["checked"] >= 3, report
 
 
 def test_the_copy_imports_its_own_code(walked: RepoCopy) -> None:

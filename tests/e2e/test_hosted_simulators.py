@@ -7,6 +7,7 @@ is not enough. The ledger is the table next to the state table, as on every inst
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,9 @@ from azure.data.tables import TableClient
 from devhost import azurite
 from engine.workflow import WorkflowDefinition
 from orders import catalog
+from orders.models import order_input
 from orders.services.client import apply_path, undo_path
+from orders.services.declaration import Document
 from servicebus_emulator.launcher import free_port
 from simulators.ledger_check import check_ledger
 from simulators.table_ledger import ledger_table_name
@@ -28,10 +31,11 @@ from tests.e2e.conftest import (
     LAST_STEP,
     WORKFLOWS,
     LocalStack,
-    new_order,
     position,
+    runs,
     start_stack,
     stop_stack,
+    straight_input,
 )
 from tests.support import service_urls
 
@@ -42,7 +46,9 @@ MASTER = {"x-functions-key": MASTER_KEY}
 # A service call as an agent makes it: the first step's, with its body built from an order.
 SERVICE = next(service for service in catalog.SERVICES if service.name == FIRST_STEP.agent)
 RESOURCE, _ = SERVICE.resource(FIRST_STEP.action)
-CALL = RESOURCE.body.from_order("o-keys", new_order("o-keys")).wire()
+CALL = RESOURCE.body.build(
+    Document("o-keys", order_input(DEFAULT_WORKFLOW, straight_input(DEFAULT_WORKFLOW)), {})
+).wire()
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +128,11 @@ def test_orders_are_processed_against_the_apps_own_simulators(
     rows = [row for row in ledger_rows(self_contained) if row["OrderId"] == order_id]
     assert sorted(
         (row["PartitionKey"], row["Key"], row["Applied"], row["Compensated"]) for row in rows
-    ) == sorted((step.agent, f"{order_id}:{step.name}", 1, 0) for step in workflow.steps)
+    ) == sorted((step.agent, f"{order_id}:{step.name}", 1, 0) for step in runs(workflow))
+    # With the values each service returned, as the order holds them.
+    held = {step["name"]: step["result"] for step in order["steps"] if step["result"]}
+    recorded = {row["Key"].split(":", 1)[1]: json.loads(row["Result"]) for row in rows}
+    assert {name: recorded[name] for name in held} == held
     # The separate simulator process was not used.
     assert not any(e["orderId"] == order_id for s in self_contained.ledger().values() for e in s.values())
 

@@ -90,7 +90,7 @@ def test_a_hung_service_holds_up_nothing_else(one_worker: LocalStack) -> None:
 
         def hung_past_recovery() -> bool:
             orders = [stack.order(order_id) for order_id in order_ids]
-            forward = all(s["state"] == "Completed" for o in orders for s in o["steps"][:hung])
+            forward = all(s["state"] in ("Completed", "LeftOut") for o in orders for s in o["steps"][:hung])
             return forward and orders[-1]["steps"][hung]["attempts"] >= 2  # even the last one was recovered
 
         wait_for(hung_past_recovery, timeout=90, interval=0.5, what="the steps before the hung one")

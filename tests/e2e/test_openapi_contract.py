@@ -1,7 +1,10 @@
 """Schemathesis against the local stack: every operation of GET /api/openapi.json, generated inputs valid
-and invalid, must answer without a 5xx, conform to the document, and write nothing when it refuses.
+and invalid, must answer without a 5xx, conform to the document, and write nothing when it refuses. The
+body of an order is one schema per declared workflow: a body any of them allows is accepted, any other is
+refused with 400, and the document's examples are accepted as orders of their workflows.
 
-Bounded for ``make test``: a few examples per operation (``OPENAPI_MAX_EXAMPLES``, default 8).
+Bounded for ``make test``: a few examples per operation (``OPENAPI_MAX_EXAMPLES``, default 8; as many per
+declared workflow for the submission).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from adapters.breaker_store import BREAKER_PARTITION
 from adapters.table_store import watch_table_name
 from devhost import azurite
 from engine import queues
+from orders.catalog import CATALOG
 from orders.openapi import OPERATIONS
 from tests.e2e.conftest import LocalStack, start_stack, stop_stack
 
@@ -125,18 +129,25 @@ def test_every_operation_conforms_and_refusals_write_nothing(
     failures: list[str] = []
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) == len(OPERATIONS), [o.label for o in operations]
-    runs: list[tuple[schemathesis.APIOperation, GenerationMode, dict[str, str] | None]] = []
+    runs: list[tuple[schemathesis.APIOperation, GenerationMode, dict[str, str] | None, int]] = []
     for operation in operations:
-        runs += [(operation, GenerationMode.POSITIVE, None), (operation, GenerationMode.NEGATIVE, None)]
+        # The submission's body is one schema per workflow: as many examples for each.
+        examples = MAX_EXAMPLES * (len(CATALOG.names) if operation.label == "POST /api/orders" else 1)
+        runs += [
+            (operation, GenerationMode.POSITIVE, None, examples),
+            (operation, GenerationMode.NEGATIVE, None, examples),
+        ]
         if "{orderId}" in operation.path:  # random ids are unknown orders: also aim at a real one
-            runs.append((operation, GenerationMode.POSITIVE, {"orderId": processed_order}))
+            runs.append((operation, GenerationMode.POSITIVE, {"orderId": processed_order}, MAX_EXAMPLES))
         if "{queue}" in operation.path:  # random names are unknown queues: also aim at a real one
-            runs.append((operation, GenerationMode.POSITIVE, {"queue": queues.SCHEDULER_QUEUE}))
-    for operation, mode, fixed in runs:
+            runs.append((operation, GenerationMode.POSITIVE, {"queue": queues.SCHEDULER_QUEUE}, MAX_EXAMPLES))
+    labels = [operation.label for operation, *_ in runs]
+    assert "POST /api/orders" in labels, labels
+    for operation, mode, fixed, examples in runs:
 
         @given(case=operation.as_strategy(generation_mode=mode, path_parameters=fixed))
         @settings(
-            max_examples=MAX_EXAMPLES,
+            max_examples=examples,
             deadline=None,
             suppress_health_check=list(HealthCheck),
             derandomize=True,  # the same inputs on every run: a failure reproduces
@@ -159,3 +170,19 @@ def test_every_operation_conforms_and_refusals_write_nothing(
 def test_the_document_is_served(contract_stack: LocalStack) -> None:
     response = contract_stack.api.get("/api/openapi.json")
     assert response.status_code == 200 and response.json()["openapi"] == "3.1.0"
+
+
+def test_the_documented_examples_are_orders_of_their_workflows(
+    contract_stack: LocalStack, store: Store
+) -> None:
+    served = contract_stack.api.get("/api/openapi.json").json()
+    body = served["paths"]["/api/orders"]["post"]["requestBody"]["content"]["application/json"]
+    examples = {name: example["value"] for name, example in body["examples"].items()}
+    # At least one per declared workflow, each naming it unless it is the default.
+    assert {e.get("workflow", CATALOG.default) for e in examples.values()} == set(CATALOG.names)
+    for name, example in examples.items():
+        response = contract_stack.api.post("/api/orders", json=example)
+        assert response.status_code == 202, f"{name}: {response.text}"
+        order_id = response.json()["orderId"]
+        store.accepted.add(order_id)
+        assert contract_stack.order(order_id)["workflow"] == example.get("workflow", CATALOG.default)

@@ -21,7 +21,8 @@ def test_retry_redispatches_a_hung_step_once_the_service_is_back(calm: LocalStac
     hung = calm.hung_calls(FIRST_STEP.agent)
     calm.faults(**{FIRST_STEP.agent: HANG})
     order_id = calm.submit()
-    calm.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="the first step to run")
+    first = position(FIRST_STEP)
+    calm.wait_state(order_id, lambda o: o["steps"][first]["state"] == "Running", what="the first step to run")
     calm.wait_hung(FIRST_STEP.agent, hung)
     calm.clear_faults()
     response = calm.act(order_id, f"steps/{FIRST_STEP.name}/retry", {"note": "the service is back"})
@@ -68,7 +69,10 @@ def test_skip_marks_a_step_done_by_hand_and_the_order_finishes(calm: LocalStack)
 def test_a_stale_or_missing_etag_changes_nothing(calm: LocalStack) -> None:
     calm.faults(**{FIRST_STEP.agent: HANG})
     order_id = calm.submit()
-    calm.wait_state(order_id, lambda o: o["steps"][0]["state"] == "Running", what="the first step to hang")
+    first = position(FIRST_STEP)
+    calm.wait_state(
+        order_id, lambda o: o["steps"][first]["state"] == "Running", what="the first step to hang"
+    )
     url = f"/api/orders/{order_id}/steps/{FIRST_STEP.name}/retry"
     missing = calm.api.post(url)
     assert missing.status_code == 428 and missing.json()["error"]["code"] == "PreconditionRequired"

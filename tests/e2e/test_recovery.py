@@ -13,7 +13,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from engine import queues, telemetry
 from engine.workflow import WorkflowDefinition
-from tests.e2e.conftest import SERVICES, TERMINAL, WORKFLOWS, LocalStack
+from tests.e2e.conftest import SERVICES, TERMINAL, WORKFLOWS, LocalStack, runs
 from tests.support import wait_for
 
 by_workflow = pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
@@ -60,11 +60,16 @@ def test_happy_path(calm: LocalStack, workflow: WorkflowDefinition) -> None:
     assert (order["workflow"], order["workflowVersion"]) == (workflow.name, workflow.version)
     assert order["lockedBy"] is None and order["completeBy"] is None
     assert [s["name"] for s in order["steps"]] == [step.name for step in workflow.steps]
-    assert all(s["state"] == "Completed" and s["attempts"] == 1 for s in order["steps"])
+    ran = {step.name for step in runs(workflow)}
+    for step in order["steps"]:
+        expected = ("Completed", 1) if step["name"] in ran else ("LeftOut", 0)
+        assert (step["state"], step["attempts"]) == expected, order
     assert_ledger_agrees(calm, order_id)
     entries = calm.step_entries(order_id)
-    assert set(entries) == {step.name for step in workflow.steps}
-    assert all(e == {"orderId": order_id, "applied": 1, "compensated": 0} for e in entries.values()), entries
+    assert set(entries) == ran
+    assert all(
+        (e["orderId"], e["applied"], e["compensated"]) == (order_id, 1, 0) for e in entries.values()
+    ), entries
 
 
 @by_workflow
@@ -72,7 +77,7 @@ def test_status_messages_carry_the_order_id(calm: LocalStack, workflow: Workflow
     order_id = calm.submit(workflow=workflow)
     calm.wait_terminal(order_id)
     events = [event for event, _ in calm.status_events(order_id, until="processed")]
-    assert events == ["received", *["step-completed"] * len(workflow.steps), "processed"]
+    assert events == ["received", *["step-completed"] * len(runs(workflow)), "processed"]
 
 
 def test_transient_faults_are_retried_transparently(calm: LocalStack) -> None:
@@ -88,8 +93,8 @@ def test_transient_faults_are_retried_transparently(calm: LocalStack) -> None:
 def test_hang_past_complete_by_is_recovered_by_the_supervisor(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
-    last = len(workflow.steps) - 1
-    step = workflow.steps[last]
+    step = runs(workflow)[-1]
+    last = workflow.steps.index(step)
     calm.faults(**{step.agent: {"hangRate": 1, "hangMs": 10_000}})
     order_id = calm.submit(workflow=workflow)
     calm.wait_state(
@@ -111,12 +116,13 @@ def test_hang_past_complete_by_is_recovered_by_the_supervisor(
 
 @by_workflow
 def test_lost_replies_do_not_double_the_effect(calm: LocalStack, workflow: WorkflowDefinition) -> None:
-    step = workflow.steps[1]
+    step = runs(workflow)[1]
+    index = workflow.steps.index(step)
     calm.faults(**{step.agent: {"lostReplyRate": 1}})
     order_id = calm.submit(workflow=workflow)
     wait_for(lambda: calm.step_entries(order_id).get(step.name), timeout=30, what="the effect to be applied")
     calm.wait_state(
-        order_id, lambda o: o["steps"][1]["attempts"] >= 2 or o["failureCount"] >= 1, what="a retry"
+        order_id, lambda o: o["steps"][index]["attempts"] >= 2 or o["failureCount"] >= 1, what="a retry"
     )
     calm.clear_faults()
     assert_processed_once(calm, order_id)
@@ -126,29 +132,34 @@ def test_lost_replies_do_not_double_the_effect(calm: LocalStack, workflow: Workf
 def test_permanent_failure_at_the_last_step_compensates_in_reverse(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
-    *earlier, last = workflow.steps
+    *earlier, last = runs(workflow)
     calm.faults(**{last.agent: {"permanentRate": 1}})
     order_id = calm.submit(workflow=workflow)
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
-    assert [s["state"] for s in order["steps"]] == ["Compensated"] * len(workflow.steps)
+    # Every step that ran is undone, but a step that cannot be undone: one before stays Completed, the
+    # refused one Failed. A step left out stays so.
+    expected = {
+        step.name: "Compensated" if step.compensation else "Completed" if step in earlier else "Failed"
+        for step in runs(workflow)
+    }
+    assert [s["state"] for s in order["steps"]] == [expected.get(s.name, "LeftOut") for s in workflow.steps]
     entries = calm.step_entries(order_id)
-    assert entries == {
-        step.name: {"orderId": order_id, "applied": 1, "compensated": int(step.compensation is not None)}
-        for step in earlier
+    assert {step: (e["orderId"], e["applied"], e["compensated"]) for step, e in entries.items()} == {
+        step.name: (order_id, 1, int(step.compensation is not None)) for step in earlier
     }
     assert last.name not in entries  # rejected: nothing applied, nothing to undo
     assert_ledger_agrees(calm, order_id)
     events = calm.status_events(order_id, until="compensated")
     undone = [step for event, step in events if event == "step-compensated"]
-    assert undone == [step.name for step in reversed(workflow.steps)]
+    assert undone == [step.name for step in reversed(runs(workflow)) if step.compensation]
 
 
 @by_workflow
 def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
-    calm.faults(**{workflow.steps[0].agent: {"hangRate": 1, "hangMs": 10_000}})
+    calm.faults(**{runs(workflow)[0].agent: {"hangRate": 1, "hangMs": 10_000}})
     order_id = calm.submit(workflow=workflow)
     order = calm.wait_terminal(order_id, timeout=90)
     assert order["processState"] == "Error" and order["failureCount"] == 3
@@ -170,15 +181,20 @@ def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(
 
 @by_workflow
 def test_cancel_compensates_an_order_in_flight(calm: LocalStack, workflow: WorkflowDefinition) -> None:
-    calm.faults(**{workflow.steps[1].agent: {"latencyMs": 1500}})
+    second = runs(workflow)[1]
+    index = workflow.steps.index(second)
+    calm.faults(**{second.agent: {"latencyMs": 1500}})
     order_id = calm.submit(workflow=workflow)
-    calm.wait_state(order_id, lambda o: o["steps"][1]["state"] == "Running", what="the second step to run")
+    calm.wait_state(
+        order_id, lambda o: o["steps"][index]["state"] == "Running", what="the second step to run"
+    )
     response = calm.act(order_id, "cancel")
     assert response.status_code == 202, response.text
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
+    undoable = {step.name for step in workflow.steps if step.compensation}
     for step, entry in calm.step_entries(order_id).items():
-        assert entry["applied"] == entry["compensated"], (step, entry)
+        assert entry["applied"] == entry["compensated"] or step not in undoable, (step, entry)
     assert_ledger_agrees(calm, order_id)
     assert calm.act(order_id, "cancel").status_code == 409
 

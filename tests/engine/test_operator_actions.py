@@ -155,10 +155,10 @@ async def test_skip_marks_the_step_done_by_hand_and_continues() -> None:
     assert world.statuses() == ["step-completed"]
     await world.kick()
     nxt = world.take_request()
-    assert nxt.step == "second" and nxt.payload["results"]["first"] == {
-        "skipped": True,
-        "note": "reserved by phone",
-    }
+    assert nxt.step == "second" and nxt.payload["results"] == {}, "a skipped step returned nothing"
+    skipped = world.store.state("o-1").steps[0]
+    assert skipped.status is StepStatus.COMPLETED and skipped.result is None
+    assert skipped.reason == "skipped by an operator: reserved by phone"
 
 
 async def test_the_undo_of_a_step_skipped_while_running_waits_for_its_call_to_settle() -> None:

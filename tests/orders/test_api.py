@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.clock import ManualClock
 from engine.errors import ConcurrencyError, InvalidState, NotFound
@@ -17,6 +17,7 @@ from engine.state import ProcessState, TaskState
 from engine.tasks import TaskService
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 from orders.api import MAX_BODY_BYTES, Call, OrdersApi, Reply, engine_error
+from orders.inputs import FulfilmentOrder
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +28,7 @@ BASE = "http://example.test"
 # A workflow of the tests' own: the API serves whatever the catalog declares.
 WORKFLOW = WorkflowDefinition(
     name="w",
+    input=FulfilmentOrder,
     steps=(
         StepDefinition(name="first", agent="alpha", action="do", compensation="undo"),
         StepDefinition(name="second", agent="beta", action="do", compensation="undo"),
@@ -35,12 +37,26 @@ WORKFLOW = WorkflowDefinition(
 FIRST, SECOND = (step.name for step in WORKFLOW.steps)
 
 
+class Refill(BaseModel):
+    """A second workflow's input: nothing like an order's."""
+
+    model_config = ConfigDict(extra="forbid")
+    tank: str
+    litres: int = Field(gt=0)
+    urgent: bool = False
+
+
+REFILL = WorkflowDefinition(
+    name="refill", input=Refill, steps=(StepDefinition(name="pump", agent="alpha", action="do"),)
+)
+
+
 class Harness:
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.store = store or MemoryStore()
         self.sender = RecordingSender()
         parts = EngineParts(
-            WorkflowCatalog.of(WORKFLOW), self.store, self.sender, ManualClock(), EngineSettings()
+            WorkflowCatalog.of(WORKFLOW, REFILL), self.store, self.sender, ManualClock(), EngineSettings()
         )
         self.tasks = TaskService(parts)
         self.api = OrdersApi(self._tasks)
@@ -67,7 +83,29 @@ async def test_submit_accepts_an_order_and_points_at_its_status(h: Harness) -> N
     assert reply.status == 202 and reply.body["processState"] == "Pending"
     assert reply.headers["Location"] == reply.body["statusUrl"] == f"{BASE}/api/orders/o-1"
     stored = h.store.state("o-1").input
-    assert stored == {"orderId": "o-1", **ORDER}
+    # Stored as the workflow's input model dumps it: camelCase, defaults filled in.
+    items = [{**item, "digital": False} for item in ORDER["items"]]
+    assert stored == {"orderId": "o-1", **ORDER, "items": items}
+
+
+async def test_each_workflow_validates_its_own_input_and_names_the_field(h: Harness) -> None:
+    reply = await h.submit({"orderId": "r-1", "workflow": "refill", "tank": "t-4", "litres": 30})
+    assert reply.status == 202
+    assert h.store.state("r-1").input == {"orderId": "r-1", "tank": "t-4", "litres": 30, "urgent": False}
+    for body, field in (
+        ({"workflow": "refill", **ORDER}, "customerId"),  # another workflow's input
+        ({"workflow": "refill", "tank": "t-4", "litres": 0}, "litres"),
+        ({**ORDER, "tank": "t-4"}, "tank"),  # a field the default workflow does not declare
+    ):
+        reply = await h.submit(body)
+        assert code(reply) == (400, "ValidationFailed")
+        assert field in [d["field"] for d in reply.body["error"]["details"]], reply.body
+        assert reply.body["error"]["message"].endswith("input"), reply.body
+    reply = await h.submit({**ORDER, "workflow": "nothing"})
+    assert (
+        code(reply) == (400, "ValidationFailed") and reply.body["error"]["details"][0]["field"] == "workflow"
+    )
+    assert list(h.store.records) == ["r-1"]
 
 
 async def test_submit_generates_an_id_when_none_is_given(h: Harness) -> None:

@@ -7,7 +7,7 @@ import hashlib
 import re
 from html.parser import HTMLParser
 
-from orders import console
+from orders import console, openapi
 
 
 class Parts(HTMLParser):
@@ -61,6 +61,36 @@ class Marked(HTMLParser):
         while self._stack:
             if self._stack.pop()[0] == tag:
                 break
+
+
+class Ids(HTMLParser):
+    """Every element id of the page, the in-page links, and the header cells of each table by its id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: set[str] = set()
+        self.headers: dict[str, list[str]] = {}
+        self._table: str | None = None
+        self._in_th = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(str(found["id"]))
+        if tag == "a" and found.get("href"):
+            self.links.add(str(found["href"]))
+        if tag == "table":
+            self._table = found.get("id")
+        self._in_th = tag == "th"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_th and self._table and data.strip():
+            self.headers.setdefault(self._table, []).append(data.strip())
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "th":
+            self._in_th = False
 
 
 def parts() -> Parts:
@@ -135,3 +165,40 @@ def test_a_current_copy_is_not_sent_again() -> None:
     assert again.status == 304 and again.body == b"" and again.headers["ETag"] == etag
     assert console.console({"if-none-match": '"other"'}) is console.PAGE
     assert console.console({}).status == 200
+
+
+def test_the_page_shows_an_order_s_input_its_steps_reasons_and_results_and_the_workflows() -> None:
+    page = Ids()
+    page.feed(console.PAGE.body.decode())
+    assert {"order-input", "workflows", "workflows-heading"} <= page.ids
+    assert "#workflows-heading" in page.links  # in the page's navigation
+    columns = page.headers["order-steps"]
+    assert columns.index("State") < columns.index("Reason") < columns.index("Result"), columns
+    script = parts().inline["script"][0]
+    # The workflows come from the API's document: the submission's one schema per workflow.
+    assert 'call("GET", "openapi.json")' in script
+    assert f"schemas.{openapi.SUBMISSION}.oneOf" in script
+    assert "order.input" in script and "step.reason" in script and "resultValues(step.result)" in script
+
+
+def rules(css: str) -> list[tuple[set[str], str]]:
+    """(selectors, declarations) of each rule of a style sheet without nesting."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.DOTALL)
+    return [
+        ({s.strip() for s in selectors.split(",")}, body.strip())
+        for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css)
+    ]
+
+
+def test_a_left_out_step_has_a_look_of_its_own() -> None:
+    style = parts().inline["style"][0]
+    found = rules(style)
+    own = [body for selectors, body in found if ".state-LeftOut" in selectors]
+    assert own and all(own), "no rule styles the LeftOut state"
+    # Never grouped with a failure, a step that ran, or one still to come.
+    for selectors, _ in found:
+        if ".state-LeftOut" in selectors:
+            assert not {".state-Failed", ".state-Error", ".state-Completed", ".state-NotStarted"} & selectors
+    # Each step's row carries its state, so a left-out row can be told apart as a whole.
+    assert any("tr.step-LeftOut" in selector for selectors, _ in found for selector in selectors)
+    assert "class: `step-${step.state}`" in parts().inline["script"][0]

@@ -20,10 +20,22 @@ from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 from orders.catalog import SERVICES
 from orders.services.client import RemoteServices
-from orders.services.declaration import AmountBody, ItemsBody, Resource, ServiceDefinition
+from orders.services.declaration import (
+    AmountBody,
+    Document,
+    ItemsBody,
+    Resource,
+    ServiceDefinition,
+    ServiceResult,
+)
 from servicebus_emulator.launcher import free_port
 
 pytestmark = pytest.mark.anyio
+
+
+class Debit(ServiceResult):
+    debit_id: str
+
 
 ALPHA = ServiceDefinition(
     name="alpha",
@@ -34,6 +46,7 @@ ALPHA = ServiceDefinition(
             apply="debit",
             undo="credit",
             body=AmountBody,
+            result=Debit,
             applied="debited",
             undone="credited",
             rejection="no funds",
@@ -128,15 +141,16 @@ async def test_every_action_the_workflows_name_exists() -> None:
     await remote.client.aclose()
     for workflow in CATALOG.workflows:
         for step in workflow.steps:
-            assert step.action in actions[step.agent] and step.compensation in actions[step.agent]
+            assert step.action in actions[step.agent]
+            assert step.compensation is None or step.compensation in actions[step.agent]
 
 
 async def test_an_apply_sends_its_body_model_and_the_idempotency_key(
     service: Service, services: RemoteServices
 ) -> None:
-    service.answer(201, {"debitId": "d-1"})
+    service.answer(201, {"id": "o-1:debit-step", "status": "debited", "debitId": "d-1"})
     result = await services.actions()[NAME]["debit"](request("debit"), 5.0)
-    assert result == {"debitId": "d-1"}
+    assert result == {"debitId": "d-1"}, "only the declared result values are passed on"
     ((path, headers, body),) = service.seen
     assert path == "/alpha/debits" and headers["Idempotency-Key"] == "o-1:debit-step"
     assert body == {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
@@ -163,11 +177,60 @@ async def test_a_request_that_cannot_be_encoded_is_a_lasting_fault_and_is_not_se
     assert service.seen == []
 
 
-async def test_an_undo_addresses_the_first_call_by_its_key(
+async def test_an_undo_addresses_the_first_call_by_its_key_and_names_what_it_returned(
     service: Service, services: RemoteServices
 ) -> None:
-    await services.actions()[NAME]["credit"](request("credit", step="debit-step"), 5.0)
-    assert service.seen[0][0] == "/alpha/debits/o-1%3Adebit-step/credit"
+    undo = request("credit", step="debit-step")
+    await services.actions()[NAME]["credit"](undo, 5.0)
+    known = undo.model_copy(update={"payload": {"input": ORDER, "results": {"debitId": "d-1", "x": 1}}})
+    await services.actions()[NAME]["credit"](known, 5.0)
+    (path, _, lost), (_, _, answered) = service.seen
+    assert path == "/alpha/debits/o-1%3Adebit-step/credit"
+    assert lost == {"orderId": "o-1"}, "a lost answer leaves only the key"
+    assert answered == {"orderId": "o-1", "debitId": "d-1"}, "its own result values, nothing else"
+
+
+async def test_an_answer_without_its_declared_result_is_a_lasting_fault(
+    service: Service, services: RemoteServices
+) -> None:
+    service.answer(201, {"id": "o-1:debit-step", "status": "debited"})
+    with pytest.raises(PermanentError, match="lacks its declared result"):
+        await services.actions()[NAME]["debit"](request("debit"), 5.0)
+
+
+async def test_a_body_is_built_from_the_input_and_the_results_before() -> None:
+    class Receipt(ItemsBody):
+        needs = ("debitId",)
+        debit_id: str
+
+        @classmethod
+        def build(cls, document: Document) -> Receipt:
+            items = ItemsBody.build(document).wire()["items"]
+            return cls.model_validate(
+                {"orderId": document.order_id, "items": items, "debitId": document.result("debitId")}
+            )
+
+    seen = Service()
+    gamma = ServiceDefinition(
+        name="gamma",
+        description="receipts",
+        resources=(Resource(collection="receipts", apply="print", body=Receipt, applied="p", rejection="r"),),
+    )
+    remote = RemoteServices((gamma,), {"gamma": seen.url})
+    try:
+        sent = request("print").model_copy(
+            update={"payload": {"input": ORDER, "results": {"debitId": "d-9"}}}
+        )
+        await remote.actions()["gamma"]["print"](sent, 5.0)
+        with pytest.raises(PermanentError, match="cannot be encoded"):
+            await remote.actions()["gamma"]["print"](request("print"), 5.0)  # no debitId: never sent
+    finally:
+        await remote.client.aclose()
+        seen.close()
+    assert [body for _, _, body in seen.seen] == [
+        {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2}], "debitId": "d-9"}
+    ]
+    assert "print" in remote.actions()["gamma"] and len(remote.actions()["gamma"]) == 1, "no undo action"
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 503])

@@ -3,7 +3,9 @@
 The services, their routes, answers and rejection reasons come from the declaration
 (``orders.catalog.SERVICES``), so these tests hold for whatever services a deployment declares; the example
 services' own contract, written out by hand, is checked in ``tests/examples/test_simulated_services.py``.
-Tests that need services in distinct roles take them by position: ``FIRST``, ``SECOND`` and ``LAST``.
+Tests that need services in distinct roles take them by position among the services with a resource that
+can be undone: ``FIRST``, ``SECOND`` and ``LAST``. Bodies are built as the agents' client builds them, from
+the documents an order of each workflow's first example gives each step.
 """
 
 from __future__ import annotations
@@ -14,31 +16,89 @@ from typing import Any
 import httpx
 import pytest
 
+from engine.workflow import StepDefinition, WorkflowDefinition
+from orders.catalog import CATALOG
 from orders.catalog import SERVICES as DECLARED
-from orders.services.client import apply_path, undo_path
-from orders.services.declaration import Resource, ServiceDefinition
+from orders.models import order_input
+from orders.services.client import apply_path
+from orders.services.declaration import Document, Resource, ServiceDefinition
 
-# An order every body model can be built from: the fields the declared bodies read (items, total, currency).
-ORDER: dict[str, Any] = {
-    "items": [
-        {"sku": "SKU-1", "quantity": 2, "unitPrice": 9.5},
-        {"sku": "SKU-2", "quantity": 1, "unitPrice": 3},
-    ],
-    "currency": "EUR",
-}
+ORDER_ID = "order-1"
+
+
+def resource_of(step: StepDefinition) -> Resource:
+    """The declared resource a step applies."""
+    service = next(s for s in DECLARED if s.name == step.agent)
+    return service.resource(step.action)[0]
+
+
+def returned(resource: Resource, key: str) -> dict[str, Any]:
+    """The result values a simulator answers for the effect of ``key`` (as the declaration says)."""
+    return {} if resource.result is None else resource.result.simulated(key).model_dump(by_alias=True)
+
+
+def _documents() -> dict[int, Document]:
+    """For each resource (by id), the document its apply is built from: that of the first step that
+    applies it, in an order ``order-1`` of its workflow's first example, every step before it having
+    returned what the simulators return (a step its condition leaves out returns nothing)."""
+    found: dict[int, Document] = {}
+    for workflow in CATALOG.workflows:
+        found.update({key: value for key, value in _walk(workflow).items() if key not in found})
+    return found
+
+
+def _walk(workflow: WorkflowDefinition) -> dict[int, Document]:
+    documents: dict[int, Document] = {}
+    given = order_input(workflow, workflow.examples()[0])
+    results: dict[str, Any] = {}
+    for step in workflow.steps:
+        resource = resource_of(step)
+        before = dict(results)
+        if step.when is None or step.when.holds({"input": given, "results": before}):
+            results.update(returned(resource, f"{ORDER_ID}:{step.name}"))
+        documents.setdefault(id(resource), Document(ORDER_ID, given, before))
+    return documents
+
+
+DOCUMENTS = _documents()
+# For a resource no step applies: the first workflow's first example, and no results.
+_FIRST = CATALOG.workflows[0]
+UNUSED = Document(ORDER_ID, order_input(_FIRST, _FIRST.examples()[0]), {})
+
+
+def _document(resource: Resource) -> Document:
+    return DOCUMENTS.get(id(resource), UNUSED)
+
+
+def apply_body(resource: Resource) -> dict[str, Any]:
+    """The body the agents' client sends to apply ``resource`` for order ``order-1``."""
+    return resource.body.build(_document(resource)).wire()
+
+
+def undo_body(resource: Resource, key: str) -> dict[str, Any]:
+    """The body the agents' client sends to undo the effect of ``resource`` applied under ``key``: its
+    ``undo_body`` if declared, else the order's id and the values the apply returned."""
+    if resource.undo_body is not None:
+        apply_document = _document(resource)
+        own = returned(resource, key)
+        document = Document(ORDER_ID, apply_document.input, {**apply_document.results, **own})
+        return resource.undo_body.build(document).wire()
+    return {"orderId": ORDER_ID, **returned(resource, key)}
 
 
 @dataclass(frozen=True)
 class Service:
-    """How to call one resource of one simulated service."""
+    """How to call one resource of one simulated service. ``verb`` and ``compensated`` are None for a
+    resource that cannot be undone; ``returns`` are the result names its apply answers with."""
 
     name: str
     collection: str
-    verb: str
+    verb: str | None
     applied: str
-    compensated: str
+    compensated: str | None
     rejection: str
     body: dict[str, Any]
+    returns: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, service: ServiceDefinition, resource: Resource) -> Service:
@@ -50,41 +110,99 @@ class Service:
             applied=resource.applied,
             compensated=resource.undone,
             rejection=resource.rejection,
-            body=resource.body.from_order("order-1", ORDER).wire(),
+            body=apply_body(resource),
+            returns=tuple(resource.result_names),
         )
 
-    def compensation_path(self, key: str) -> str:
-        """The compensation route of ``key``."""
-        return f"{self.collection}/{key}/{self.verb}"
+    @property
+    def resource(self) -> Resource:
+        """The declared resource."""
+        service = next(s for s in DECLARED if s.name == self.name)
+        return next(r for r in service.resources if apply_path(service, r) == self.collection)
+
+    def result(self, key: str) -> dict[str, Any]:
+        """The result values its apply under ``key`` answers."""
+        return returned(self.resource, key)
+
+    def answer(self, key: str, order_id: str = ORDER_ID) -> dict[str, Any]:
+        """The whole answer to its apply under ``key``."""
+        return {**self.result(key), "id": key, "orderId": order_id, "status": self.applied}
+
+    def compensation_path(self, key: str, verb: str | None = None) -> str:
+        """The compensation route of ``key`` (for a resource that cannot be undone: where it would be)."""
+        return f"{self.collection}/{key}/{verb or self.verb}"
 
 
 # Every resource of every service, for tests about what each route does.
 RESOURCES = [Service.of(service, resource) for service in DECLARED for resource in service.resources]
 RESOURCE_IDS = [service.collection.strip("/") for service in RESOURCES]
-# One resource per service (its first), for tests about services.
-SERVICES = [Service.of(service, service.resources[0]) for service in DECLARED]
+# Those that can be undone (they have an undo route), and those that cannot (they have none).
+UNDOABLE = [service for service in RESOURCES if service.verb is not None]
+UNDOABLE_IDS = [service.collection.strip("/") for service in UNDOABLE]
+FINAL = [service for service in RESOURCES if service.verb is None]
+FINAL_IDS = [service.collection.strip("/") for service in FINAL]
+# Every undo action declared, to call where a resource without one would have its undo route.
+UNDO_ACTIONS = sorted({service.verb for service in UNDOABLE if service.verb is not None})
+# One resource per service (its first that can be undone, else its first), for tests about services.
+SERVICES = [
+    Service.of(service, next((r for r in service.resources if r.undo), service.resources[0]))
+    for service in DECLARED
+]
 SERVICE_IDS = [service.name for service in SERVICES]
-# Services by role; with fewer than three declared, some roles are played by one service
-# (``needs_services`` skips a test that needs them distinct).
-FIRST, SECOND, LAST = SERVICES[0], SERVICES[min(1, len(SERVICES) - 1)], SERVICES[-1]
+# Services by role, each with a resource that can be undone; with fewer than three such services declared,
+# some roles are played by one service (``needs_services`` skips a test that needs them distinct).
+ROLES = [service for service in SERVICES if service.verb is not None]
+FIRST, SECOND, LAST = ROLES[0], ROLES[min(1, len(ROLES) - 1)], ROLES[-1]
 # A name no service has.
 UNDECLARED = "-".join(SERVICE_IDS) + "-undeclared"
+# A result name some declared resource returns: a body's field of that name is recorded as carried.
+RESULT_NAMES = sorted({name for service in RESOURCES for name in service.returns})
 
 
 def needs_services(count: int) -> pytest.MarkDecorator:
-    """Skip a test that needs ``count`` distinct services when fewer are declared."""
-    return pytest.mark.skipif(len(SERVICES) < count, reason=f"needs {count} declared services")
+    """Skip a test that needs ``count`` distinct services (that can be undone) when fewer are declared."""
+    return pytest.mark.skipif(len(ROLES) < count, reason=f"needs {count} declared services")
 
 
 def other_undo_paths() -> list[str]:
-    """Undo paths that no route serves: a resource's collection with another resource's undo action."""
-    undos = {resource.undo for service in DECLARED for resource in service.resources}
+    """Undo paths that no route serves: a resource's collection with another resource's undo action (for
+    a resource that cannot be undone, any undo action)."""
+    undos = {resource.undo for service in DECLARED for resource in service.resources if resource.undo}
     return [
-        undo_path(service, resource, "key-1").rsplit("/", 1)[0] + f"/{undo}"
+        f"{apply_path(service, resource)}/key-1/{undo}"
         for service in DECLARED
         for resource in service.resources
         for undo in sorted(undos - {resource.undo})
     ]
+
+
+def entry(
+    service: Service,
+    key: str,
+    *,
+    order_id: str = ORDER_ID,
+    compensated: int = 0,
+    carried: dict[str, Any] | None = None,
+    undo_carried: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ledger entry of an apply of ``service`` under ``key`` (and of its undo when ``compensated``),
+    less the change numbers (see :func:`without_seq`)."""
+    return {
+        "orderId": order_id,
+        "applied": 1,
+        "compensated": compensated,
+        "result": service.result(key),
+        "carried": carried or {},
+        "undoCarried": (undo_carried or {}) if compensated else None,
+    }
+
+
+def without_seq(entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Ledger entries by key without their change numbers, which depend on everything done before."""
+    return {
+        key: {k: v for k, v in value.items() if k not in ("appliedSeq", "compensatedSeq")}
+        for key, value in entries.items()
+    }
 
 
 def empty(value: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -110,9 +228,11 @@ def apply(client: httpx.Client, service: Service, key: str, **overrides: Any) ->
     )
 
 
-def compensate(client: httpx.Client, service: Service, key: str) -> httpx.Response:
-    """Call the compensation route of ``key``."""
-    return client.post(service.compensation_path(key))
+def compensate(
+    client: httpx.Client, service: Service, key: str, body: dict[str, Any] | None = None
+) -> httpx.Response:
+    """Call the compensation route of ``key``, with ``body`` or none (as older callers did)."""
+    return client.post(service.compensation_path(key), json=body)
 
 
 def set_faults(client: httpx.Client, profile: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -10,41 +10,51 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 from pydantic.alias_generators import to_camel
 
+from engine.agent import Action
 from engine.messages import AgentRequest
-from engine.workflow import StepDefinition, WorkflowDefinition
+from engine.workflow import WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
+from orders.models import order_input
 from orders.services.client import RemoteServices, apply_path, undo_path
-from orders.services.declaration import ItemsBody, Resource, ServiceDefinition
+from orders.services.declaration import ItemsBody, Resource, ServiceDefinition, ServiceResult
 from simulators.app import CONTROLS, resource_specs
 from simulators.hosted import ROUTE_PREFIX, is_control_path, is_service_path
+from simulators.ledger_check import ledger_report
 from tests.simulators.conftest import RunningSimulators
-from tests.simulators.helpers import FAULT_DEFAULTS, assert_error, ledger, set_faults, stats
+from tests.simulators.helpers import (
+    FAULT_DEFAULTS,
+    RESULT_NAMES,
+    apply_body,
+    assert_error,
+    ledger,
+    returned,
+    set_faults,
+    stats,
+    undo_body,
+)
 
-ORDER = {
-    "orderId": "order-1",
-    "items": [
-        {"sku": "SKU-1", "quantity": 2, "unitPrice": 9.5},
-        {"sku": "SKU-2", "quantity": 1, "unitPrice": 3},
-    ],
-    "currency": "EUR",
-}
 RESOURCES = [(service, resource) for service in SERVICES for resource in service.resources]
 IDS = [f"{service.name}-{resource.collection}" for service, resource in RESOURCES]
+UNDOABLE = [(service, resource) for service, resource in RESOURCES if resource.undo is not None]
+UNDOABLE_IDS = [f"{service.name}-{resource.collection}" for service, resource in UNDOABLE]
+FINAL = [(service, resource) for service, resource in RESOURCES if resource.undo is None]
+FINAL_IDS = [f"{service.name}-{resource.collection}" for service, resource in FINAL]
 NAMES = [service.name for service in SERVICES]
 
 
-def body(resource: Resource, order_id: str = "order-1") -> dict[str, Any]:
+def body(resource: Resource) -> dict[str, Any]:
     """The body the agents' client sends for ``resource``, built by the declaration's own model."""
-    return resource.body.from_order(order_id, ORDER).wire()
+    return apply_body(resource)
 
 
-@pytest.mark.parametrize(("service", "resource"), RESOURCES, ids=IDS)
-def test_every_declared_resource_is_applied_replayed_and_undone_at_the_clients_paths(
+@pytest.mark.parametrize(("service", "resource"), UNDOABLE, ids=UNDOABLE_IDS)
+def test_every_resource_that_can_be_undone_is_applied_replayed_and_undone_at_the_clients_paths(
     client: httpx.Client, service: ServiceDefinition, resource: Resource
 ) -> None:
     path, key = apply_path(service, resource), f"order-1:{resource.apply}"
@@ -52,17 +62,51 @@ def test_every_declared_resource_is_applied_replayed_and_undone_at_the_clients_p
 
     first = client.post(path, json=body(resource), headers=headers)
     replay = client.post(path, json=body(resource), headers=headers)
-    undone = client.post(undo_path(service, resource, key))
+    undone = client.post(undo_path(service, resource, key), json=undo_body(resource, key))
 
     assert first.status_code == 201, first.text
     assert replay.status_code == 200, replay.text
-    assert first.json() == replay.json() == {"id": key, "orderId": "order-1", "status": resource.applied}
+    # The declared result values, beside the answer's own fields; the replay answers the same.
+    answer = {**returned(resource, key), "id": key, "orderId": "order-1", "status": resource.applied}
+    assert first.json() == replay.json() == answer
     assert undone.status_code == 200, undone.text
     assert undone.json() == {"id": key, "status": resource.undone}
     book = ledger(client)
-    assert book[service.name] == {key: {"orderId": "order-1", "applied": 1, "compensated": 1}}
+    (recorded,) = book[service.name].values()
+    assert recorded["result"] == returned(resource, key)
+    assert (recorded["applied"], recorded["compensated"]) == (1, 1)
+    # The values of result names the bodies carried (an undo names what its apply returned).
+    assert recorded["carried"] == {
+        name: value for name, value in body(resource).items() if name in RESULT_NAMES
+    }
+    sent = undo_body(resource, key)
+    assert recorded["undoCarried"] == {name: value for name, value in sent.items() if name in RESULT_NAMES}
+    # The change numbers say the undo came after the apply.
+    assert recorded["compensatedSeq"] > recorded["appliedSeq"]
     assert all(entries == {} for name, entries in book.items() if name != service.name)
     assert stats(client)[service.name]["calls"] == 3
+
+
+@pytest.mark.parametrize(("service", "resource"), FINAL, ids=FINAL_IDS)
+def test_a_resource_that_cannot_be_undone_has_no_undo_route(
+    client: httpx.Client, service: ServiceDefinition, resource: Resource
+) -> None:
+    key = f"order-1:{resource.apply}"
+    headers = {"Idempotency-Key": key}
+    assert client.post(apply_path(service, resource), json=body(resource), headers=headers).status_code == 201
+
+    # Where an undo route would be, with every undo action any resource declares, with a body or none.
+    undos = sorted({r.undo for s in SERVICES for r in s.resources if r.undo} | {"undo"})
+    for undo in undos:
+        path = f"{apply_path(service, resource)}/{quote(key, safe='')}/{undo}"
+        for sent in (None, {"orderId": "order-1"}):
+            response = client.post(path, json=sent)
+            assert response.status_code in (404, 405), (undo, response.text)
+
+    (recorded,) = ledger(client)[service.name].values()
+    assert (recorded["applied"], recorded["compensated"], recorded["undoCarried"]) == (1, 0, None)
+    # Nothing reached the service but the apply.
+    assert stats(client)[service.name]["calls"] == 1
 
 
 @pytest.mark.parametrize(("service", "resource"), RESOURCES, ids=IDS)
@@ -110,56 +154,123 @@ def test_faults_for_a_service_not_declared_are_refused(shared_client: httpx.Clie
     assert "not a declared service" in message
 
 
-def test_the_agents_client_runs_every_step_of_every_workflow_against_the_simulators(
+RUNS = [
+    (workflow, index, undo)
+    for workflow in CATALOG.workflows
+    for index in range(len(workflow.examples()))
+    for undo in (False, True)
+]
+
+
+async def run_order(
+    actions: dict[str, dict[str, Action]], workflow: WorkflowDefinition, example: int, undo: bool
+) -> dict[str, Any]:
+    """Run an order of ``workflow``'s example ``example`` through the agents' actions as the engine would:
+    each step with the document of the input and the results so far, left out when its condition fails;
+    with ``undo``, then every step that can be undone, last first, with its own result too. Returns the
+    order as ``GET /api/orders/{id}`` would show it."""
+    order_id = f"client-{workflow.name}-{workflow.version}-{example}-{'undone' if undo else 'done'}"
+    given = order_input(workflow, workflow.examples()[example])
+    views: list[dict[str, Any]] = []
+
+    def results(upto: int) -> dict[str, Any]:
+        return {k: v for view in views[: upto + 1] for k, v in (view["result"] or {}).items()}
+
+    def request(index: int, compensating: bool) -> AgentRequest:
+        step = workflow.steps[index]
+        action = step.compensation if compensating else step.action
+        assert action is not None
+        return AgentRequest(
+            order_id=order_id,
+            workflow=workflow.name,
+            workflow_version=workflow.version,
+            step=step.name,
+            step_index=index,
+            attempt=1,
+            compensating=compensating,
+            action=action,
+            idempotency_key=f"{order_id}:{step.name}",
+            complete_by=datetime.now(UTC) + timedelta(seconds=30),
+            # An apply reads the results of the steps before it; an undo, its own too.
+            payload={"input": given, "results": results(index if compensating else index - 1)},
+        )
+
+    for index, step in enumerate(workflow.steps):
+        if step.when is not None and not step.when.holds({"input": given, "results": results(index - 1)}):
+            views.append({"name": step.name, "state": "LeftOut", "result": None})
+            continue
+        result = await actions[step.agent][step.action](request(index, False), 5.0)
+        views.append({"name": step.name, "state": "Completed", "result": result})
+    for index in reversed(range(len(workflow.steps))) if undo else ():
+        step = workflow.steps[index]
+        if views[index]["state"] == "Completed" and step.compensation is not None:
+            assert await actions[step.agent][step.compensation](request(index, True), 5.0) == {}
+            views[index]["state"] = "Compensated"
+    return {
+        "orderId": order_id,
+        "workflow": workflow.name,
+        "workflowVersion": workflow.version,
+        "processState": "Compensated" if undo else "Processed",
+        "steps": views,
+    }
+
+
+def test_the_agents_client_runs_every_workflow_against_the_simulators_and_the_ledger_check_agrees(
     simulators: RunningSimulators, client: httpx.Client
 ) -> None:
-    """The agents' own actions, as the workflows name them: each apply is recorded once and undone once."""
-    steps = [(workflow, step) for workflow in CATALOG.workflows for step in workflow.steps]
+    """The agents' own actions, as the workflows name them, on each example input, run to the end and
+    undone: each apply is recorded once with the values it returned, each body carries the values the
+    steps before returned, and the ledger check finds every rule kept."""
 
-    def key(workflow: WorkflowDefinition, step: StepDefinition) -> str:
-        # One key per step of each version: versions may share a step, and each run is its own effect.
-        return f"order-1:{workflow.name}-{workflow.version}:{step.name}"
-
-    async def run() -> None:
+    async def run() -> list[dict[str, Any]]:
         remote = RemoteServices(SERVICES, dict.fromkeys(NAMES, simulators.base_url))
-        actions = remote.actions()
         try:
-            for workflow, step in steps:
-                assert step.compensation is not None
-                request = AgentRequest(
-                    order_id="order-1",
-                    workflow=workflow.name,
-                    workflow_version=workflow.version,
-                    step=step.name,
-                    step_index=0,
-                    attempt=1,
-                    action=step.action,
-                    idempotency_key=key(workflow, step),
-                    complete_by=datetime.now(UTC) + timedelta(seconds=30),
-                    payload={"input": ORDER, "results": {}},
-                )
-                applied = await actions[step.agent][step.action](request, 5.0)
-                undo = request.model_copy(update={"action": step.compensation, "compensating": True})
-                undone = await actions[step.agent][step.compensation](undo, 5.0)
-                resource, _ = next(s for s in SERVICES if s.name == step.agent).resource(step.action)
-                assert applied["status"] == resource.applied and undone["status"] == resource.undone
+            actions = remote.actions()
+            return [await run_order(actions, workflow, example, undo) for workflow, example, undo in RUNS]
         finally:
             await remote.client.aclose()
 
-    asyncio.run(run())
+    orders = asyncio.run(run())
 
     book = ledger(client)
-    for workflow, step in steps:
-        entry = book[step.agent][key(workflow, step)]
-        assert entry == {"orderId": "order-1", "applied": 1, "compensated": 1}, (workflow.name, step.name)
-    assert sum(len(entries) for entries in book.values()) == len(steps)
+    report = ledger_report(orders, book)
+    assert report.problems == []
+    assert report.orders == len(RUNS)
+    # Every value a call carried was compared with the value returned; each run's steps are in the ledger
+    # as they ran (applied with the values the order holds, undone if undone, never called if left out).
+    carried = [
+        value
+        for entries in book.values()
+        for entry in entries.values()
+        for values in (entry["carried"], entry["undoCarried"] or {})
+        for value in values.values()
+        if value is not None
+    ]
+    assert report.checked == len(carried)
+    if any(resource.result is not None for _, resource in RESOURCES):
+        assert report.checked > 0
+    for order in orders:
+        workflow = CATALOG.find(order["workflow"], order["workflowVersion"])
+        assert workflow is not None
+        for step, view in zip(workflow.steps, order["steps"], strict=True):
+            recorded = book[step.agent].get(f"{order['orderId']}:{step.name}")
+            if view["state"] == "LeftOut":
+                assert recorded is None
+                continue
+            assert recorded is not None and recorded["result"] == view["result"], (order, recorded)
+            assert recorded["compensated"] == int(view["state"] == "Compensated")
+    assert sum(len(entries) for entries in book.values()) == sum(
+        view["state"] != "LeftOut" for order in orders for view in order["steps"]
+    )
 
 
 @pytest.mark.parametrize(("service", "resource"), RESOURCES, ids=IDS)
 def test_the_hosted_app_forwards_every_declared_resource_as_a_service_call(
     service: ServiceDefinition, resource: Resource
 ) -> None:
-    for path in (apply_path(service, resource), undo_path(service, resource, "order-1:step")):
+    paths = [apply_path(service, resource)]
+    paths += [undo_path(service, resource, "order-1:step")] if resource.undo is not None else []
+    for path in paths:
         assert is_service_path(ROUTE_PREFIX + path) and not is_control_path(ROUTE_PREFIX + path), path
 
 
@@ -181,3 +292,15 @@ def test_a_service_cannot_take_the_name_of_a_control() -> None:
     for control in CONTROLS:
         with pytest.raises(ValueError, match=control):
             resource_specs([_service(control)])
+
+
+def test_a_result_cannot_take_the_name_of_a_field_of_every_answer() -> None:
+    class Status(ServiceResult):
+        status: str
+
+    resource = Resource(
+        collection="things", apply="make", body=ItemsBody, result=Status, applied="made", rejection="no"
+    )
+    service = ServiceDefinition(name="widgets", description="a service of a test", resources=(resource,))
+    with pytest.raises(ValueError, match="status"):
+        resource_specs([service])

@@ -13,6 +13,8 @@ import pytest
 from tests.simulators.conftest import RunningSimulators, SimulatorsFactory
 from tests.simulators.helpers import (
     FAULT_DEFAULTS,
+    FINAL,
+    FINAL_IDS,
     FIRST,
     LAST,
     RESOURCE_IDS,
@@ -20,14 +22,18 @@ from tests.simulators.helpers import (
     SECOND,
     SERVICE_IDS,
     UNDECLARED,
+    UNDOABLE,
+    UNDOABLE_IDS,
     Service,
     apply,
     assert_error,
     compensate,
+    entry,
     ledger,
     needs_services,
     set_faults,
     stats,
+    without_seq,
 )
 from tests.support import wait_for
 
@@ -50,7 +56,7 @@ def test_transient_fault_on_compensation_compensates_nothing(client: httpx.Clien
     assert ledger(client)[FIRST.name]["key-1"]["compensated"] == 0
 
 
-@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
+@pytest.mark.parametrize("service", UNDOABLE, ids=UNDOABLE_IDS)
 def test_permanent_fault_rejects_with_a_reason_and_compensation_still_works(
     client: httpx.Client, service: Service
 ) -> None:
@@ -64,7 +70,18 @@ def test_permanent_fault_rejects_with_a_reason_and_compensation_still_works(
     # Compensations never fail permanently: the earlier effect is undone, the rejected one is not found.
     assert compensate(client, service, "before").json() == {"id": "before", "status": service.compensated}
     assert compensate(client, service, "rejected").json() == {"id": "rejected", "status": "not-found"}
-    assert ledger(client)[service.name] == {"before": {"orderId": "order-1", "applied": 1, "compensated": 1}}
+    assert without_seq(ledger(client)[service.name]) == {"before": entry(service, "before", compensated=1)}
+
+
+@pytest.mark.parametrize("service", FINAL, ids=FINAL_IDS)
+def test_permanent_fault_rejects_an_effect_that_cannot_be_undone_too(
+    client: httpx.Client, service: Service
+) -> None:
+    set_faults(client, {service.name: {"permanentRate": 1}})
+
+    assert service.rejection in assert_error(apply(client, service, "rejected"), 422, "Rejected")
+
+    assert ledger(client)[service.name] == {}
 
 
 def test_permanent_fault_does_not_reject_the_replay_of_an_applied_key(client: httpx.Client) -> None:
@@ -85,14 +102,20 @@ def test_lost_reply_applies_then_answers_503_and_a_retry_answers_200(
     set_faults(client, {service.name: {"lostReplyRate": 1}})
 
     assert_error(apply(client, service, "key-1"), 503, "Unavailable")
-    assert ledger(client)[service.name]["key-1"] == {"orderId": "order-1", "applied": 1, "compensated": 0}
+    recorded = ledger(client)[service.name]["key-1"]
+    assert (recorded["applied"], recorded["compensated"], recorded["result"]) == (
+        1,
+        0,
+        service.result("key-1"),
+    )
 
     set_faults(client, {service.name: {"lostReplyRate": 0}})
     retry = apply(client, service, "key-1")
 
+    # The retry is told what the lost answer said: the values recorded with the effect.
     assert retry.status_code == 200
-    assert retry.json() == {"id": "key-1", "orderId": "order-1", "status": service.applied}
-    assert ledger(client)[service.name]["key-1"]["applied"] == 1
+    assert retry.json() == service.answer("key-1")
+    assert ledger(client)[service.name]["key-1"] == recorded
 
 
 def test_lost_reply_on_compensation_compensates_then_answers_503(client: httpx.Client) -> None:

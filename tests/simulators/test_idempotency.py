@@ -13,14 +13,20 @@ from tests.simulators.helpers import (
     LAST,
     RESOURCE_IDS,
     RESOURCES,
+    RESULT_NAMES,
     SECOND,
     SERVICES,
+    UNDOABLE,
+    UNDOABLE_IDS,
     Service,
     apply,
     compensate,
     empty,
+    entry,
     ledger,
     set_faults,
+    undo_body,
+    without_seq,
 )
 
 
@@ -31,15 +37,16 @@ def test_apply_twice_with_one_key_applies_once(client: httpx.Client, service: Se
 
     assert first.status_code == 201, first.text
     assert second.status_code == 200, second.text
-    assert first.json() == second.json() == {"id": "key-1", "orderId": "order-1", "status": service.applied}
-    assert ledger(client)[service.name] == {"key-1": {"orderId": "order-1", "applied": 1, "compensated": 0}}
+    assert first.json() == second.json() == service.answer("key-1")
+    carried = {name: value for name, value in service.body.items() if name in RESULT_NAMES}
+    assert without_seq(ledger(client)[service.name]) == {"key-1": entry(service, "key-1", carried=carried)}
 
 
 def test_every_service_is_in_the_ledger_even_when_empty(client: httpx.Client) -> None:
     assert ledger(client) == empty()
     apply(client, SECOND, "p")
-    applied = {"orderId": "order-1", "applied": 1, "compensated": 0}
-    assert ledger(client) == {**empty(), SECOND.name: {"p": applied}}
+    assert without_seq(ledger(client)[SECOND.name]) == {"p": entry(SECOND, "p")}
+    assert ledger(client) == {**empty(), SECOND.name: ledger(client)[SECOND.name]}
 
 
 def test_keys_are_per_service(client: httpx.Client) -> None:
@@ -52,10 +59,10 @@ def test_keys_are_per_service(client: httpx.Client) -> None:
 def test_different_keys_are_different_effects(client: httpx.Client) -> None:
     assert apply(client, FIRST, "a").status_code == 201
     assert apply(client, FIRST, "b", orderId="order-2").status_code == 201
-    assert ledger(client)[FIRST.name] == {
-        "a": {"orderId": "order-1", "applied": 1, "compensated": 0},
-        "b": {"orderId": "order-2", "applied": 1, "compensated": 0},
-    }
+    entries = ledger(client)[FIRST.name]
+    assert without_seq(entries) == {"a": entry(FIRST, "a"), "b": entry(FIRST, "b", order_id="order-2")}
+    # Each change has its number, in the order the changes were made.
+    assert entries["a"]["appliedSeq"] < entries["b"]["appliedSeq"]
 
 
 def test_replay_answers_the_first_call_even_with_another_body(client: httpx.Client) -> None:
@@ -67,19 +74,24 @@ def test_replay_answers_the_first_call_even_with_another_body(client: httpx.Clie
     assert ledger(client)[SECOND.name]["key-1"]["orderId"] == "order-1"
 
 
-@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
+@pytest.mark.parametrize("service", UNDOABLE, ids=UNDOABLE_IDS)
 def test_compensation_counts_once(client: httpx.Client, service: Service) -> None:
     apply(client, service, "key-1")
 
-    first = compensate(client, service, "key-1")
+    first = compensate(client, service, "key-1", undo_body(service.resource, "key-1"))
     second = compensate(client, service, "key-1")
 
     assert first.status_code == second.status_code == 200
     assert first.json() == second.json() == {"id": "key-1", "status": service.compensated}
-    assert ledger(client)[service.name]["key-1"] == {"orderId": "order-1", "applied": 1, "compensated": 1}
+    recorded = ledger(client)[service.name]["key-1"]
+    assert (recorded["applied"], recorded["compensated"]) == (1, 1)
+    # What the undo's body carried under result names: the values the apply returned, if any.
+    assert recorded["undoCarried"] == {
+        name: value for name, value in undo_body(service.resource, "key-1").items() if name in RESULT_NAMES
+    }
 
 
-@pytest.mark.parametrize("service", RESOURCES, ids=RESOURCE_IDS)
+@pytest.mark.parametrize("service", UNDOABLE, ids=UNDOABLE_IDS)
 def test_compensating_an_unknown_key_creates_no_entry(client: httpx.Client, service: Service) -> None:
     for _ in range(2):
         response = compensate(client, service, "never-applied")
@@ -95,8 +107,8 @@ def test_apply_after_compensation_changes_nothing(client: httpx.Client) -> None:
     replay = apply(client, LAST, "key-1")
 
     assert replay.status_code == 200
-    assert replay.json() == {"id": "key-1", "orderId": "order-1", "status": LAST.applied}
-    assert ledger(client)[LAST.name]["key-1"] == {"orderId": "order-1", "applied": 1, "compensated": 1}
+    assert replay.json() == LAST.answer("key-1")
+    assert without_seq(ledger(client)[LAST.name]) == {"key-1": entry(LAST, "key-1", compensated=1)}
 
 
 def test_a_key_with_a_slash_can_be_compensated(client: httpx.Client) -> None:
@@ -129,4 +141,4 @@ def test_concurrent_calls_with_one_key_apply_once(
     statuses = asyncio.run(burst())
 
     assert sorted(statuses) == [200] * 19 + [201]
-    assert ledger(client)[FIRST.name] == {"hot": {"orderId": "order-1", "applied": 1, "compensated": 0}}
+    assert without_seq(ledger(client)[FIRST.name]) == {"hot": entry(FIRST, "hot")}

@@ -18,8 +18,21 @@ from tests.simulators.helpers import FIRST, LAST, SECOND, UNDECLARED
 
 # Three services of the declaration (one may play several roles when fewer are declared).
 ONE, TWO, THREE = FIRST.name, LAST.name, SECOND.name
-APPLIED = {"orderId": "o-1", "applied": 1, "compensated": 0}
-COMPENSATED = {"orderId": "o-1", "applied": 1, "compensated": 1}
+# Entries as ``change`` makes them, less their change numbers (see ``numbered``).
+APPLIED = {"orderId": "o-1", "applied": 1, "compensated": 0, "result": {}, "carried": {}, "undoCarried": None}
+COMPENSATED = {**APPLIED, "compensated": 1, "undoCarried": {}}
+# An entry as a ledger before results (format 2) wrote it.
+OLDER = {"orderId": "o-1", "applied": 1, "compensated": 0}
+
+
+def numbered(entry: dict[str, Any], applied: int, compensated: int | None = None) -> dict[str, Any]:
+    """``entry`` with the numbers of its apply and its undo."""
+    return {**entry, "appliedSeq": applied, "compensatedSeq": compensated}
+
+
+def plain(entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Entries by key without their change numbers."""
+    return {key: {k: v for k, v in e.items() if not k.endswith("Seq")} for key, e in entries.items()}
 
 
 def change(ledger: Ledger, *changes: tuple[str, ServiceName, str]) -> None:
@@ -65,9 +78,9 @@ def test_each_change_is_one_numbered_journal_line(ledger: Ledger, tmp_path: Path
     change(ledger, ("apply", ONE, "p"), ("apply", TWO, "s"), ("compensate", ONE, "p"))
 
     assert journal_lines(tmp_path) == [
-        {"seq": 1, "service": ONE, "key": "p", "entry": APPLIED},
-        {"seq": 2, "service": TWO, "key": "s", "entry": APPLIED},
-        {"seq": 3, "service": ONE, "key": "p", "entry": COMPENSATED},
+        {"seq": 1, "service": ONE, "key": "p", "entry": numbered(APPLIED, 1)},
+        {"seq": 2, "service": TWO, "key": "s", "entry": numbered(APPLIED, 2)},
+        {"seq": 3, "service": ONE, "key": "p", "entry": numbered(COMPENSATED, 1, 3)},
     ]
     # No snapshot until a compaction: the journal alone holds the changes.
     assert not (tmp_path / LEDGER_FILE_NAME).exists()
@@ -79,7 +92,7 @@ def test_a_start_replays_the_journal_and_compacts_it(ledger: Ledger, tmp_path: P
 
     restored = Ledger.load(tmp_path)
     try:
-        assert restored.snapshot()[ONE] == {"a": APPLIED, "b": COMPENSATED}
+        assert restored.snapshot()[ONE] == {"a": numbered(APPLIED, 2), "b": numbered(COMPENSATED, 1, 3)}
         # Keys in sorted order after a start, as the ledger file always gave them.
         assert list(restored.snapshot()[ONE]) == ["a", "b"]
         assert snapshot_file(tmp_path)["sequence"] == 3
@@ -89,7 +102,7 @@ def test_a_start_replays_the_journal_and_compacts_it(ledger: Ledger, tmp_path: P
         assert [line["seq"] for line in journal_lines(tmp_path)] == [4]
     finally:
         restored.close()
-    assert reload(tmp_path)[THREE]["i"] == APPLIED
+    assert reload(tmp_path)[THREE]["i"] == numbered(APPLIED, 4)
 
 
 def test_a_torn_last_line_is_ignored_and_removed(ledger: Ledger, tmp_path: Path) -> None:
@@ -97,7 +110,7 @@ def test_a_torn_last_line_is_ignored_and_removed(ledger: Ledger, tmp_path: Path)
     ledger.close()
     whole = (tmp_path / JOURNAL_FILE_NAME).read_bytes()
     # A crash part way through appending change 2: every prefix of its line short of the newline.
-    record = {"seq": 2, "service": ONE, "key": "q", "entry": APPLIED}
+    record = {"seq": 2, "service": ONE, "key": "q", "entry": numbered(APPLIED, 2)}
     line = json.dumps(record, separators=(",", ":")).encode()
     for cut in (1, len(line) // 2, len(line)):
         (tmp_path / JOURNAL_FILE_NAME).write_bytes(whole + line[:cut])
@@ -105,19 +118,19 @@ def test_a_torn_last_line_is_ignored_and_removed(ledger: Ledger, tmp_path: Path)
 
         restored = Ledger.load(tmp_path)
         try:
-            assert restored.snapshot()[ONE] == {"p": APPLIED}
+            assert restored.snapshot()[ONE] == {"p": numbered(APPLIED, 1)}
             assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
             # The next change is number 2 again, on a clean journal.
             change(restored, ("apply", ONE, "q"))
-            assert journal_lines(tmp_path) == [{"seq": 2, "service": ONE, "key": "q", "entry": APPLIED}]
+            assert journal_lines(tmp_path) == [record]
         finally:
             restored.close()
-        assert reload(tmp_path)[ONE] == {"p": APPLIED, "q": APPLIED}
+        assert reload(tmp_path)[ONE] == {"p": numbered(APPLIED, 1), "q": numbered(APPLIED, 2)}
 
 
-def line(seq: int, service: str = LAST.name, order: str = "o", compensated: int = 0) -> str:
+def line(seq: int, service: str = LAST.name, order: str = "o", compensated: int = 0, **fields: Any) -> str:
     """One journal line about key ``p``."""
-    entry = {"orderId": order, "applied": 1, "compensated": compensated}
+    entry = {"orderId": order, "applied": 1, "compensated": compensated, **fields}
     return json.dumps({"seq": seq, "service": service, "key": "p", "entry": entry})
 
 
@@ -130,8 +143,23 @@ def line(seq: int, service: str = LAST.name, order: str = "o", compensated: int 
         ([line(1, service=UNDECLARED)], "line 1"),
         ([line(1, compensated=1)], "no apply"),
         ([line(1), line(2, order="other", compensated=1)], "no apply"),
+        ([line(1, result={"a": 1}), line(2, compensated=1, result={"a": 2})], "no apply"),
+        ([line(1, appliedSeq=7)], "no apply"),
+        ([line(1, undoCarried={})], "no apply"),
+        ([line(1), line(2, compensated=1, compensatedSeq=9)], "no apply"),
     ],
-    ids=["garbage-line", "empty-line", "gap", "unknown-service", "compensated-unapplied", "order-changed"],
+    ids=[
+        "garbage-line",
+        "empty-line",
+        "gap",
+        "unknown-service",
+        "compensated-unapplied",
+        "order-changed",
+        "result-changed",
+        "apply-misnumbered",
+        "undo-recorded-unundone",
+        "undo-misnumbered",
+    ],
 )
 def test_a_damaged_journal_stops_the_start_and_is_left_alone(
     tmp_path: Path, lines: list[str], message: str
@@ -148,15 +176,75 @@ def test_a_damaged_journal_stops_the_start_and_is_left_alone(
 
 
 def test_a_first_format_ledger_file_is_read_and_carried_over(tmp_path: Path) -> None:
-    first_format = {"version": 1, "services": {ONE: {"p": APPLIED}}}
+    first_format = {"version": 1, "services": {ONE: {"p": OLDER}}}
     (tmp_path / LEDGER_FILE_NAME).write_text(json.dumps(first_format))
     ledger = Ledger.load(tmp_path)
     try:
         change(ledger, ("compensate", ONE, "p"))
     finally:
         ledger.close()
-    assert reload(tmp_path)[ONE] == {"p": COMPENSATED}
-    assert snapshot_file(tmp_path)["version"] == 2
+    # What was not recorded then stays unknown (null); the undo is recorded as today's are.
+    older = {**OLDER, "result": None, "carried": None, "appliedSeq": None}
+    assert reload(tmp_path)[ONE] == {"p": {**older, "compensated": 1, "undoCarried": {}, "compensatedSeq": 1}}
+    assert snapshot_file(tmp_path)["version"] == 3
+
+
+def test_a_second_format_snapshot_and_journal_are_read_and_carried_over(tmp_path: Path) -> None:
+    """A snapshot and a journal written before results: their entries read with the new fields null, and
+    later changes are recorded in full."""
+    second_format = {"version": 2, "sequence": 1, "services": {ONE: {"p": OLDER}}}
+    (tmp_path / LEDGER_FILE_NAME).write_text(json.dumps(second_format))
+    lines = [
+        {"seq": 2, "service": ONE, "key": "q", "entry": OLDER},
+        {"seq": 3, "service": ONE, "key": "p", "entry": {**OLDER, "compensated": 1}},
+    ]
+    (tmp_path / JOURNAL_FILE_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    ledger = Ledger.load(tmp_path)
+    try:
+        change(ledger, ("compensate", ONE, "q"), ("apply", ONE, "r"))
+    finally:
+        ledger.close()
+
+    unknown = {
+        "result": None,
+        "carried": None,
+        "undoCarried": None,
+        "appliedSeq": None,
+        "compensatedSeq": None,
+    }
+    assert reload(tmp_path)[ONE] == {
+        "p": {**OLDER, **unknown, "compensated": 1},
+        "q": {**OLDER, **unknown, "compensated": 1, "undoCarried": {}, "compensatedSeq": 4},
+        "r": numbered(APPLIED, 5),
+    }
+    assert (snapshot_file(tmp_path)["version"], snapshot_file(tmp_path)["sequence"]) == (3, 5)
+
+
+def test_what_a_change_records_is_kept_across_a_restart(ledger: Ledger, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        applied = await ledger.apply(ONE, "p", "o-1", result={"thingId": "t-1"}, carried={"chargeId": "c"})
+        assert applied.changed
+        # A replay changes nothing, whatever it carries: the first apply's record stands.
+        again = await ledger.apply(ONE, "p", "o-1", result={"thingId": "t-2"}, carried={"chargeId": "d"})
+        assert not again.changed and again.entry == applied.entry
+        assert (await ledger.compensate(ONE, "p", carried={"thingId": "t-1"})).changed
+        assert not (await ledger.compensate(ONE, "p", carried={"thingId": "other"})).changed
+
+    asyncio.run(scenario())
+    ledger.close()
+
+    expected = {
+        "orderId": "o-1",
+        "applied": 1,
+        "compensated": 1,
+        "result": {"thingId": "t-1"},
+        "carried": {"chargeId": "c"},
+        "undoCarried": {"thingId": "t-1"},
+        "appliedSeq": 1,
+        "compensatedSeq": 2,
+    }
+    assert reload(tmp_path)[ONE] == {"p": expected}
 
 
 def test_the_running_ledger_compacts_once_the_journal_is_as_large_as_the_snapshot(tmp_path: Path) -> None:
@@ -226,7 +314,7 @@ def test_a_crash_between_compaction_steps_loses_nothing(tmp_path: Path, done: in
         assert journal_lines(tmp_path)[0]["seq"] == 6
     finally:
         restored.close()
-    assert reload(tmp_path) == {**expected, TWO: {**expected[TWO], "after": APPLIED}}
+    assert reload(tmp_path) == {**expected, TWO: {**expected[TWO], "after": numbered(APPLIED, 6)}}
 
 
 def test_a_failed_append_changes_nothing_and_leaves_no_fragment(ledger: Ledger, tmp_path: Path) -> None:
@@ -249,7 +337,7 @@ def test_a_failed_append_changes_nothing_and_leaves_no_fragment(ledger: Ledger, 
     change(ledger, ("apply", ONE, "q"))
     assert [line["seq"] for line in journal_lines(tmp_path)] == [1, 2]
     ledger.close()
-    assert reload(tmp_path)[ONE] == {"p": APPLIED, "q": APPLIED}
+    assert plain(reload(tmp_path)[ONE]) == {"p": APPLIED, "q": APPLIED}
 
 
 def test_a_failed_compaction_fails_no_change_and_is_tried_again_later(
@@ -261,7 +349,7 @@ def test_a_failed_compaction_fails_no_change_and_is_tried_again_later(
         (tmp_path / LEDGER_FILE_NAME).mkdir()
         change(ledger, ("apply", ONE, "k0"), ("apply", ONE, "k1"))
         assert "cannot compact the ledger" in caplog.text
-        assert ledger.snapshot()[ONE] == {"k0": APPLIED, "k1": APPLIED}
+        assert plain(ledger.snapshot()[ONE]) == {"k0": APPLIED, "k1": APPLIED}
         assert len(journal_lines(tmp_path)) == 2
         assert not [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
         (tmp_path / LEDGER_FILE_NAME).rmdir()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 from azure.data.tables import TableClient, TableServiceClient
@@ -17,8 +18,8 @@ from starlette.applications import Starlette
 from devhost import azurite
 from simulators.app import create_app
 from simulators.hosted import hosted_app
-from simulators.table_ledger import TableLedger, ledger_table_name
-from tests.simulators.helpers import FIRST, LAST, SECOND, empty
+from simulators.table_ledger import TableLedger, ledger_table_name, row_key
+from tests.simulators.helpers import FIRST, LAST, SECOND, empty, entry, without_seq
 from tests.support import free_port
 
 
@@ -57,11 +58,10 @@ def test_an_apply_retried_on_the_other_instance_is_applied_once(
 
     assert applied.status_code == 201, applied.text
     assert retried.status_code == 200, "the second instance saw the first one's effect: a replay"
-    assert retried.json() == {"id": "o-1:step", "orderId": "o-1", "status": SECOND.applied}
-    assert ledger == {
-        **empty(),
-        SECOND.name: {"o-1:step": {"orderId": "o-1", "applied": 1, "compensated": 0}},
-    }
+    # The values the first instance answered, read back from the table.
+    assert retried.json() == applied.json() == SECOND.answer("o-1:step", "o-1")
+    assert ledger == {**empty(), SECOND.name: ledger[SECOND.name]}
+    assert without_seq(ledger[SECOND.name]) == {"o-1:step": entry(SECOND, "o-1:step", order_id="o-1")}
     rows = list(TableClient.from_connection_string(azurite_connection_string, table).list_entities())
     assert len(rows) == 1
 
@@ -107,7 +107,11 @@ def test_a_compensation_is_visible_from_the_other_instance(
     applied, undone, again, ledger = asyncio.run(scenario())
 
     assert (applied, undone, again) == (201, SECOND.compensated, SECOND.compensated)
-    assert ledger[SECOND.name] == {"o-2:step": {"orderId": "o-2", "applied": 1, "compensated": 1}}
+    (recorded,) = ledger[SECOND.name].values()
+    assert without_seq({"o-2:step": recorded}) == {
+        "o-2:step": entry(SECOND, "o-2:step", order_id="o-2", compensated=1)
+    }
+    assert recorded["compensatedSeq"] >= recorded["appliedSeq"]
 
 
 def test_concurrent_compensations_change_an_entry_once(
@@ -140,12 +144,47 @@ def test_keys_a_row_key_may_not_hold_are_kept_as_sent(
     ledger = table_ledger(azurite_connection_string, new_table())
     key = "o/3#x?y\\z\t" + "k" * 150
 
-    async def scenario() -> tuple[bool, bool, dict[str, object]]:
-        applied = await ledger.apply(LAST.name, key, "o-3")
-        compensated = await ledger.compensate(LAST.name, key)
+    async def scenario() -> tuple[bool, bool, dict[str, dict[str, Any]]]:
+        applied = await ledger.apply(LAST.name, key, "o-3", result={"a": "x"}, carried={"b": None})
+        compensated = await ledger.compensate(LAST.name, key, carried={"a": "x"})
         return applied.changed, compensated.changed, (await ledger.entries())[LAST.name]
 
-    assert asyncio.run(scenario()) == (True, True, {key: {"orderId": "o-3", "applied": 1, "compensated": 1}})
+    applied, compensated, entries = asyncio.run(scenario())
+    assert (applied, compensated) == (True, True)
+    assert without_seq(entries) == {
+        key: {
+            "orderId": "o-3",
+            "applied": 1,
+            "compensated": 1,
+            "result": {"a": "x"},
+            "carried": {"b": None},
+            "undoCarried": {"a": "x"},
+        }
+    }
+    # Ordered by the time each change was made, in microseconds.
+    assert 0 < entries[key]["appliedSeq"] <= entries[key]["compensatedSeq"]
+
+
+def test_an_entity_written_before_results_reads_with_them_unknown(
+    azurite_connection_string: str, new_table: Callable[[], str]
+) -> None:
+    table = new_table()
+    ledger = table_ledger(azurite_connection_string, table)
+    asyncio.run(ledger.entries())  # creates the table
+    older = {"PartitionKey": LAST.name, "RowKey": row_key("o-6:step"), "Key": "o-6:step", "OrderId": "o-6"}
+    TableClient.from_connection_string(azurite_connection_string, table).create_entity(
+        {**older, "Applied": 1, "Compensated": 0}
+    )
+
+    async def scenario() -> tuple[bool, dict[str, dict[str, Any]]]:
+        undone = await ledger.compensate(LAST.name, "o-6:step", carried={})
+        return undone.changed, (await ledger.entries())[LAST.name]
+
+    changed, entries = asyncio.run(scenario())
+    assert changed
+    recorded = entries["o-6:step"]
+    assert (recorded["result"], recorded["carried"], recorded["appliedSeq"]) == (None, None, None)
+    assert (recorded["compensated"], recorded["undoCarried"]) == (1, {})
 
 
 def test_two_hosted_apps_share_the_ledger_table_next_to_the_state_table(

@@ -115,18 +115,29 @@ def test_ledger_applies_and_compensates_once_and_persists(tmp_path: Path) -> Non
     ledger = asyncio.run(scenario())
     ledger.close()
 
-    expected = {**empty(), FIRST.name: {"k": {"orderId": "o-1", "applied": 1, "compensated": 1}}}
+    compensated = {
+        "orderId": "o-1",
+        "applied": 1,
+        "compensated": 1,
+        "result": {},
+        "carried": {},
+        "undoCarried": {},
+        "appliedSeq": 1,
+        "compensatedSeq": 2,
+    }
+    expected = {**empty(), FIRST.name: {"k": compensated}}
     assert ledger.snapshot() == expected
     reloaded = Ledger.load(tmp_path)
     reloaded.close()
     assert reloaded.snapshot() == expected
     # The start compacted the two changes into the snapshot.
     snapshot = json.loads((tmp_path / LEDGER_FILE_NAME).read_text())
-    assert (snapshot["version"], snapshot["sequence"]) == (2, 2)
+    assert (snapshot["version"], snapshot["sequence"]) == (3, 2)
     assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
 
 
 BAD_ENTRY = {"orderId": "o", "applied": 2, "compensated": 0}
+GOOD_ENTRY = {"orderId": "o", "applied": 1, "compensated": 0}
 
 
 @pytest.mark.parametrize(
@@ -134,10 +145,12 @@ BAD_ENTRY = {"orderId": "o", "applied": 2, "compensated": 0}
     [
         "",
         "[]",
-        '{"version": 3, "services": {}}',
+        '{"version": 4, "services": {}}',
         json.dumps({"version": 1, "services": {UNDECLARED: {}}}),
         json.dumps({"version": 1, "services": {LAST.name: {"k": BAD_ENTRY}}}),
         '{"version": 2, "sequence": -1, "services": {}}',
+        json.dumps({"version": 3, "services": {LAST.name: {"k": {**GOOD_ENTRY, "result": []}}}}),
+        json.dumps({"version": 3, "services": {LAST.name: {"k": {**GOOD_ENTRY, "appliedSeq": 0}}}}),
     ],
 )
 def test_a_ledger_file_that_cannot_be_read_is_an_error(tmp_path: Path, content: str) -> None:
@@ -155,4 +168,11 @@ def test_a_ledger_file_with_some_services_fills_in_the_others(tmp_path: Path) ->
     )
     ledger = Ledger.load(tmp_path)
     ledger.close()
-    assert ledger.snapshot() == {**empty(), LAST.name: {"k": entry}}
+    unknown = {
+        "result": None,
+        "carried": None,
+        "undoCarried": None,
+        "appliedSeq": None,
+        "compensatedSeq": None,
+    }
+    assert ledger.snapshot() == {**empty(), LAST.name: {"k": {**entry, **unknown}}}

@@ -9,12 +9,16 @@ import httpx
 import pytest
 
 from tests.simulators.helpers import (
+    FINAL,
     FIRST,
     LAST,
     NO_CALLS,
     RESOURCE_IDS,
     RESOURCES,
+    UNDO_ACTIONS,
+    UNDOABLE,
     Service,
+    apply,
     assert_error,
     ledger,
     other_undo_paths,
@@ -45,6 +49,26 @@ def test_compensation_key_longer_than_200_is_refused(shared_client: httpx.Client
 
 def test_empty_compensation_key_is_refused(shared_client: httpx.Client) -> None:
     assert_error(shared_client.post(FIRST.compensation_path("")), 400, "InvalidIdempotencyKey")
+
+
+BAD_UNDO_BODIES = [b"{", b"[]", b'"x"', b"{}", b'{"orderId": ""}', b'{"orderId": 7}']
+
+
+def test_an_undo_body_that_names_no_order_is_refused_and_undoes_nothing(client: httpx.Client) -> None:
+    """An undo may come without a body (as older callers sent it) but a body it carries is validated:
+    with the resource's undo body model if it declares one, else it must name the order."""
+    for service in UNDOABLE:
+        key = f"key-{service.collection}"  # keys are per service, and a service may have several
+        assert apply(client, service, key).status_code == 201
+        calls = stats(client)[service.name]["calls"]
+        for content in BAD_UNDO_BODIES:
+            response = client.post(service.compensation_path(key), content=content)
+            assert_error(response, 400, "InvalidBody")
+        assert ledger(client)[service.name][key]["compensated"] == 0, service
+        assert stats(client)[service.name]["calls"] == calls, "refused before it counts as a call"
+        # Without a body it is undone.
+        assert client.post(service.compensation_path(key)).status_code == 200
+        assert ledger(client)[service.name][key]["compensated"] == 1, service
 
 
 @pytest.mark.parametrize("content", [b"", b"{", b"orderId=o"])
@@ -81,8 +105,10 @@ def test_body_too_large_is_refused(shared_client: httpx.Client) -> None:
     [
         ("GET", "/nowhere"),
         ("POST", f"/{FIRST.name}"),
-        # An undo action is served only under its own resource's collection.
+        # An undo action is served only under its own resource's collection, and a resource that cannot
+        # be undone has no undo route at all.
         *[("POST", path) for path in other_undo_paths()],
+        *[("POST", f"{service.collection}/key-1/{undo}") for service in FINAL for undo in UNDO_ACTIONS],
     ],
 )
 def test_unknown_route_is_a_json_404(shared_client: httpx.Client, method: str, path: str) -> None:

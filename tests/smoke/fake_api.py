@@ -21,11 +21,12 @@ class Canned:
 
 @dataclass
 class FakeApi:
-    """The routes ``(method, path prefix) -> answer`` and every request received."""
+    """The routes ``(method, path prefix) -> answer``, every request received and every body posted."""
 
     routes: dict[tuple[str, str], Canned]
     url: str = ""
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    bodies: list[tuple[str, bytes]] = field(default_factory=list)
 
     def answer(self, method: str, path: str) -> Canned:
         for (route_method, prefix), canned in self.routes.items():
@@ -42,7 +43,9 @@ def serve(routes: dict[tuple[str, str], Canned]) -> Iterator[FakeApi]:
     class Handler(BaseHTTPRequestHandler):
         def _reply(self) -> None:
             length = int(self.headers.get("content-length") or 0)
-            self.rfile.read(length)
+            content = self.rfile.read(length)
+            if self.command == "POST":
+                api.bodies.append((self.path, content))
             api.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
             canned = api.answer(self.command, self.path)
             body = canned.body if isinstance(canned.body, bytes) else json.dumps(canned.body).encode()

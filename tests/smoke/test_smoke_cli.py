@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from orders.catalog import CATALOG
 from smoke.cli import EXIT_API_ERROR, EXIT_USAGE, KEY_VARIABLE
 from tests.smoke.fake_api import Canned, serve
 from tests.smoke.helpers import run_smoke
@@ -78,3 +81,19 @@ def test_the_key_is_sent_as_the_functions_key_header_and_never_printed() -> None
         assert (
             "flag-key" not in result.stdout + result.stderr and "env-key" not in result.stdout + result.stderr
         )
+
+
+def test_each_order_is_the_default_workflows_first_example() -> None:
+    """The body fits whatever input the default workflow declares: its first example, naming no workflow."""
+    workflow = CATALOG.current(CATALOG.default)
+    assert workflow is not None
+    accepted = {"orderId": "x", "processState": "Pending", "statusUrl": "u"}
+    with serve({**HEALTHY, ("POST", "/api/orders"): Canned(202, accepted)}) as api:
+        result = run_smoke("--url", api.url, "--orders", "2", *FAST)
+        bodies = [json.loads(content) for path, content in api.bodies if path == "/api/orders"]
+    # The canned answer names another order: the run stops at the first submission, having sent its body.
+    assert result.returncode == EXIT_API_ERROR, result.stderr
+    assert len(bodies) == 1
+    (body,) = bodies
+    assert body.pop("orderId").startswith("smoke-")
+    assert body == workflow.examples()[0]

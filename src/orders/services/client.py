@@ -22,7 +22,7 @@ from engine.agent import Action
 from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 
-from .declaration import Resource, ServiceDefinition
+from .declaration import Document, Resource, ServiceBody, ServiceDefinition
 
 _TRANSIENT_STATUS = {408, 429}
 SIMULATORS_KEY_HEADER = "x-simulators-key"
@@ -92,21 +92,25 @@ class RemoteServices:
         path = apply_path(service, resource)
 
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
-            order = dict(request.payload.get("input") or {})
-            try:
-                body = resource.body.from_order(request.order_id, order).wire()
-            except (ValidationError, KeyError, TypeError) as exc:
-                # The order cannot make this call's body (e.g. a total too large for JSON): no retry can
-                # help, and the service is not at fault, so its breaker is not charged.
-                raise PermanentError(f"{service.name}: the request cannot be encoded: {exc}") from exc
-            return await self._call(service.name, path, request, timeout, body)
+            body = _body(service, resource.body, request)
+            answer = await self._call(service.name, path, request, timeout, body)
+            return _declared_result(service, resource, answer)
 
         return run
 
     def _undo(self, service: ServiceDefinition, resource: Resource) -> Action:
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             path = undo_path(service, resource, request.idempotency_key)
-            return await self._call(service.name, path, request, timeout, {"orderId": request.order_id})
+            if resource.undo_body is not None:
+                body = _body(service, resource.undo_body, request)
+            else:
+                # The undo names what it undoes when the apply's answer came back (a lost answer leaves
+                # only the key, which identifies the effect as well).
+                results = document(request).results
+                body = {"orderId": request.order_id}
+                body |= {n: results[n] for n in resource.result_names if results.get(n) is not None}
+            await self._call(service.name, path, request, timeout, body)
+            return {}
 
         return run
 
@@ -117,9 +121,44 @@ class RemoteServices:
                 action: (self._undo if undoes else self._apply)(service, resource)
                 for resource in service.resources
                 for action, undoes in ((resource.apply, False), (resource.undo, True))
+                if action
             }
             for name, service in self.services.items()
         }
+
+
+def document(request: AgentRequest) -> Document:
+    """The document a body is built from: the order's input and the results so far, as the Scheduler
+    sent them with the request."""
+    payload = request.payload
+    return Document(
+        order_id=request.order_id,
+        input=dict(payload.get("input") or {}),
+        results=dict(payload.get("results") or {}),
+    )
+
+
+def _body(service: ServiceDefinition, model: type[ServiceBody], request: AgentRequest) -> dict[str, Any]:
+    try:
+        return model.build(document(request)).wire()
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        # The order cannot make this call's body (e.g. a total too large for JSON, a result it needs
+        # missing): no retry can help, and the service is not at fault, so its breaker is not charged.
+        raise PermanentError(f"{service.name}: the request cannot be encoded: {exc}") from exc
+
+
+def _declared_result(
+    service: ServiceDefinition, resource: Resource, answer: dict[str, Any]
+) -> dict[str, Any]:
+    """The declared result values of an apply call's answer: what is passed on, nothing else."""
+    if resource.result is None:
+        return {}
+    try:
+        return resource.result.model_validate(answer).model_dump(by_alias=True, mode="json")
+    except ValidationError as exc:
+        # The effect is made but its answer lacks what later steps need: the same key replays the same
+        # answer, so a retry cannot help; the step fails and the order is undone.
+        raise PermanentError(f"{service.name}: the answer lacks its declared result: {exc}") from exc
 
 
 def _reason(response: httpx.Response) -> str:

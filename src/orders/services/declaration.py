@@ -1,21 +1,25 @@
 """What a remote service is, as data: its name, its resources and, for each, the calls that apply and undo
 an effect, the body those calls carry and how its simulator answers.
 
-One declaration serves both sides: the Agent's client builds each call's body from the order with the
-resource's body model, and the simulator validates what it receives with the same model. Everything else
-about a service (its agent function and queue, its URL setting, its Bicep, its simulator's routes) is
-derived from the declaration; see :mod:`orders.catalog`.
+One declaration serves both sides: the Agent's client builds each call's body from the order's document
+(its input and the results of the steps before) with the resource's body model, and the simulator
+validates what it receives with the same model and answers with the resource's declared result values.
+Everything else about a service (its agent function and queue, its URL setting, its Bicep, its
+simulator's routes) is derived from the declaration; see :mod:`orders.catalog`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from engine.workflow import WorkflowCatalog
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 NAME = r"^[a-z][a-z0-9-]{0,40}$"
@@ -28,19 +32,58 @@ class _Wire(BaseModel):
     model_config = ConfigDict(strict=True, alias_generator=to_camel, validate_by_name=False, extra="ignore")
 
 
+@dataclass(frozen=True)
+class Document:
+    """What a body builder receives: the order's id, its input as the workflow's input model stored it
+    (camelCase, defaults filled in), and the values the steps before returned, by name (for an undo, the
+    step's own values too). The same document, as ``{"input": ..., "results": ...}``, is what a step's
+    condition reads."""
+
+    order_id: str
+    input: Mapping[str, Any]
+    results: Mapping[str, Any]
+
+    def result(self, name: str) -> Any:
+        """A value an earlier step returned, or None (its step was left out, or its answer never came)."""
+        return self.results.get(name)
+
+
 class ServiceBody(_Wire):
-    """An apply call's body. Subclasses say how they are built from an order with :meth:`from_order`."""
+    """A call's body. Subclasses say how they are built from the order's document with :meth:`build`, and
+    name the results they read: ``needs`` (an earlier step that always runs must return each) and
+    ``may_use`` (an earlier step may return it; the body copes when it is absent). The catalog refuses at
+    import a body that reads a result no earlier step returns."""
+
+    needs: ClassVar[tuple[str, ...]] = ()
+    may_use: ClassVar[tuple[str, ...]] = ()
 
     order_id: NonEmpty
 
     @classmethod
-    def from_order(cls, order_id: str, order: dict[str, Any]) -> Self:
-        """The body for ``order`` (the order's input as stored)."""
-        raise NotImplementedError
+    def build(cls, document: Document) -> Self:
+        """The body for the order: by default its id alone."""
+        return cls.model_validate({"orderId": document.order_id})
 
     def wire(self) -> dict[str, Any]:
         """The JSON body, camelCase."""
         return self.model_dump(by_alias=True, mode="json")
+
+
+class ServiceResult(_Wire):
+    """The values a service returns when it applies an effect, which later steps may use. Subclasses
+    declare them as fields (camelCase on the wire), e.g. ``charge_id: str`` for ``chargeId``."""
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The names the values are passed on by (their wire names)."""
+        return [field.alias or name for name, field in cls.model_fields.items()]
+
+    @classmethod
+    def simulated(cls, key: str) -> Self:
+        """The values a simulator returns for the effect applied under ``key``: the same on every replay of
+        the key, different for every key. Text fields only; override for other types."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        return cls.model_validate({name: f"{name}-{digest}" for name in cls.names()})
 
 
 class Item(_Wire):
@@ -56,9 +99,10 @@ class ItemsBody(ServiceBody):
     items: Annotated[list[Item], Field(min_length=1)]
 
     @classmethod
-    def from_order(cls, order_id: str, order: dict[str, Any]) -> Self:
-        items = [{"sku": i["sku"], "quantity": i["quantity"]} for i in order.get("items", [])]
-        return cls.model_validate({"orderId": order_id, "items": items})
+    def build(cls, document: Document) -> Self:
+        # Read strictly: an input without items fails the step (and undoes the order), it is not sent empty.
+        items = [{"sku": i["sku"], "quantity": i["quantity"]} for i in document.input["items"]]
+        return cls.model_validate({"orderId": document.order_id, "items": items})
 
 
 class AmountBody(ServiceBody):
@@ -68,36 +112,63 @@ class AmountBody(ServiceBody):
     currency: NonEmpty
 
     @classmethod
-    def from_order(cls, order_id: str, order: dict[str, Any]) -> Self:
-        total = round(sum(i["quantity"] * i["unitPrice"] for i in order.get("items", [])), 2)
-        return cls.model_validate({"orderId": order_id, "amount": total, "currency": order.get("currency")})
+    def build(cls, document: Document) -> Self:
+        items = document.input["items"]  # strictly: an input without items must not charge 0
+        total = round(sum(i["quantity"] * i["unitPrice"] for i in items), 2)
+        currency = document.input["currency"]
+        return cls.model_validate({"orderId": document.order_id, "amount": total, "currency": currency})
 
 
 class Resource(BaseModel):
-    """One kind of effect a service keeps: an apply call that makes it and a call that undoes it.
+    """One kind of effect a service keeps: an apply call that makes it and, unless it cannot be undone, a
+    call that undoes it.
 
     ``POST <base>/<service>/<collection>`` with the step's ``Idempotency-Key`` and the body applies it;
     ``POST <base>/<service>/<collection>/<key>/<undo>`` undoes it. ``apply`` and ``undo`` are the action
-    names a workflow's steps use.
+    names a workflow's steps use. An effect without ``undo`` (an e-mail sent) is never undone: a later
+    failure or a cancel undoes the steps before it, and a cancel that comes while it runs waits for it.
+
+    ``result`` declares the values an apply call's answer carries (a charge id, a tracking number): the
+    agent passes exactly these on, and a later step's body, or this one's undo, may read them. The undo
+    call's body is ``undo_body`` if declared, else the order's id and this resource's own result values.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # Unknown fields are kept, and refused by the service that holds the resource, naming itself.
+    model_config = ConfigDict(frozen=True, extra="allow")
 
     collection: str = Field(pattern=NAME)
     apply: str = Field(pattern=NAME)
-    undo: str = Field(pattern=NAME)
+    undo: str | None = Field(default=None, pattern=NAME)
     body: type[ServiceBody]
+    undo_body: type[ServiceBody] | None = None
+    result: type[ServiceResult] | None = None
     # How the simulator answers: the status an applied and an undone effect reports, and the reason a
     # permanent fault gives.
     applied: str
-    undone: str
+    undone: str | None = None
     rejection: str
+
+    @model_validator(mode="after")
+    def _undo_complete(self) -> Resource:
+        if (self.undo is None) != (self.undone is None):
+            raise ValueError(
+                f"resource {self.collection}: give both undo and undone (an effect that can be undone), "
+                "or neither (one that cannot)"
+            )
+        if self.undo is None and self.undo_body is not None:
+            raise ValueError(f"resource {self.collection}: undo_body without an undo")
+        return self
+
+    @property
+    def result_names(self) -> list[str]:
+        """The values an apply call's answer carries."""
+        return self.result.names() if self.result is not None else []
 
 
 class ServiceDefinition(BaseModel):
     """A remote service: its name (which names its agent, queue and URL setting) and its resources."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=NAME)
     description: str = Field(min_length=1, description="what its agent does, in a few words")
@@ -105,9 +176,32 @@ class ServiceDefinition(BaseModel):
 
     URL_SETTING_SUFFIX: ClassVar[str] = "_SERVICE_URL"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"service {data.get('name')!r}: unknown field {', '.join(unknown)} "
+                    f"(a service declares: {', '.join(cls.model_fields)})"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _known_resource_fields(self) -> ServiceDefinition:
+        for resource in self.resources:
+            unknown = sorted(resource.model_extra or {})
+            if unknown:
+                raise ValueError(
+                    f"service {self.name}, resource {resource.collection}: unknown field "
+                    f"{', '.join(unknown)} (a resource declares: {', '.join(Resource.model_fields)})"
+                )
+        return self
+
     @model_validator(mode="after")
     def _unique(self) -> ServiceDefinition:
-        actions = [a for r in self.resources for a in (r.apply, r.undo)]
+        actions = [a for r in self.resources for a in (r.apply, r.undo) if a]
         if len(set(actions)) != len(actions):
             raise ValueError(f"service {self.name}: action names must be unique")
         collections = [r.collection for r in self.resources]
@@ -128,46 +222,152 @@ class ServiceDefinition(BaseModel):
     @property
     def actions(self) -> list[str]:
         """Every action name, apply and undo."""
-        return [a for r in self.resources for a in (r.apply, r.undo)]
+        return [a for r in self.resources for a in (r.apply, r.undo) if a]
 
     def resource(self, action: str) -> tuple[Resource, bool]:
         """The resource an action belongs to, and whether it undoes (True) or applies (False)."""
         for resource in self.resources:
-            if action in (resource.apply, resource.undo):
+            if action == resource.apply or (resource.undo and action == resource.undo):
                 return resource, action == resource.undo
         raise KeyError(f"service {self.name} has no action {action!r}")
 
 
 def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) -> None:
-    """Raise ValueError, saying what to add where, if a step names a service or action not declared."""
+    """Raise ValueError, saying what to add where, if the workflows and the services disagree: a step on
+    a service or action not declared, a compensation its resource does not have (or a missing one), a
+    workflow without an input model or with an example it refuses, a body or a condition that reads a
+    result no earlier step returns, a result name two steps of one workflow return."""
     by_name = {s.name: s for s in services}
     if len(by_name) != len(services):
         raise ValueError("each service must be declared once in SERVICES (src/orders/catalog.py)")
     for workflow in catalog.workflows:
+        _check_input(workflow)
+        returned: dict[str, tuple[str, bool]] = {}  # result name -> (step, whether that step always runs)
+        producers = {  # every result name any step returns, to say where a misplaced reader should go
+            name: step.name
+            for step in workflow.steps
+            if step.agent in by_name and step.action in by_name[step.agent].actions
+            for name in by_name[step.agent].resource(step.action)[0].result_names
+        }
         for step in workflow.steps:
             where = f"step {step.name} of workflow {workflow.name} version {workflow.version}"
-            service = by_name.get(step.agent)
-            if service is None:
-                raise ValueError(
-                    f"{where} runs on service {step.agent!r}, which is not declared: add its module under "
-                    "src/orders/services/ and list its SERVICE in SERVICES in src/orders/catalog.py"
-                )
-            try:
-                resource, undoes = service.resource(step.action)
-            except KeyError:
-                raise ValueError(
-                    f"{where} applies {step.action!r}, which service {service.name} does not declare: add a "
-                    f"Resource with apply={step.action!r} to src/orders/services/{service.name}.py"
-                ) from None
-            if undoes:
-                raise ValueError(
-                    f"{where} applies {step.action!r}, which is an undo action of {service.name}"
-                )
-            if step.compensation not in (None, resource.undo):
-                raise ValueError(
-                    f"{where} is undone by {step.compensation!r}, but {service.name} undoes "
-                    f"{step.action!r} with {resource.undo!r}"
-                )
+            resource = _resource(by_name, step, where)
+            _check_compensation(resource, step, where, by_name[step.agent].name)
+            for path in step.when.fields() if step.when is not None else ():
+                if path.startswith("results."):
+                    name = path.split(".")[1].removesuffix("[]")
+                    _check_reads(where, "its condition", name, returned, producers, required=False)
+            _check_body(where, resource.body, returned, producers)
+            own = {name: (step.name, step.when is None) for name in resource.result_names}
+            if resource.undo_body is not None:
+                _check_body(where + " (its undo)", resource.undo_body, {**returned, **own}, producers)
+            for name in resource.result_names:
+                if name in returned:
+                    raise ValueError(
+                        f"{where} returns {name!r}, which step {returned[name][0]} returns too: rename one "
+                        "of the fields in their services' result models"
+                    )
+            returned.update(own)
     unused = set(by_name) - set(catalog.agents)
     if unused:
         raise ValueError(f"services {', '.join(sorted(unused))} are declared but no workflow uses them")
+
+
+def _check_input(workflow: WorkflowDefinition) -> None:
+    named = f"workflow {workflow.name} version {workflow.version}"
+    if workflow.input is None:
+        raise ValueError(f"{named} declares no input: give it input=<a pydantic model of its POST body>")
+    taken = {f.alias or n for n, f in workflow.input.model_fields.items()} & {"orderId", "workflow"}
+    if taken:
+        raise ValueError(
+            f"{named}: its input model {workflow.input.__name__} declares {', '.join(sorted(taken))}, which "
+            "the submission's envelope takes: rename the field"
+        )
+    examples = workflow.examples()
+    if not examples:
+        raise ValueError(
+            f"{named}: its input model {workflow.input.__name__} has no example: add "
+            "json_schema_extra={'examples': [...]} to its model_config"
+        )
+    for example in examples:
+        try:
+            workflow.input.model_validate(example)
+        except ValidationError as exc:
+            raise ValueError(f"{named}: an example of {workflow.input.__name__} is refused: {exc}") from None
+
+
+def _resource(by_name: dict[str, ServiceDefinition], step: StepDefinition, where: str) -> Resource:
+    service = by_name.get(step.agent)
+    if service is None:
+        raise ValueError(
+            f"{where} runs on service {step.agent!r}, which is not declared: add its module under "
+            "src/orders/services/ and list its SERVICE in SERVICES in src/orders/catalog.py"
+        )
+    try:
+        resource, undoes = service.resource(step.action)
+    except KeyError:
+        raise ValueError(
+            f"{where} applies {step.action!r}, which service {service.name} does not declare: add a "
+            f"Resource with apply={step.action!r} to src/orders/services/{service.name}.py"
+        ) from None
+    if undoes:
+        raise ValueError(f"{where} applies {step.action!r}, which is an undo action of {service.name}")
+    return resource
+
+
+def _check_compensation(resource: Resource, step: StepDefinition, where: str, service: str) -> None:
+    if step.compensation == resource.undo:
+        return
+    if step.compensation is None:
+        raise ValueError(
+            f"{where} has no compensation, but {service} undoes {step.action!r} with {resource.undo!r}: "
+            f"set compensation={resource.undo!r}"
+        )
+    if resource.undo is None:
+        raise ValueError(
+            f"{where} is undone by {step.compensation!r}, but {service}'s {resource.collection} cannot be "
+            "undone: remove compensation= from the step (it is never undone), or declare the undo on the "
+            f"resource in src/orders/services/{service}.py"
+        )
+    raise ValueError(
+        f"{where} is undone by {step.compensation!r}, but {service} undoes {step.action!r} with "
+        f"{resource.undo!r}: set compensation={resource.undo!r}"
+    )
+
+
+def _check_body(
+    where: str, body: type[ServiceBody], returned: dict[str, tuple[str, bool]], producers: dict[str, str]
+) -> None:
+    for name in body.needs:
+        _check_reads(where, f"its body {body.__name__}", name, returned, producers, required=True)
+    for name in body.may_use:
+        _check_reads(where, f"its body {body.__name__}", name, returned, producers, required=False)
+
+
+def _check_reads(
+    where: str,
+    reader: str,
+    name: str,
+    returned: dict[str, tuple[str, bool]],
+    producers: dict[str, str],
+    required: bool,
+) -> None:
+    if name not in returned:
+        known = ", ".join(sorted(returned)) or "none"
+        later = producers.get(name)
+        fix = (
+            f"move the step after step {later}, which returns it"
+            if later
+            else "declare it in the result model (a ServiceResult) of an earlier step's resource in "
+            "src/orders/services/<service>.py"
+        )
+        raise ValueError(
+            f"{where}: {reader} reads the result {name!r}, which no earlier step returns (they return: "
+            f"{known}): {fix}"
+        )
+    producer, always = returned[name]
+    if required and not always:
+        raise ValueError(
+            f"{where}: {reader} needs the result {name!r}, which step {producer} returns only when its "
+            f"condition holds: list {name!r} in the body's may_use instead, and build it without the value"
+        )

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from .declaration import AmountBody, Resource, ServiceDefinition
+from .declaration import AmountBody, Resource, ServiceDefinition, ServiceResult
+
+
+class Charge(ServiceResult):
+    """What a charge returns: its id, which its refund names."""
+
+    charge_id: str
+
+
+class Credit(ServiceResult):
+    """What a credit returns: its id, which its reversal names."""
+
+    credit_id: str
+
 
 SERVICE = ServiceDefinition(
     name="payment",
@@ -13,6 +26,7 @@ SERVICE = ServiceDefinition(
             apply="charge",
             undo="refund",
             body=AmountBody,
+            result=Charge,
             applied="charged",
             undone="refunded",
             rejection="card declined",
@@ -22,6 +36,7 @@ SERVICE = ServiceDefinition(
             apply="credit",
             undo="reverse-credit",
             body=AmountBody,
+            result=Credit,
             applied="credited",
             undone="reversed",
             rejection="card cannot be credited",

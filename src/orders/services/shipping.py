@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from .declaration import ItemsBody, Resource, ServiceDefinition
+from .declaration import ItemsBody, Resource, ServiceDefinition, ServiceResult
+
+
+class Shipment(ServiceResult):
+    """What a shipment returns: the carrier's tracking number, which the confirmation carries."""
+
+    tracking_number: str
+
 
 SERVICE = ServiceDefinition(
     name="shipping",
@@ -13,6 +20,7 @@ SERVICE = ServiceDefinition(
             apply="create",
             undo="cancel",
             body=ItemsBody,
+            result=Shipment,
             applied="created",
             undone="cancelled",
             rejection="address not deliverable",

@@ -166,20 +166,25 @@
       ["Last error", order.lastError || "-"],
     ];
     $("order-summary").replaceChildren(...facts.flatMap(([name, value]) => [el("dt", { text: name }), el("dd", {}, value)]));
+    // The order's input as stored: what its steps' bodies and conditions read.
+    $("order-input-box").hidden = order.input === undefined;
+    $("order-input").textContent = order.input === undefined ? "" : JSON.stringify(order.input, null, 2);
     const live = (s) => s.state === "Running" || s.state === "Compensating";
-    const steps = order.steps.map((step) => el("tr", {},
+    const steps = order.steps.map((step) => el("tr", { "data-step": step.name, class: `step-${step.state}` },
       el("th", { scope: "row", text: step.name }),
       el("td", {}, stateCell(step.state)),
       el("td", { class: "num", text: step.attempts }),
       el("td", { class: "num", text: step.compensationAttempts }),
       el("td", {}, live(step) ? countdown(step.completeBy) : "-"),
+      el("td", { class: "reason", text: step.reason || "" }),
+      el("td", { class: "result" }, ...resultValues(step.result)),
       el("td", { text: step.lastError || "" }),
       CAN_ACT ? el("td", {},
         stepButton(step.name, "retry", "Retry"),
         stepButton(step.name, "extend", "Extend"),
         stepButton(step.name, "skip", "Skip")) : null,
     ));
-    fill($("order-steps").tBodies[0], steps, "no steps", CAN_ACT ? 7 : 6);
+    fill($("order-steps").tBodies[0], steps, "no steps", CAN_ACT ? 9 : 8);
     const events = [{ at: order.createdAt, actor: "", action: "submitted", processStateAfter: "Pending" }, ...audit];
     const rows = events.map((e) => el("tr", {},
       el("td", { text: new Date(e.at).toLocaleString() }),
@@ -192,6 +197,13 @@
       el("td", { text: e.detail || "" }),
     ));
     fill($("order-timeline").tBodies[0], rows, "nothing yet", 8);
+  }
+
+  // The values a step's service returned, passed on to later steps: one "name: value" line each.
+  function resultValues(result) {
+    return Object.entries(result || {}).map(([name, value]) => el("span", {
+      class: "step", "data-result": name, text: `${name}: ${typeof value === "string" ? value : JSON.stringify(value)}`,
+    }));
   }
 
   function stepButton(step, verb, label) {
@@ -265,7 +277,7 @@
       el("td", {}, stateCell(o.processState)),
       el("td", { class: "num", text: o.failureCount }),
       el("td", {}, countdown(o.completeBy), o.heldUntil ? el("span", { class: "step", text: "held: breaker open" }) : null),
-      ...o.steps.map((s) => el("td", { "data-step": s.name },
+      ...o.steps.map((s) => el("td", { "data-step": s.name, title: s.reason },
         el("span", { class: "step", text: s.name }),
         el("span", { class: "step" }, stateCell(s.state)),
         el("span", { class: "step", text: `attempts ${s.attempts}` }),
@@ -363,6 +375,86 @@
     await Promise.all([loadDeadLetters(), showDeadLetters(queue)]);
   }
 
+  // ---- the declared workflows -----------------------------------------------------------------
+  // Read once from the API's document: the body of POST /api/orders is one schema per workflow
+  // (components.schemas.OrderRequest.oneOf), each the envelope (orderId, workflow) and the workflow's input.
+  const ENVELOPE = ["orderId", "workflow"];
+
+  async function loadWorkflows() {
+    const reply = await call("GET", "openapi.json");
+    if (reply.status !== 200) throw new Error(`workflows: ${message(reply)}`);
+    const schemas = reply.data.components.schemas;
+    const resolve = (schema) => {
+      let found = schema || {};
+      for (let hops = 0; found.$ref && hops < 20; hops += 1) found = schemas[found.$ref.split("/").pop()] || {};
+      return found;
+    };
+    const variants = (schema) => [schema, ...(schema.anyOf || []), ...(schema.oneOf || [])].map(resolve);
+    const typeOf = (schema) => {
+      const s = resolve(schema);
+      if (s.anyOf || s.oneOf) return [...new Set((s.anyOf || s.oneOf).map(typeOf))].join(" or ");
+      if (s.const !== undefined) return JSON.stringify(s.const);
+      if (s.enum) return `one of ${s.enum.map((v) => JSON.stringify(v)).join(", ")}`;
+      if (s.type === "array") return `list of ${typeOf(s.items)}`;
+      if (s.type === "object" && s.properties) return s.title || "object";
+      return [].concat(s.type || "any").join(" or ");
+    };
+    const about = (schema) => {
+      const notes = [];
+      for (const s of variants(schema)) {
+        if (s.description && !notes.includes(s.description)) notes.push(s.description);
+        if (s.minLength !== undefined || s.maxLength !== undefined) notes.push(`${s.minLength ?? 0} to ${s.maxLength ?? "any"} characters`);
+        if (s.minimum !== undefined || s.maximum !== undefined) notes.push(`from ${s.minimum ?? "any"} to ${s.maximum ?? "any"}`);
+        if (s.exclusiveMinimum !== undefined) notes.push(`over ${s.exclusiveMinimum}`);
+        if (s.exclusiveMaximum !== undefined) notes.push(`under ${s.exclusiveMaximum}`);
+        if (s.minItems !== undefined || s.maxItems !== undefined) notes.push(`${s.minItems ?? 0} to ${s.maxItems ?? "any"} items`);
+        if (s.pattern) notes.push(`pattern ${s.pattern}`);
+        if (s.format) notes.push(s.format);
+      }
+      if (schema.default !== undefined) notes.push(`default ${JSON.stringify(schema.default)}`);
+      return notes.join("; ");
+    };
+    // One row per field, nested ones by path as conditions name them (items[].sku).
+    const rows = (schema, prefix, depth) => Object.entries(schema.properties || {})
+      .filter(([name]) => depth > 0 || !ENVELOPE.includes(name))
+      .flatMap(([name, field]) => {
+        const path = prefix + name;
+        const target = resolve(field);
+        const inner = target.type === "array" ? resolve(target.items) : target;
+        const below = inner.properties && depth < 5 ? rows(inner, target.type === "array" ? `${path}[].` : `${path}.`, depth + 1) : [];
+        return [el("tr", { "data-field": path },
+          el("th", { scope: "row" }, el("code", { text: path })),
+          el("td", { text: typeOf(field) }),
+          el("td", { text: (schema.required || []).includes(name) ? "required" : "optional" }),
+          el("td", { text: about(field) }),
+        ), ...below];
+      });
+    const workflows = (schemas.OrderRequest.oneOf || [schemas.OrderRequest]).map((ref) => {
+      const schema = resolve(ref);
+      const name = schema.title;
+      const isDefault = !(schema.required || []).includes("workflow");
+      const fields = rows(schema, "", 0);
+      const table = el("table", {},
+        el("caption", { text: "Input fields" }),
+        el("thead", {}, el("tr", {}, ...["Field", "Type", "Required", "About"].map((h) => el("th", { scope: "col", text: h })))),
+        el("tbody", {}));
+      fill(table.tBodies[0], fields, schema.additionalProperties === false ? "no input fields" : "any fields", 4);
+      const examples = schema.examples || [];
+      return el("article", { class: "workflow", "data-workflow": name },
+        el("h3", { text: `${name} v${schema["x-workflow-version"] ?? "?"}` }),
+        el("p", { text: schema.description || "" }),
+        el("p", { class: "meta", text: isDefault
+          ? "The default: a body that names no workflow runs it."
+          : `Name it in the body: "workflow": "${name}".` }),
+        table,
+        examples.length ? el("details", {},
+          el("summary", { text: `Examples (${examples.length})` }),
+          ...examples.map((e) => el("pre", { class: "json", text: JSON.stringify(e, null, 2) }))) : null);
+    });
+    $("workflows").replaceChildren(...workflows);
+    $("workflows-note").textContent = workflows.length ? "" : "No workflow is declared.";
+  }
+
   // ---- refresh loop ----------------------------------------------------------------------------
   async function refresh() {
     if (refreshing) return;
@@ -399,4 +491,6 @@
   document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
   setInterval(ticking, 1000);
   refresh();
+  // The workflows change only with a deployment, which serves a new page: read them once.
+  guard(loadWorkflows)();
 })();

@@ -30,13 +30,14 @@ MARK = "\n# ---- the deployment under test ----\n"
 INVOICE = (
     'StepDefinition(name="issue-invoice", agent=invoicing.SERVICE.name, action="issue", compensation="void")'
 )
-V1 = f"_V1 = FULFILMENT.revise(steps=(*FULFILMENT.steps[:2], {INVOICE}, FULFILMENT.steps[2]))\n"
-# Version 2 reorders the steps and drops the invoice.
-V2 = "_V2 = FULFILMENT.revise(version=2, steps=tuple(FULFILMENT.steps[i] for i in (1, 0, 2)))\n"
+V1 = f"_V1 = FULFILMENT.revise(steps=(*FULFILMENT.steps[:2], {INVOICE}, *FULFILMENT.steps[2:]))\n"
+# Version 2 swaps the first two steps and drops the invoice.
+ORDER_V2 = (1, 0, *range(2, len(FULFILMENT.steps)))
+V2 = f"_V2 = FULFILMENT.revise(version=2, steps=tuple(FULFILMENT.steps[i] for i in {ORDER_V2}))\n"
 V3 = "_V3 = _V2.revise(version=3)\n"
 # The steps each version runs, and the service of every step (the declared ones and the invoice).
-V1_STEPS = [*(s.name for s in FULFILMENT.steps[:2]), "issue-invoice", FULFILMENT.steps[2].name]
-V2_STEPS = [FULFILMENT.steps[i].name for i in (1, 0, 2)]
+V1_STEPS = [*(s.name for s in FULFILMENT.steps[:2]), "issue-invoice", *(s.name for s in FULFILMENT.steps[2:])]
+V2_STEPS = [FULFILMENT.steps[i].name for i in ORDER_V2]
 SERVICE_OF = {s.name: s.agent for w in DECLARED.workflows for s in w.steps} | {"issue-invoice": "invoicing"}
 
 
@@ -107,7 +108,7 @@ def test_orders_finish_on_the_version_they_started_on_across_deploys(tmp_path: P
         assert sims.post("/faults", json={s: slow for s in sims.get("/faults").json()}).status_code == 200
 
         def submit(order_id: str, workflow: str | None = None) -> str:
-            body = new_order(order_id, **({"workflow": workflow} if workflow else {}))
+            body = new_order(order_id, DECLARED.current(workflow) if workflow else None)
             assert api.post("/api/orders", json=body).status_code == 202
             return order_id
 

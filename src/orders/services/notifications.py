@@ -1,0 +1,45 @@
+"""The notifications service: sends an order's confirmation to the customer. A message sent cannot be
+unsent, so its resource declares no undo: a later failure or a cancel never undoes it."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from .declaration import Document, NonEmpty, Resource, ServiceBody, ServiceDefinition
+
+
+class ConfirmationBody(ServiceBody):
+    """The confirmation: to whom, how many items, and the shipment's tracking number when there is a
+    shipment (an order of digital goods only has none)."""
+
+    may_use = ("trackingNumber",)
+
+    customer_id: NonEmpty
+    items: int
+    tracking_number: str | None = None
+
+    @classmethod
+    def build(cls, document: Document) -> Self:
+        return cls.model_validate(
+            {
+                "orderId": document.order_id,
+                "customerId": document.input["customerId"],
+                "items": sum(item["quantity"] for item in document.input["items"]),
+                "trackingNumber": document.result("trackingNumber"),
+            }
+        )
+
+
+SERVICE = ServiceDefinition(
+    name="notifications",
+    description="Send order confirmations",
+    resources=(
+        Resource(
+            collection="confirmations",
+            apply="send",
+            body=ConfirmationBody,
+            applied="sent",
+            rejection="no contact address",
+        ),
+    ),
+)
