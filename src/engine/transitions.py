@@ -353,9 +353,15 @@ def _dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> Deci
     )
     if index is None:
         return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
-    wait = record.steps[index].undo_not_before
-    if wait is not None and wait > ctx.now:
-        return _undo_later(record, ctx, index, wait)
+    # The undo waits for the call of a step skipped while running to settle: the step's own, or that of a
+    # step passed over because it cannot be undone (its effect must not land after an undo of the order).
+    waits = [
+        step.undo_not_before
+        for step in record.steps[index : start + 1]
+        if step.undo_not_before is not None and step.undo_not_before > ctx.now
+    ]
+    if waits:
+        return _undo_later(record, ctx, index, max(waits))
     return _dispatch(record, ctx, index, compensating=True)
 
 

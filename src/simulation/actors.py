@@ -30,6 +30,7 @@ from engine.retention import Retention, RetentionPolicy
 from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import Action, TaskService
+from engine.workflow import WorkflowDefinition
 
 from .bus import Message
 from .oracle import OPERATOR_NOTE
@@ -147,11 +148,32 @@ class Client:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.submissions: dict[str, list[str]] = {}
+        self.documents: dict[str, dict[str, Any]] = {}
+        self._examples: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+    def order(self, order_id: str, workflow: WorkflowDefinition) -> dict[str, Any]:
+        """The order's input as the API stores it: one of its workflow's examples, chosen from the seed,
+        validated and dumped by the workflow's input model (``orders.models.order_input``: camelCase,
+        defaults filled in), with its id. A workflow without examples gets a line of items."""
+        key = (workflow.name, workflow.version)
+        examples = self._examples.get(key)
+        if examples is None:
+            examples = self._examples[key] = workflow.examples() if workflow.input is not None else []
+        if workflow.input is None or not examples:
+            document: dict[str, Any] = {"orderId": order_id, "items": [{"sku": "sku-0", "quantity": 1}]}
+        else:
+            # Drawn only where there is a choice: a catalog of one example each draws what it drew before.
+            choice = self.sim.world.rng.randrange(len(examples)) if len(examples) > 1 else 0
+            example = examples[choice]
+            fields = workflow.input.model_validate(example).model_dump(by_alias=True, mode="json")
+            document = {"orderId": order_id, **fields}
+        self.documents[order_id] = document
+        return document
 
     def body(self, order_id: str, variant: int) -> tuple[dict[str, Any], str]:
-        """The order's body and its hash (another variant: another body)."""
-        document = {"orderId": order_id, "items": [{"sku": f"sku-{variant}", "quantity": 1 + variant}]}
-        return document, f"{order_id}#{variant}"
+        """The order's body and its hash (another variant: another hash, as for a body that differs; the
+        fields stay the same, so the order's input is known whichever submission wins)."""
+        return self.documents[order_id], f"{order_id}#{variant}"
 
     async def submit(self, order_id: str, workflow: str, variant: int = 0) -> None:
         sim = self.sim

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from engine.state import ProcessState, StepState, StepStatus, TaskState
 
 from . import liveness
+from .oracle import ENGINE_ENTRIES
 from .tables import Row
 
 if TYPE_CHECKING:
@@ -96,28 +97,44 @@ def _ledger(sim: Simulation, order_id: str, final_name: str, where: str, row: Ro
             oracle.violation(order_id, f"{effect.key} was applied {effect.applies} times")
         if effect.key not in keys or keys[effect.key] != effect.step_index:
             oracle.violation(order_id, f"an effect under {effect.key}, the key of no step of the order")
+    for index in sorted(truth.left_out):
+        called = sim.services.ledger.get((truth.agents[index], f"{order_id}:{truth.steps[index]}"))
+        if called is not None:
+            oracle.violation(
+                order_id,
+                f"{truth.steps[index]} was left out by its condition, but called {called.calls} times",
+            )
     effects = {e.step_index: e for e in truth.effects}
     if final_name == ProcessState.PROCESSED.value:
         for index, name in enumerate(truth.steps):
             found = effects.get(index)
             skipped = index in truth.skipped
+            if index in truth.left_out:
+                continue  # never called (above)
             if found is not None and found.compensated_at is not None:
                 oracle.violation(order_id, f"Processed, but {name} was undone")
             elif found is None and not skipped:
                 oracle.violation(order_id, f"Processed, but {name} was never applied")
     elif final_name == ProcessState.COMPENSATED.value:
         for effect in truth.effects:
-            if effect.compensated_at is None:
+            if effect.compensated_at is not None:
+                continue
+            if effect.step_index < len(truth.undoable) and not truth.undoable[effect.step_index]:
+                oracle.count("steps without undo left applied in a Compensated order")
+            else:
                 oracle.violation(order_id, f"Compensated, but {effect.key} is still applied")
     if steps is not None and final_name == ProcessState.PROCESSED.value:
         for step in steps:
-            if step.status is not StepStatus.COMPLETED:
+            left_out = step.index in truth.left_out
+            wanted = StepStatus.LEFT_OUT if left_out else StepStatus.COMPLETED
+            if step.status is not wanted:
                 oracle.violation(order_id, f"Processed with step {step.name} {step.status.value}")
 
 
 def _audit(sim: Simulation, order_id: str, where: str) -> None:
-    """The audit trail holds every operator action answered as done, no action that was refused, and one
-    "error" entry per entry into Error (a purged order's trail is gone with it)."""
+    """The audit trail holds every operator action answered as done, no action that was refused, one
+    "error" entry per entry into Error and one "left out" entry per step left out (a purged order's trail
+    is gone with it)."""
     oracle = sim.oracle
     truth = oracle.orders[order_id]
     if where == "purged":
@@ -133,8 +150,11 @@ def _audit(sim: Simulation, order_id: str, where: str) -> None:
         oracle.violation(
             order_id, f"{counted.get('error', 0)} error audit entries for {truth.errors} entries into Error"
         )
+    audited, left_out = counted.get("left out", 0), len(truth.left_out)
+    if audited != left_out:
+        oracle.violation(order_id, f"{audited} left out audit entries for {left_out} steps left out")
     for action in set(counted) | set(truth.operator_done):
-        if action == "error":
+        if action in ENGINE_ENTRIES:
             continue
         done = truth.operator_done.get(action, 0)
         unsure = truth.operator_unsure.get(action, 0)
@@ -251,6 +271,7 @@ def stats(sim: Simulation) -> dict[str, Any]:
         "duplicates_dropped": bus.duplicates_dropped,
         "dead_letters": dict(oracle.dead_letters),
         "service_calls": sim.services.calls,
+        "bodies_refused": sim.services.bodies_refused,
         "late_landings": sum(e.late_landings for e in effects),
         "undone_before_applied": sum(e.undone_before_applied for e in effects),
         "watch_entries_created": dict(oracle.watch_created),

@@ -17,13 +17,31 @@ During the run, on every committed change of a task's state record:
   open breaker never counts;
 - every audit entry describes the change it is written with (states before and after);
 - a task is created once per id;
-- at the services, an undo never lands while a later step of the same order is applied and not undone.
+- a step is left out only when its condition does not hold on the order's input and the values earlier
+  steps' services returned (as the simulation knows them, not as the record says), from Not started, with
+  that condition as its reason; a step whose condition does not hold is never dispatched, and a step
+  without an undo action never has its undo dispatched;
+- a step Completed from its Agent's reply records exactly the values its service returned.
+
+At the services, on every call and every effect:
+
+- an undo never lands while a later step of the same order is applied and not undone (a step that cannot
+  be undone excepted: it stays applied);
+- a step left out by its condition is never called (a call of a step whose condition does not hold is one);
+- a result passed on is the one returned: every result value a call carries (the client builds its body
+  from the request, as in production) is the value the producing step's service returned, and a call
+  carries each value it reads that the engine had when it dispatched it (an undo, its own step's values
+  when that step completed from its reply);
+- a step that cannot be undone is never applied after an undo of its order landed: a cancel (or a failure)
+  waits for it to land or to be unable to land before it undoes the steps before it.
 
 Once the run has settled (faults stopped, every message settled, the Supervisor has swept):
 
 - every order reached a terminal state, within the bound after the faults stopped;
 - the ledger: no effect made twice or under a key of no step; a Processed order has every step applied and
-  none undone (a skipped step: not undone), a Compensated order has every applied step undone;
+  none undone (a skipped step: not undone) except the steps left out by their condition, which are Left
+  out in its record and have no effect; a Compensated order has every applied step undone, except the
+  steps that cannot be undone; no call was ever made under the key of a step left out;
 - no record outlives its order: no watch entry, no hold on a terminal order, no live record without its
   task (input, steps, listing entry, audit), one listing entry per live task naming its state, history
   tallies that count the history, a ``gone`` entry per tombstone;
@@ -47,10 +65,11 @@ Liveness, what must happen (the bounds are :class:`simulation.liveness.Limits`, 
 - every operator action answered as done had its effect, as ``engine.tasks`` promises it: the save that
   carries its audit entry shows it (an extend moved the step's CompleteBy by what was asked and re-sent the
   request with it; a retry handed the task back unlocked with a fresh CompleteBy, a failure count reset if
-  it came out of Error, and the step was dispatched again; a skip completed the step with a skipped result
-  and handed the task back; a resubmit put an Error order back to Pending, and a Scheduler claimed it; a
-  cancel started the undo), its command was sent, and a cancel ended Compensated (or in Error, which its
-  answer could not know of: counted as such), unless a later action on the order took over;
+  it came out of Error, and the step was dispatched again; a skip completed the step with no result and the
+  operator's reason, and handed the task back; a resubmit put an Error order back to Pending, and a
+  Scheduler claimed it; a cancel started the undo), its command was sent, and a cancel ended Compensated
+  (or in Error, which its answer could not know of: counted as such), unless a later action on the order
+  took over;
 - once the faults stopped, every order is terminal within its own bound: from then, or from its last action
   saved since, the work left to it under the policy (checked while the run settles, and at its end).
 """
@@ -67,10 +86,11 @@ from typing import Any
 
 from engine import machine
 from engine.breaker import BreakerRecord, BreakerState
+from engine.conditions import Condition
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome, SchedulerCommand
 from engine.state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskState
 from engine.telemetry import ORDER_ENTERED_ERROR
-from engine.workflow import WorkflowCatalog
+from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
 from .bus import Message
 from .liveness import Limits
@@ -78,6 +98,9 @@ from .loop import at_seconds
 from .services import Effect
 
 OPERATOR_NOTE = "simulated #"  # an operator action's note, with its token
+SKIP_REASON = "skipped by an operator: "  # a skipped step's reason, before the operator's note
+LEFT_OUT_REASON = "condition not met: "  # a left-out step's reason, before its condition in words
+ENGINE_ENTRIES = ("error", "left out")  # audit entries the engine writes of its own accord (no one acted)
 
 _LEGAL: set[tuple[ProcessState, ProcessState]] = {
     (row.source, target) for row in machine.TABLE for target in row.target_states
@@ -133,6 +156,13 @@ class OrderTruth:
     workflow: str
     agents: list[str]
     steps: list[str]
+    input: dict[str, Any] = field(default_factory=dict)  # what the client submitted (the stored input)
+    conditions: list[Condition | None] = field(default_factory=list)
+    undoable: list[bool] = field(default_factory=list)  # whether each step has an undo action
+    producers: dict[str, int] = field(default_factory=dict)  # a result value's name -> the step returning it
+    returned: set[int] = field(default_factory=set)  # steps Completed from their reply (their values known)
+    left_out: set[int] = field(default_factory=set)  # steps saved as left out by their condition
+    first_undo_at: float | None = None  # when an undo of the order first landed at a service
     created: int = 0
     state: ProcessState | None = None
     state_before_creation: ProcessState | None = None
@@ -168,10 +198,17 @@ class Oracle:
     """Collects the ground truth and the violations of one run."""
 
     def __init__(
-        self, catalog: WorkflowCatalog, now: Callable[[], float], max_failures: int, trace_limit: int = 80
+        self,
+        catalog: WorkflowCatalog,
+        now: Callable[[], float],
+        max_failures: int,
+        returns: Callable[[str, str], list[str]] | None = None,
+        trace_limit: int = 80,
     ) -> None:
         self.catalog = catalog
         self.now = now
+        self.returns = returns or (lambda service, action: [])  # the values an apply answers with, by name
+        self.dispatched: Callable[[str, int], None] = lambda order_id, index: None  # a step's first dispatch
         self.max_failures = max_failures
         self.trace_limit = trace_limit
         self.orders: dict[str, OrderTruth] = {}
@@ -221,8 +258,10 @@ class Oracle:
     def count(self, what: str, n: int = 1) -> None:
         self.counts[what] = self.counts.get(what, 0) + n
 
-    def expect(self, order_id: str, workflow: str, version: int) -> OrderTruth:
-        """An order the client is about to submit."""
+    def expect(
+        self, order_id: str, workflow: str, version: int, order_input: dict[str, Any] | None = None
+    ) -> OrderTruth:
+        """An order the client is about to submit, with the input it submits."""
         found = self.orders.get(order_id)
         if found is None:
             definition = self.catalog.find(workflow, version)
@@ -232,9 +271,45 @@ class Oracle:
                 workflow,
                 [s.agent for s in definition.steps],
                 [s.name for s in definition.steps],
+                input=dict(order_input or {}),
+                conditions=[s.when for s in definition.steps],
+                undoable=[s.compensation is not None for s in definition.steps],
+                producers=self._producers(definition),
                 views=[StepView() for _ in definition.steps],
             )
         return found
+
+    def _producers(self, definition: WorkflowDefinition) -> dict[str, int]:
+        """Which step returns each result value of the workflow (the declaration allows one per name)."""
+        return {
+            name: index
+            for index, step in enumerate(definition.steps)
+            for name in self.returns(step.agent, step.action)
+        }
+
+    # ---- results and conditions, from the simulation's own record --------------------------------------
+    def _returned(self, truth: OrderTruth, index: int) -> dict[str, Any]:
+        """The values step ``index`` passed on: what its service returned, if the step Completed from its
+        reply (a step skipped, left out or not completed passed nothing on)."""
+        if index not in truth.returned:
+            return {}
+        effect = self.ledger.get((truth.agents[index], f"{truth.order_id}:{truth.steps[index]}"))
+        return dict(effect.returned or {}) if effect is not None else {}
+
+    def _runs(self, truth: OrderTruth, index: int) -> bool:
+        """Whether step ``index``'s condition holds on the order's input and the values the steps before it
+        returned (final once the step's turn came: the steps before it are done)."""
+        condition = truth.conditions[index] if index < len(truth.conditions) else None
+        if condition is None:
+            return True
+        results: dict[str, Any] = {}
+        for before in range(index):
+            results.update(self._returned(truth, before))
+        return condition.holds({"input": truth.input, "results": results})
+
+    def _condition(self, truth: OrderTruth, index: int) -> str:
+        condition = truth.conditions[index]
+        return condition.describe() if condition is not None else "none"
 
     # ---- the store -------------------------------------------------------------------------------------
     def state_saved(
@@ -272,7 +347,7 @@ class Oracle:
             for key in [k for k in truth.attempts if k[1] is Phase.COMPENSATE]:
                 del truth.attempts[key]
         skipped = any(entry.action == "skip" for entry in audit)
-        for step in steps:
+        for step in sorted(steps, key=lambda s: s.index):  # a step's values before a later step's dispatch
             self._step_changed(truth, after, step, skipped, now)
         for entry in audit:
             self._audited(truth, before, after, entry)
@@ -311,6 +386,20 @@ class Oracle:
             )
         if step.failures < view.failures:  # an operator reset, or a new phase: counted afresh
             truth.attempts[(step.index, after.phase)] = []
+        if step.attempts > view.attempts and not self._runs(truth, step.index):
+            self.violation(
+                order_id,
+                f"step {step.name} was dispatched, but its condition does not hold "
+                f"({self._condition(truth, step.index)}): a step left out by its condition is never called",
+            )
+        if step.compensation_attempts > view.compensation_attempts and not _undoable(truth, step.index):
+            self.violation(
+                order_id,
+                f"step {step.name} cannot be undone, but an undo of it was dispatched "
+                f"(undo attempt {step.compensation_attempts})",
+            )
+        if step.attempts > view.attempts == 0:
+            self.dispatched(order_id, step.index)
         cb = at_seconds(step.complete_by) if step.complete_by is not None else None
         for phase, number, known in (
             (Phase.FORWARD, step.attempts, view.attempts),
@@ -332,11 +421,18 @@ class Oracle:
         self, truth: OrderTruth, step: StepState, old: StepStatus, new: StepStatus, skipped: bool
     ) -> None:
         order_id = truth.order_id
+        if old is StepStatus.LEFT_OUT:
+            self.violation(order_id, f"step {step.name}, left out by its condition, became {new.value}")
+            return
+        if new is StepStatus.LEFT_OUT:
+            self._left_out(truth, step, old)
+            return
         if new is StepStatus.COMPLETED:
-            if skipped and isinstance(step.result, dict) and step.result.get("skipped"):
+            if skipped and _skipped(step):
                 truth.skipped.add(step.index)
                 return
             wanted = (step.index, False, step.attempts, ReplyOutcome.SUCCEEDED)
+            self._result_recorded(truth, step)
         elif new is StepStatus.FAILED:
             wanted = (step.index, False, step.attempts, ReplyOutcome.FAILED)
         elif new is StepStatus.COMPENSATED:
@@ -348,6 +444,38 @@ class Oracle:
                 order_id,
                 f"step {step.name} became {new.value} (from {old.value}) but attempt {wanted[2]} "
                 f"of its {'undo' if wanted[1] else 'action'} never reported {wanted[3].value}",
+            )
+
+    def _left_out(self, truth: OrderTruth, step: StepState, old: StepStatus) -> None:
+        """A step saved as left out: only one not started, whose condition does not hold, with its reason."""
+        self.count("steps left out")
+        truth.left_out.add(step.index)
+        condition = truth.conditions[step.index]
+        if old is not StepStatus.NOT_STARTED:
+            self.violation(truth.order_id, f"step {step.name} was left out once {old.value}")
+        if condition is None:
+            self.violation(truth.order_id, f"step {step.name} was left out, but it has no condition")
+        elif self._runs(truth, step.index):
+            self.violation(
+                truth.order_id,
+                f"step {step.name} was left out, but its condition holds ({condition.describe()})",
+            )
+        elif step.reason != LEFT_OUT_REASON + condition.describe():
+            self.violation(
+                truth.order_id,
+                f"step {step.name} was left out with the reason {step.reason!r}, not its condition",
+            )
+
+    def _result_recorded(self, truth: OrderTruth, step: StepState) -> None:
+        """A step Completed from its reply: what it records is what its service returned."""
+        truth.returned.add(step.index)
+        effect = self.ledger.get((truth.agents[step.index], f"{truth.order_id}:{step.name}"))
+        returned = effect.returned if effect is not None else None
+        if (step.result or {}) != (returned or {}):
+            self.violation(
+                truth.order_id,
+                f"a result passed on is not the one returned: step {step.name} recorded {step.result}, "
+                f"its service returned {returned}",
             )
 
     def _audited(self, truth: OrderTruth, before: TaskState, after: TaskState, entry: AuditEntry) -> None:
@@ -535,7 +663,8 @@ class Oracle:
         supervisor_error = after.process_state is ProcessState.ERROR and any(
             e.action == "error" and e.actor.startswith("supervisor") for e in audit
         )
-        if not supervisor_error and (audit or (after.locked_by is not None and after.hold_end is None)):
+        acted = any(e.action not in ENGINE_ENTRIES for e in audit)
+        if not supervisor_error and (acted or (after.locked_by is not None and after.hold_end is None)):
             return  # an operator's action, or not given back
         if not self._closed_throughout(truth.agents[index], deadline, now):
             return  # the Supervisor may have held or released it, uncounted
@@ -582,10 +711,13 @@ class Oracle:
         if before.phase is Phase.FORWARD and after.phase is Phase.COMPENSATE:
             for key in [k for k in truth.expiries if k[1] is Phase.COMPENSATE]:
                 del truth.expiries[key]
-        actions = [entry for entry in audit if entry.action != "error"]
+        actions = [entry for entry in audit if entry.action not in ENGINE_ENTRIES]
         if not actions:
             return
         truth.acted_at = now
+        running = [i for i, view in enumerate(truth.views) if view.status is StepStatus.RUNNING]
+        if any(e.action == "cancel" for e in actions) and not all(_undoable(truth, i) for i in running):
+            self.count("cancelled while a step without undo ran")
         if was is ProcessState.ERROR and became is not ProcessState.ERROR:
             truth.expiries.pop((before.current_step, before.phase), None)  # the operator took over
         for entry in actions:
@@ -639,9 +771,10 @@ class Oracle:
             if was is ProcessState.ERROR and step is not None and step.failures:
                 return f"its failure count was not reset ({step.failures})"
         elif act.what == "skip":
-            result = step.result if step is not None else None
-            if step is None or step.status is not StepStatus.COMPLETED or not _skipped(result):
-                return f"the step is {step.status.value if step else 'unchanged'} with result {result}"
+            if step is None or step.status is not StepStatus.COMPLETED or not _skipped(step):
+                if step is None:
+                    return "the step is unchanged"
+                return f"the step is {step.status.value}, result {step.result}, reason {step.reason!r}"
             if became is not ProcessState.PENDING or not fresh:
                 return f"the task is {became.value}, CompleteBy {after.complete_by}: not handed back"
         elif act.what == "resubmit":
@@ -850,21 +983,61 @@ class Oracle:
             return
         truth.effects.append(effect)
         self.note(effect.order_id, "applied {} {}{}", effect.service, effect.key, " (late)" if late else "")
+        index = effect.step_index
+        if not _undoable(truth, index) and truth.first_undo_at is not None:
+            self.violation(
+                effect.order_id,
+                f"{effect.key}, which cannot be undone, was applied after an undo of its order landed "
+                f"(at {truth.first_undo_at:.3f}): the undo did not wait for it",
+            )
 
     def effect_undone(self, effect: Effect) -> None:
         truth = self.orders.get(effect.order_id)
         if truth is None:
             return
         self.note(effect.order_id, "undone {} {}", effect.service, effect.key)
+        if truth.first_undo_at is None:
+            truth.first_undo_at = self.now()
         for other in truth.effects:
             if (
                 other.step_index > effect.step_index
                 and other.applied_at is not None
                 and other.compensated_at is None
+                and _undoable(truth, other.step_index)
             ):
                 self.violation(
                     effect.order_id,
                     f"{effect.key} was undone while {other.key}, a later step, was still applied",
+                )
+
+    def called(self, effect: Effect, compensating: bool, carried: Mapping[str, Any]) -> None:
+        """A call reached a service, carrying ``carried``: the result values its body reads, by name (None:
+        one it goes without)."""
+        truth = self.orders.get(effect.order_id)
+        if truth is None:
+            return
+        index = effect.step_index
+        if carried:
+            self.note(effect.order_id, "call {} undo={} carried {}", effect.key, compensating, dict(carried))
+        if index >= len(truth.steps):
+            return  # under the key of no step: reported when the run has settled
+        if index in truth.left_out or not self._runs(truth, index):
+            self.violation(
+                effect.order_id,
+                f"{effect.key} was called{' to undo it' if compensating else ''}, but its condition does not "
+                f"hold ({self._condition(truth, index)}): a step left out by its condition is never called",
+            )
+        for name, value in carried.items():
+            producer = truth.producers.get(name)
+            expected = self._returned(truth, producer).get(name) if producer is not None else None
+            if value is not None:
+                self.count("result values passed on")
+            if value != expected:
+                made = truth.steps[producer] if producer is not None else "no step"
+                self.violation(
+                    effect.order_id,
+                    f"a result passed on is not the one returned: the {'undo' if compensating else 'call'} "
+                    f"of {truth.steps[index]} carried {name}={value!r}, {made} returned {expected!r}",
                 )
 
     # ---- alerts ----------------------------------------------------------------------------------------
@@ -877,8 +1050,14 @@ class Oracle:
         truth.alert_owed = False
 
 
-def _skipped(result: Any) -> bool:
-    return isinstance(result, dict) and bool(result.get("skipped"))
+def _undoable(truth: OrderTruth, index: int) -> bool:
+    """Whether the order's step ``index`` has an undo action (a key of no step: as if it had)."""
+    return truth.undoable[index] if index < len(truth.undoable) else True
+
+
+def _skipped(step: StepState) -> bool:
+    """Whether a Completed step was skipped by an operator: no result, and the operator's reason."""
+    return step.result is None and (step.reason or "").startswith(SKIP_REASON)
 
 
 def _token(note: str | None) -> int | None:

@@ -10,13 +10,14 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine import queues
 from engine.settings import EngineSettings
 from engine.workflow import WorkflowCatalog, WorkflowDefinition
+from orders.services.declaration import ServiceDefinition
 
 from . import checks
 from .actors import Client, Operator, Timers, build_host, consume
@@ -25,7 +26,7 @@ from .liveness import Limits
 from .loop import VirtualClock, VirtualLoop
 from .oracle import AlertHandler, Oracle
 from .profile import Profile, draw
-from .services import Services
+from .services import Declarations, Services
 from .storage import HISTORY, LIVE, WATCH, Storage
 from .world import StoreUnavailable, Worker, World
 
@@ -105,6 +106,13 @@ def default_catalog() -> WorkflowCatalog:
     return CATALOG
 
 
+def default_services() -> tuple[ServiceDefinition, ...]:
+    """The declared services: the bodies their calls carry and the values their applies return."""
+    from orders.catalog import SERVICES
+
+    return SERVICES
+
+
 class Simulation:
     """The world of one seed."""
 
@@ -115,11 +123,19 @@ class Simulation:
         catalog: WorkflowCatalog | None = None,
         max_orders: int | None = None,
         servicebus: bool = True,
+        services: Sequence[ServiceDefinition] | None = None,
     ) -> None:
         """``servicebus``: the processes send through ``adapters.servicebus`` (False: straight to the broker,
         as the regression seeds of tests/simulation/regressions.py were found; the adapter coalesces sends,
-        so the same seed explores other interleavings through it)."""
+        so the same seed explores other interleavings through it).
+
+        ``catalog`` and ``services``: the workflows and the services they run on (default: the declared
+        ones). A catalog given without its services runs on services that take no body and return no
+        values (the catalog the regression seeds were found on: tests/simulation/catalogs.py)."""
         base = catalog or default_catalog()
+        if services is None:
+            services = default_services() if catalog is None else ()
+        declarations = Declarations(services)
         self.seed = seed
         self.servicebus = servicebus
         self.profile = profile = draw(seed, base.agents, orders, max_orders)
@@ -134,10 +150,12 @@ class Simulation:
             backoff_max_seconds=profile.backoff_max_seconds,
             cancel_grace_seconds=profile.cancel_grace_seconds,
         )
-        self.oracle = Oracle(self.catalog, self.loop.time, profile.max_failures)
+        self.oracle = Oracle(self.catalog, self.loop.time, profile.max_failures, declarations.returns)
+        self.oracle.dispatched = self._dispatched
+        self.cancel_on_dispatch: dict[str, int] = {}  # order -> the step it is cancelled at, once dispatched
         self.storage = Storage(self.oracle)
         self.breakers = self.storage.breaker_store(_BreakerRequests(self.world, self.oracle))
-        self.services = Services(self.world, self.catalog, self.oracle)
+        self.services = Services(self.world, self.catalog, self.oracle, declarations)
         self.actions = self.services.actions()
         consumed = {
             queues.SCHEDULER_QUEUE,
@@ -188,7 +206,7 @@ class Simulation:
             workflow = names[rng.randrange(len(names))]
             current = self.catalog.current(workflow)
             assert current is not None
-            oracle.expect(order_id, workflow, current.version)
+            oracle.expect(order_id, workflow, current.version, self.client.order(order_id, current))
             order_ids.append(order_id)
             self._later(at, self.client.submit, order_id, workflow)
             if rng.random() < profile.resubmit_rate:
@@ -200,6 +218,12 @@ class Simulation:
                 self._later(
                     at + rng.uniform(0.0, profile.complete_by_seconds * 3), self.operator.cancel, order_id
                 )
+            # Some cancels come just after a step that cannot be undone was dispatched: the moment a cancel
+            # must wait for its call. Drawn only for a workflow that has such a step (a catalog without one
+            # draws what it drew before).
+            undo_less = [j for j, step in enumerate(current.steps) if step.compensation is None]
+            if undo_less and rng.random() < profile.cancel_rate:
+                self.cancel_on_dispatch[order_id] = undo_less[rng.randrange(len(undo_less))]
             if rng.random() < profile.poison_rate:
                 queue = rng.choice((queues.SCHEDULER_QUEUE, queues.REPLY_QUEUE))
                 self.loop.call_at(
@@ -215,6 +239,15 @@ class Simulation:
             known = [o for o, t in zip(order_ids, times, strict=True) if t <= at]
             if known:
                 self._later(at, self.operator.act, known[rng.randrange(len(known))])
+
+    def _dispatched(self, order_id: str, index: int) -> None:
+        """A step of the order was dispatched for the first time: the application cancels the order now if
+        it was drawn to, after a delay within the broker's (so the call may land before or after)."""
+        if self.cancel_on_dispatch.get(order_id) != index:
+            return
+        del self.cancel_on_dispatch[order_id]
+        delay = self.world.rng.uniform(0.0, self.profile.delivery_delay_seconds)
+        self._later(self.loop.time() + delay, self.operator.cancel, order_id)
 
     def _bound(self) -> float:
         """How long after the faults stopped the run may take to settle (a failure if it does not).
@@ -349,8 +382,16 @@ class _BreakerRequests:
 
 
 def run(
-    seed: int, orders: int | None = None, max_orders: int | None = None, servicebus: bool = True
+    seed: int,
+    orders: int | None = None,
+    max_orders: int | None = None,
+    servicebus: bool = True,
+    catalog: WorkflowCatalog | None = None,
+    services: Sequence[ServiceDefinition] | None = None,
 ) -> Result:
-    """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it; ``servicebus``:
-    see :class:`Simulation`)."""
-    return Simulation(seed, orders, max_orders=max_orders, servicebus=servicebus).run()
+    """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it; ``servicebus``,
+    ``catalog`` and ``services``: see :class:`Simulation`)."""
+    simulation = Simulation(
+        seed, orders, catalog=catalog, max_orders=max_orders, servicebus=servicebus, services=services
+    )
+    return simulation.run()

@@ -13,19 +13,30 @@ Two modelling choices, both of real idempotent services (see docs/simulation.md)
   operator fixes the cause (:meth:`Services.fix`).
 - A call that outlasts its caller's timeout still lands, at most ``late_apply_seconds`` after the
   caller gave up (the network's bound), which the engine's cancel grace covers.
+
+Where the services are declared (``orders.catalog.SERVICES``, or the declarations a run is given), each
+call carries the body the real client (:mod:`orders.services.client`) builds from its request, and an
+apply answers with the declared result values of its resource (:meth:`ServiceResult.simulated`: the same
+for every replay of a key, different for every key): the oracle holds every value a call carries to what
+the producing step's service returned. An action no declaration names (a catalog run without its
+services) carries no body and returns nothing, as a resource without results does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pydantic import ValidationError
 
 from engine.agent import Action
 from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 from engine.workflow import WorkflowCatalog
+from orders.services.client import document
+from orders.services.declaration import Resource, ServiceDefinition
 
 from .world import StoreUnavailable, World
 
@@ -48,14 +59,63 @@ class Effect:
     undone_before_applied: int = 0  # undos that found nothing to undo
     late_landings: int = 0
     calls: int = 0
+    returned: dict[str, Any] | None = None  # the result values an answer carried back (None: none yet)
 
 
 class LedgerObserver(Protocol):
-    """Told of every effect the services make (the simulation's checks)."""
+    """Told of every effect the services make, and of what every call carried (the simulation's checks)."""
 
     def effect_applied(self, effect: Effect, late: bool) -> None: ...
 
     def effect_undone(self, effect: Effect) -> None: ...
+
+    def called(self, effect: Effect, compensating: bool, carried: Mapping[str, Any]) -> None: ...
+
+
+class Declarations:
+    """The declared services' resources by action: what each call's body is and what its apply returns."""
+
+    def __init__(self, services: Iterable[ServiceDefinition] = ()) -> None:
+        self.actions: dict[tuple[str, str], tuple[Resource, bool]] = {}
+        for service in services:
+            for resource in service.resources:
+                self.actions[(service.name, resource.apply)] = (resource, False)
+                if resource.undo is not None:
+                    self.actions[(service.name, resource.undo)] = (resource, True)
+
+    def returns(self, service: str, action: str) -> list[str]:
+        """The result values an apply of ``action`` answers with (none for an undeclared action)."""
+        found = self.actions.get((service, action))
+        return found[0].result_names if found is not None and not found[1] else []
+
+    def body(self, service: str, request: AgentRequest) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The call's body as the real client builds it from the request, and the result values it carries
+        by name (None: one it reads and goes without); None for an undeclared action. Raises
+        PermanentError, as the client does, when the order cannot make the body."""
+        found = self.actions.get((service, request.action))
+        if found is None:
+            return None
+        resource, undoes = found
+        model = resource.undo_body if undoes else resource.body
+        if model is None:
+            # An undo without a body of its own: the order's id and the apply's values when they are known
+            # (orders.services.client, RemoteServices._undo).
+            results = document(request).results
+            own = {n: results[n] for n in resource.result_names if results.get(n) is not None}
+            return {"orderId": request.order_id, **own}, {n: own.get(n) for n in resource.result_names}
+        try:
+            body = model.build(document(request)).wire()
+        except (ValidationError, KeyError, TypeError, ValueError) as exc:
+            raise PermanentError(f"{service}: the request cannot be encoded: {exc}") from exc
+        # A value is told apart by its name on the wire: one a body renames is not checked.
+        return body, {n: body[n] for n in (*model.needs, *model.may_use) if n in body}
+
+    def result(self, service: str, request: AgentRequest) -> dict[str, Any]:
+        """What an applied call answers: the resource's declared result values for the request's key."""
+        found = self.actions.get((service, request.action))
+        if found is None or found[1] or found[0].result is None:
+            return {}
+        return found[0].result.simulated(request.idempotency_key).model_dump(by_alias=True, mode="json")
 
 
 @dataclass
@@ -82,13 +142,21 @@ def specs(catalog: WorkflowCatalog) -> dict[str, ServiceSpec]:
 class Services:
     """Every remote service and the ledger of what they did."""
 
-    def __init__(self, world: World, catalog: WorkflowCatalog, observer: LedgerObserver) -> None:
+    def __init__(
+        self,
+        world: World,
+        catalog: WorkflowCatalog,
+        observer: LedgerObserver,
+        declarations: Declarations | None = None,
+    ) -> None:
         self.world = world
         self.loop = world.loop
         self.observer = observer
         self.specs = specs(catalog)
+        self.declarations = declarations or Declarations()
         self.ledger: dict[tuple[str, str], Effect] = {}
         self.calls = 0
+        self.bodies_refused = 0  # calls the client could not build a body for (never sent)
 
     def actions(self) -> dict[str, dict[str, Action]]:
         """The actions of each service's agent (the Agent's ``actions``)."""
@@ -141,12 +209,18 @@ class Services:
         """One call of an Agent's action, with the faults the seed draws for it."""
         world, profile = self.world, self.world.profile
         try:
+            built = self.declarations.body(service, request)  # built before the call leaves, as the client
+        except PermanentError:
+            self.bodies_refused += 1
+            raise
+        try:
             await world.before("service.call")  # leaving the process: it may die first
         except StoreUnavailable as exc:
             raise TransientError(f"{service}: connection failed") from exc
         self.calls += 1
         effect = self.effect(service, request)
         effect.calls += 1
+        self.observer.called(effect, compensating, built[1] if built is not None else {})
         rng = world.rng
         outage = self._outage(service, self.loop.time())
         if outage is not None:
@@ -183,7 +257,12 @@ class Services:
             raise TransientError(f"{service}: the reply was lost")
         if outcome == "rejected":
             raise PermanentError(f"{service}: rejected {request.idempotency_key}")
-        return {"id": request.idempotency_key, "status": outcome}
+        if compensating:
+            return {}
+        # The client passes on the declared result values of the answer, nothing else.
+        values = self.declarations.result(service, request)
+        effect.returned = values
+        return values
 
     def _land(self, effect: Effect, compensating: bool, late: bool) -> str:
         """A call arrives at the service and takes effect (or is refused)."""

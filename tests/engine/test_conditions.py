@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -240,3 +240,30 @@ def test_a_step_without_undo_is_never_undone_and_a_left_out_step_never_compensat
         StepStatus.LEFT_OUT,
         StepStatus.RUNNING,
     ]
+
+
+def test_an_undo_waits_for_the_call_of_a_skipped_step_that_cannot_be_undone() -> None:
+    """Skipped while its call was in flight, a step without undo can still land until its CompleteBy plus the
+    grace: the undos of the steps before it wait until then, or its effect could land after a refund."""
+    record = record_of(total=5, lines=[{"sku": "box"}])
+    transitions.claim(record, ctx())
+    succeed(record, charge="c-1")
+    succeed(record, tracking="t-9")  # tracking (no undo) is running
+    track = record.steps[2]
+    assert track.status is StepStatus.RUNNING and track.complete_by is not None
+    assert transitions.skip_step(record, ctx(), 2, "tracked by hand").outcome.value == "moved"
+    transitions.claim(record, ctx())  # the mail goes out
+    failed = AgentReply(
+        order_id="o-1",
+        step_index=3,
+        attempt=record.state.attempt,
+        outcome=ReplyOutcome.FAILED,
+        error="no address",
+    )
+    decision = transitions.apply_reply(record, ctx(), failed)
+    assert not [m for m in decision.messages if isinstance(m.body, AgentRequest)], "no undo yet"
+    settled = track.complete_by + timedelta(seconds=SETTINGS.cancel_grace_seconds)
+    assert record.state.next_attempt_at == settled and record.state.current_step == 1
+    later = Context(WORKFLOW, SETTINGS, settled, "sched-2")
+    (undo,) = [m.body for m in transitions.claim(record, later).messages if isinstance(m.body, AgentRequest)]
+    assert (undo.step, undo.compensating) == ("ship", True)

@@ -1,22 +1,25 @@
 """Bugs to plant in the engine, each one a line or two away from the real code: the simulation's fixed seeds
-must catch every one of them, each by the invariant it names (tests/simulation/test_planted_bugs.py)."""
+must catch every one of them, each by the invariant it names (tests/simulation/test_planted_bugs.py). Each
+runs on the pinned catalog it was found on (tests/simulation/catalogs.py): the first eight on the engine-only
+workflows, those of conditions, results and steps without undo on the catalog that has them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from adapters import table_store
-from engine import transitions
+from engine import queues, transitions
 from engine.breaker import BreakerRecord, BreakerState, hold_until
-from engine.decisions import REFUSED, Decision, Outcome
+from engine.decisions import REFUSED, UNCHANGED, Decision, Outcome, Outgoing
 from engine.machine import Operation
-from engine.messages import AgentReply
+from engine.messages import AgentReply, AgentRequest, CommandKind, StatusEvent, request_message_id
 from engine.scheduler import Scheduler
-from engine.state import Phase, TaskRecord
+from engine.state import Phase, ProcessState, StepStatus, TaskRecord
 from engine.transitions import Context
 
 
@@ -134,13 +137,138 @@ def recover_expired_kicking_silently(
     return Decision(Outcome.KICKED) if decision.outcome is Outcome.KICKED else decision
 
 
+# ---- conditions, results passed on, steps without undo ----------------------------------------------
+def dispatch_forward_ignoring_conditions(record: TaskRecord, ctx: Context) -> Decision:
+    """``transitions._dispatch_forward`` from before conditions: the first step not done runs, whatever its
+    condition says."""
+    index = next((i for i, s in enumerate(record.steps) if s.status not in transitions._DONE), None)
+    if index is None:
+        return transitions._finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
+    return transitions._dispatch(record, ctx, index, compensating=False)
+
+
+def dispatch_compensation_of_every_step(record: TaskRecord, ctx: Context, start: int) -> Decision:
+    """``transitions._dispatch_compensation`` that undoes every step that may have had an effect, one without
+    an undo action too (:func:`request_undoing_by_the_action` sends it)."""
+    index = next(
+        (
+            i
+            for i in range(min(start, len(record.steps) - 1), -1, -1)
+            if record.steps[i].status in transitions._MAY_HAVE_EFFECT
+        ),
+        None,
+    )
+    if index is None:
+        return _original_dispatch_compensation(record, ctx, -1)
+    wait = record.steps[index].undo_not_before
+    if wait is not None and wait > ctx.now:
+        return transitions._undo_later(record, ctx, index, wait)
+    return transitions._dispatch(record, ctx, index, compensating=True)
+
+
+def request_undoing_by_the_action(
+    record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = ""
+) -> Outgoing:
+    """``transitions._request`` whose undo of a step without an undo action is the step's action again."""
+    definition = ctx.steps[index]
+    if not compensating or definition.compensation is not None:
+        return _original_request(record, ctx, index, compensating, resend)
+    step = record.steps[index]
+    assert step.complete_by is not None
+    body = AgentRequest(
+        order_id=record.order_id,
+        workflow=record.state.workflow,
+        workflow_version=record.state.workflow_version,
+        step=definition.name,
+        step_index=index,
+        attempt=step.compensation_attempts,
+        compensating=True,
+        action=definition.action,
+        idempotency_key=f"{record.order_id}:{definition.name}",
+        complete_by=step.complete_by,
+        payload=transitions.document(record, index),
+    )
+    return Outgoing(
+        queue=queues.agent_queue(definition.agent),
+        body=body,
+        message_id=request_message_id(record.order_id, index, True, step.compensation_attempts) + resend,
+        correlation_id=record.order_id,
+        reply_to=queues.REPLY_QUEUE,
+        time_to_live_seconds=max((step.complete_by - ctx.now).total_seconds(), 0.001),
+    )
+
+
+def cancel_waiting_only_for_steps_with_undo(record: TaskRecord, ctx: Context) -> Decision:
+    """``transitions.cancel`` that waits only for a running step it will undo: a step without undo is
+    never undone, so why wait for it? Because the steps before it are undone meanwhile, and it lands after."""
+    rule = transitions.allows(Operation.CANCEL, record)
+    if rule is None:
+        return REFUSED
+    if not rule.changes:
+        return UNCHANGED
+    state = record.state
+    if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
+        state.phase = Phase.COMPENSATE
+        return transitions._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+    running = [
+        s.complete_by
+        for i, s in enumerate(record.steps)
+        if s.status is StepStatus.RUNNING and s.complete_by and ctx.steps[i].compensation
+    ]
+    resume_at = max([ctx.now, *(transitions.settled(complete_by, ctx) for complete_by in running)])
+    state.phase = Phase.COMPENSATE
+    state.process_state = ProcessState.COMPENSATING
+    transitions._fresh_failure_counts(record)
+    state.locked_by = None
+    state.next_attempt_at = resume_at
+    state.complete_by = resume_at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    state.current_step = max(i for i, s in enumerate(record.steps) if s.status is not StepStatus.NOT_STARTED)
+    transitions._touch(record, ctx)
+    at = resume_at if resume_at > ctx.now else None
+    return transitions._moved(
+        transitions.status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
+        transitions.command(state.order_id, CommandKind.RESUME, "cancel", at=at, new_id=ctx.new_id),
+    )
+
+
+def document_without_the_step_s_own_values(record: TaskRecord, upto: int) -> dict[str, Any]:
+    """``transitions.document`` that merges the values of the steps before ``upto`` only: a forward call
+    misses nothing (its step has returned nothing yet), but an undo no longer names what it undoes."""
+    results: dict[str, Any] = {}
+    for step in record.steps[:upto]:
+        if step.result:
+            results.update(step.result)
+    return {"input": record.input, "results": results}
+
+
+_SHARED: dict[str, Any] = {}
+
+
+def document_with_one_dict_for_every_order(record: TaskRecord, upto: int) -> dict[str, Any]:
+    """``transitions.document`` whose results dict outlives the call (a mutable default, a cache keyed by
+    nothing): an order's own values overwrite another's, but a value it lacks comes from another order."""
+    for step in record.steps[: upto + 1]:
+        if step.result:
+            _SHARED.update(step.result)
+    return {"input": record.input, "results": _SHARED}
+
+
+_original_request = transitions._request
+
+
+def _undo_every_step(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_of_every_step)
+    mp.setattr(transitions, "_request", request_undoing_by_the_action)
+
+
 @dataclass(frozen=True)
 class Plant:
-    """A bug to plant, and words of the violation by which the invariant about its consequence reports it:
-    the first violation of the seed that catches it."""
+    """A bug to plant, words of the violation by which the invariant about its consequence reports it (the
+    first violation of the seed that catches it), and the pinned catalog it runs on."""
 
     put: Callable[[pytest.MonkeyPatch], None]
     breaks: str
+    catalog: str = "engine-only"
 
 
 PLANTS: dict[str, Plant] = {
@@ -174,5 +302,30 @@ PLANTS: dict[str, Plant] = {
     "a re-kick that sends no command": Plant(
         lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_kicking_silently),
         "at its bound",
+    ),
+    "conditions ignored": Plant(
+        lambda mp: mp.setattr(transitions, "_dispatch_forward", dispatch_forward_ignoring_conditions),
+        "its condition does not hold",
+        "constructs",
+    ),
+    "a step without undo undone by its action": Plant(
+        _undo_every_step,
+        "cannot be undone, but an undo of it was dispatched",
+        "constructs",
+    ),
+    "a cancel that does not wait for a running step without undo": Plant(
+        lambda mp: mp.setattr(transitions, "cancel", cancel_waiting_only_for_steps_with_undo),
+        "which cannot be undone, was applied after an undo",
+        "constructs",
+    ),
+    "an undo without its step's own values": Plant(
+        lambda mp: mp.setattr(transitions, "document", document_without_the_step_s_own_values),
+        "a result passed on is not the one returned",
+        "constructs",
+    ),
+    "one results dict for every order": Plant(
+        lambda mp: mp.setattr(transitions, "document", document_with_one_dict_for_every_order),
+        "a result passed on is not the one returned",
+        "constructs",
     ),
 }

@@ -2,7 +2,8 @@
 pool of processes (as many as the machine has cores, at most four) and each test reads its result.
 
 A job may put a bug back first (a planted bug of ``tests/simulation/planted.py`` or a regression's of
-``tests/simulation/regressions.py``, by name), in the process that runs it.
+``tests/simulation/regressions.py``, by name), in the process that runs it, and run a pinned catalog
+(``tests/simulation/catalogs.py``, by name) instead of the declared one.
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ from dataclasses import dataclass
 import pytest
 
 from simulation.run import Result, run
+from tests.simulation.catalogs import PINNED
 
 
 @dataclass(frozen=True)
 class Job:
     """One run: a seed, its orders (``orders`` replaces the seed's number, ``max_orders`` caps it) and the
     bug to put back (``("plant", name)``, ``("regression", name)`` or None); ``servicebus``: through the
-    Service Bus adapter (see :class:`simulation.run.Simulation`)."""
+    Service Bus adapter (see :class:`simulation.run.Simulation`); ``catalog``: a pinned catalog's name
+    (None: the declared one)."""
 
     seed: int
     orders: int | None = None
     max_orders: int | None = None
     bug: tuple[str, str] | None = None
     servicebus: bool = True
+    catalog: str | None = None
 
 
 def _run(job: Job) -> Result:
@@ -42,7 +46,15 @@ def _run(job: Job) -> Result:
                 from tests.simulation.regressions import REGRESSIONS
 
                 next(r for r in REGRESSIONS if r.name == name).put_back(monkeypatch)
-        return run(job.seed, job.orders, max_orders=job.max_orders, servicebus=job.servicebus)
+        catalog, services = PINNED[job.catalog] if job.catalog is not None else (None, None)
+        return run(
+            job.seed,
+            job.orders,
+            max_orders=job.max_orders,
+            servicebus=job.servicebus,
+            catalog=catalog,
+            services=services,
+        )
 
 
 def processes() -> int:

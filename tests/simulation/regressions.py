@@ -6,7 +6,8 @@ a new seed when a change makes one miss its bug (seeds drift: docs/simulation.md
     .venv/bin/python -m tests.simulation.regressions lost-resume --start 200 --seconds 1800
 
 A seed is found when, with the bug put back, the run breaks with the bug's symptom, and the same seed passes
-with the bug fixed. Put it in ``REGRESSIONS`` and in the docs' table of findings.
+with the bug fixed. Put it in ``REGRESSIONS`` and in the docs' table of findings. Each runs on the catalog its
+finding was found on (``tests/simulation/catalogs.py``), straight to the broker.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import pytest
 from engine import machine, transitions
 from engine.decisions import Decision
 from engine.machine import Operation
+from engine.messages import StatusEvent
 from engine.state import ProcessState, TaskRecord
 from engine.supervisor import Supervisor
 from engine.transitions import Context
 from simulation.run import Result, run
+from tests.simulation.catalogs import PINNED
 from tests.simulation.store_bugs import take_out
 
 # Puts a bug back (through the monkeypatch, undone when it ends).
@@ -41,10 +44,21 @@ class Regression:
     seed: int
     symptom: str  # what a violation says when the bug is back
     put_back: PutBack
+    catalog: str = "engine-only"  # the pinned catalog it was found on (tests/simulation/catalogs.py)
+
+    def run(self, seed: int | None = None) -> Result:
+        """The seed (its own by default) on the regression's catalog, straight to the broker."""
+        return run_as_found(self.seed if seed is None else seed, self.catalog)
 
     def shown_by(self, result: Result) -> bool:
         """Whether a run broke with this bug's symptom."""
         return any(self.symptom in what for _, what in result.violations)
+
+
+def run_as_found(seed: int, catalog: str = "engine-only") -> Result:
+    """A seed as the findings were: on their pinned catalog, the processes sending straight to the broker."""
+    workflows, services = PINNED[catalog]
+    return run(seed, servicebus=False, catalog=workflows, services=services)
 
 
 def _store_fixes_off(*fixes: str) -> PutBack:
@@ -83,6 +97,21 @@ def _grace_only_for_a_deadline_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
         return complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds) if ahead else complete_by
 
     monkeypatch.setattr(transitions, "settled", settled)
+
+
+def _left_out_entries_say_the_state_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    def dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
+        while True:
+            index = next((i for i, s in enumerate(record.steps) if s.status not in transitions._DONE), None)
+            if index is None:
+                return transitions._finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
+            condition = ctx.steps[index].when
+            if condition is None or condition.holds(transitions.document(record, index - 1)):
+                return transitions._dispatch(record, ctx, index, compensating=False)
+            # The entry keeps the state the task had while the step was left out, not the save's change.
+            transitions._leave_out(record, ctx, index, f"condition not met: {condition.describe()}")
+
+    monkeypatch.setattr(transitions, "_dispatch_forward", dispatch_forward)
 
 
 REGRESSIONS = (
@@ -136,6 +165,14 @@ REGRESSIONS = (
         "Compensated, but",
         _grace_only_for_a_deadline_ahead,
     ),
+    Regression(
+        "left-out-entry-says-its-change",
+        11,
+        4,
+        "audit entry left out says",
+        _left_out_entries_say_the_state_then,
+        catalog="constructs",
+    ),
 )
 
 
@@ -143,7 +180,7 @@ def shows(regression: Regression, seed: int) -> bool:
     """Whether the seed, with the bug put back, breaks with the bug's symptom."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         regression.put_back(monkeypatch)
-        return regression.shown_by(run(seed, servicebus=False))
+        return regression.shown_by(regression.run(seed))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     regression = by_name[args.name]
     started, seed = time.perf_counter(), args.start
     while time.perf_counter() - started < args.seconds:
-        if shows(regression, seed) and run(seed, servicebus=False).ok:
+        if shows(regression, seed) and regression.run(seed).ok:
             print(f"seed {seed} shows {regression.name} with the bug put back and passes without it")
             return 0
         seed += 1

@@ -1,13 +1,18 @@
-"""The fixed seeds (src/simulation/seeds.py): every invariant holds on each (docs/simulation.md)."""
+"""The fixed seeds (src/simulation/seeds.py): every invariant holds on each (docs/simulation.md), and between
+them they exercise every construct the declared workflows use."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 
 from adapters.table_store import TableStateStore
 from engine.state import TaskRecord
+from orders.catalog import CATALOG, SERVICES
 from simulation.run import Result, run
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
+from simulation.services import Declarations
 from tests.simulation.pool import Job, run_all
 
 
@@ -23,6 +28,52 @@ def test_every_invariant_holds(seed: int, fixed_runs: dict[int, Result]) -> None
     result = fixed_runs[seed]
     assert result.seed == seed
     assert result.ok, result.report()
+
+
+def _constructs() -> list[str]:
+    """What the fixed seeds must show at least once, from what the declared workflows use: a step left out
+    (where an example fails a condition on the input alone), a result value carried by a later call or an
+    undo, a cancel while a step without undo runs and such a step left applied in a Compensated order."""
+    declarations = Declarations(SERVICES)
+    expected: set[str] = set()
+    for workflow in CATALOG.workflows:
+        examples = [
+            {"orderId": "o", **workflow.input.model_validate(e).model_dump(by_alias=True, mode="json")}
+            for e in workflow.examples()
+            if workflow.input is not None
+        ]
+        read: set[str] = set()
+        for step in workflow.steps:
+            found = declarations.actions.get((step.agent, step.action))
+            if found is None:
+                continue
+            resource = found[0]
+            for body in (resource.body, resource.undo_body):
+                read.update((*body.needs, *body.may_use) if body is not None else ())
+            if step.compensation is not None and resource.undo_body is None:
+                read.update(resource.result_names)  # an undo names what it undoes
+            if step.compensation is None:
+                expected |= {
+                    "cancelled while a step without undo ran",
+                    "steps without undo left applied in a Compensated order",
+                }
+            condition = step.when
+            if condition is None or not all(p.startswith("input.") for p in condition.fields()):
+                continue
+            if any(not condition.holds({"input": e, "results": {}}) for e in examples):
+                expected.add("steps left out")
+        returned = {n for s in workflow.steps for n in declarations.returns(s.agent, s.action)}
+        if returned & read:
+            expected.add("result values passed on")
+    return sorted(expected)
+
+
+def test_the_fixed_seeds_exercise_every_construct_the_workflows_use(fixed_runs: dict[int, Result]) -> None:
+    totals: Counter[str] = Counter()
+    for result in fixed_runs.values():
+        totals.update({what: int(result.stats.get(what, 0)) for what in _constructs()})
+    print(dict(totals))
+    assert all(totals[what] > 0 for what in _constructs()), dict(totals)
 
 
 def test_a_seed_reproduces_its_run_exactly() -> None:

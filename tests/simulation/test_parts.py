@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableTransactionError
 
 from engine import queues
-from engine.messages import SchedulerCommand
+from engine.messages import AgentRequest, SchedulerCommand
+from engine.workflow import StepDefinition
+from orders.catalog import CATALOG, SERVICES
+from orders.services.client import RemoteServices
 from simulation.bus import Bus, Message
 from simulation.loop import VirtualLoop
 from simulation.profile import draw
+from simulation.services import Declarations
 from simulation.table_client import SimTableClient
 from simulation.tables import Tables
 from simulation.world import Crash, Worker, World
@@ -194,3 +200,75 @@ def test_a_message_of_a_process_that_died_comes_back_when_its_lock_expires() -> 
     assert message is not None and message.state == "completed"
     assert len(seen) == 2
     assert seen[1][1] - seen[0][1] >= 50  # after the lock period, not at once
+
+
+def _request(
+    step: StepDefinition, index: int, order: dict[str, Any], known: dict[str, Any], undo: bool
+) -> AgentRequest:
+    """A request of the step's action (or its undo) on order ``o-1``, with the values known so far."""
+    action = step.compensation if undo else step.action
+    assert action is not None
+    return AgentRequest(
+        order_id="o-1",
+        step=step.name,
+        step_index=index,
+        attempt=1,
+        compensating=undo,
+        action=action,
+        idempotency_key=f"o-1:{step.name}",
+        complete_by=datetime(2026, 1, 1, tzinfo=UTC),
+        payload={"input": order, "results": dict(known)},
+    )
+
+
+def _requests() -> list[tuple[str, AgentRequest]]:
+    """A request of every action of the declared workflows, on each example input, with the values every
+    step before it returned (an undo: its own too, and once without them, as after a lost answer)."""
+    declarations = Declarations(SERVICES)
+    made: list[tuple[str, AgentRequest]] = []
+    for workflow in CATALOG.workflows:
+        assert workflow.input is not None
+        for example in workflow.examples():
+            fields = workflow.input.model_validate(example).model_dump(by_alias=True, mode="json")
+            order = {"orderId": "o-1", **fields}
+            results: dict[str, Any] = {}
+            for index, step in enumerate(workflow.steps):
+                apply = _request(step, index, order, results, undo=False)
+                made.append((step.agent, apply))
+                own = declarations.result(step.agent, apply)
+                if step.compensation is not None:
+                    made.append((step.agent, _request(step, index, order, results, undo=True)))
+                    made.append((step.agent, _request(step, index, order, {**results, **own}, undo=True)))
+                results.update(own)
+    return made
+
+
+def test_a_simulated_call_carries_the_body_the_client_sends_and_answers_what_the_client_passes_on() -> None:
+    """The simulation records, for each call, the body the real client (``orders.services.client``) sends for
+    the same request, and a simulated apply answers with values the client passes on unchanged."""
+    declarations = Declarations(SERVICES)
+    sent: list[Any] = []
+    answer: dict[str, Any] = {}
+
+    def service(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"status": "done", **answer})
+
+    async def main() -> None:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(service))
+        remote = RemoteServices(SERVICES, {s.name: "http://service" for s in SERVICES}, client)
+        actions = remote.actions()
+        for agent, request in _requests():
+            built = declarations.body(agent, request)
+            assert built is not None, f"{agent}.{request.action} is declared"
+            answer.clear()
+            answer.update(declarations.result(agent, request))
+            passed_on = await actions[agent][request.action](request, 5.0)
+            assert sent[-1] == built[0], f"{agent}.{request.action}: the body the client sends"
+            assert passed_on == ({} if request.compensating else answer), f"{agent}.{request.action}"
+            for name, value in built[1].items():
+                assert sent[-1].get(name) == value, f"{agent}.{request.action} carries {name}"
+        await client.aclose()
+
+    asyncio.run(main())
+    assert len(sent) == len(_requests())

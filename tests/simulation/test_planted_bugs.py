@@ -1,20 +1,24 @@
 """Each deliberately planted engine bug (tests/simulation/planted.py) is caught by the fixed seeds that make
-test runs, by the invariant about its consequence (its first violation says so), and the seed that caught
-it passes once the bug is taken out again."""
+test runs, on the pinned catalog it was found on (tests/simulation/catalogs.py), by the invariant about its
+consequence (its first violation says so), and the seed that caught it passes once the bug is taken out
+again."""
 
 from __future__ import annotations
 
 import pytest
 
-from simulation.run import Result, run
+from simulation.run import Result
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
 from tests.simulation.planted import PLANTS
-from tests.simulation.pool import Job, run_in_order
+from tests.simulation.pool import Job, run_all, run_in_order
 
 
 def _first_failure(bug: str) -> tuple[int, Result] | None:
     """The first fixed seed that fails with ``bug`` planted (seeds run on every core, in order)."""
-    jobs = (Job(seed, max_orders=FIXED_MAX_ORDERS, bug=("plant", bug)) for seed in FIXED_SEEDS)
+    catalog = PLANTS[bug].catalog
+    jobs = (
+        Job(seed, max_orders=FIXED_MAX_ORDERS, bug=("plant", bug), catalog=catalog) for seed in FIXED_SEEDS
+    )
     for result in run_in_order(jobs):
         if not result.ok:
             return result.seed, result
@@ -30,5 +34,5 @@ def test_the_fixed_seeds_catch_a_planted_bug(bug: str) -> None:
     first = result.violations[0][1]
     print(f"{bug}: caught by seed {seed}: {first}")
     assert plant.breaks in first, f"seed {seed} caught {bug} by another invariant first: {first}"
-    clean = run(seed, max_orders=FIXED_MAX_ORDERS)
+    [clean] = run_all([Job(seed, max_orders=FIXED_MAX_ORDERS, catalog=plant.catalog)])
     assert clean.ok, clean.report()

@@ -1,0 +1,191 @@
+"""The catalogs the recorded seeds were found on, pinned here: a seed explores what the workflows make of it
+(docs/simulation.md, "Seeds drift"), so the regression seeds and the planted bugs run on the workflows they
+were found on, whatever the declaration (``orders.catalog``) says today. The fixed seeds and
+``make simulate-long`` run the declared catalog.
+
+- ``ENGINE_ONLY``: the example workflows as they were when findings 1 to 10 and the first eight planted
+  bugs were found: fulfilment (reserve, charge, ship) and returns (collect, refund, restock), every step
+  undone, no condition, no input model, services that take no body and return no values.
+- ``CONSTRUCTS``: fulfilment as the example declares it since workflows declare their input, results,
+  conditions and steps without undo: reserve, charge (returns ``chargeId``, which its refund names), ship
+  unless every item is digital (returns ``trackingNumber``, which its cancel names), and send a
+  confirmation that cannot be undone, carrying the tracking number when there is one. Its services are
+  declared here too (on the declaration's own classes), so that a change to the example's leaves it be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.conditions import Test
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from orders.services.declaration import (
+    AmountBody,
+    Document,
+    ItemsBody,
+    NonEmpty,
+    Resource,
+    ServiceBody,
+    ServiceDefinition,
+    ServiceResult,
+    check_catalog,
+)
+
+
+def _step(name: str, agent: str, action: str, compensation: str | None) -> StepDefinition:
+    return StepDefinition(name=name, agent=agent, action=action, compensation=compensation)
+
+
+ENGINE_ONLY = WorkflowCatalog(
+    workflows=(
+        WorkflowDefinition(
+            name="order-fulfilment",
+            steps=(
+                _step("reserve-inventory", "inventory", "reserve", "release"),
+                _step("charge-payment", "payment", "charge", "refund"),
+                _step("create-shipment", "shipping", "create", "cancel"),
+            ),
+        ),
+        WorkflowDefinition(
+            name="order-return",
+            steps=(
+                _step("collect-return", "shipping", "collect", "cancel-collection"),
+                _step("refund-payment", "payment", "credit", "reverse-credit"),
+                _step("restock-inventory", "inventory", "restock", "unstock"),
+            ),
+        ),
+    )
+)
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    sku: str = Field(min_length=1)
+    quantity: int = Field(ge=1)
+    unit_price: float = Field(alias="unitPrice", ge=0)
+    digital: bool = False
+
+
+class _Order(BaseModel):
+    """An order with a physical and a digital item (every step runs), or with digital items only (no
+    shipment)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "customerId": "customer-1",
+                    "items": [
+                        {"sku": "sku-1", "quantity": 2, "unitPrice": 9.5},
+                        {"sku": "ebook-7", "quantity": 1, "unitPrice": 20, "digital": True},
+                    ],
+                    "currency": "EUR",
+                },
+                {
+                    "customerId": "customer-2",
+                    "items": [{"sku": "ebook-7", "quantity": 1, "unitPrice": 12, "digital": True}],
+                    "currency": "EUR",
+                },
+            ]
+        },
+    )
+
+    customer_id: str = Field(alias="customerId", min_length=1)
+    items: list[_Line] = Field(min_length=1)
+    currency: str
+
+
+class _Charge(ServiceResult):
+    charge_id: str
+
+
+class _Shipment(ServiceResult):
+    tracking_number: str
+
+
+class _Confirmation(ServiceBody):
+    may_use = ("trackingNumber",)
+
+    customer_id: NonEmpty
+    items: int
+    tracking_number: str | None = None
+
+    @classmethod
+    def build(cls, document: Document) -> Self:
+        return cls.model_validate(
+            {
+                "orderId": document.order_id,
+                "customerId": document.input["customerId"],
+                "items": sum(item["quantity"] for item in document.input["items"]),
+                "trackingNumber": document.result("trackingNumber"),
+            }
+        )
+
+
+def _resource(apply: str, undo: str | None, body: type[ServiceBody], **more: object) -> Resource:
+    return Resource.model_validate(
+        {
+            "collection": f"{apply}s",
+            "apply": apply,
+            "undo": undo,
+            "undone": "undone" if undo else None,
+            "body": body,
+            "applied": "applied",
+            "rejection": "refused",
+            **more,
+        }
+    )
+
+
+CONSTRUCTS_SERVICES: tuple[ServiceDefinition, ...] = (
+    ServiceDefinition(
+        name="inventory", description="stock", resources=(_resource("reserve", "release", ItemsBody),)
+    ),
+    ServiceDefinition(
+        name="payment",
+        description="charges",
+        resources=(_resource("charge", "refund", AmountBody, result=_Charge),),
+    ),
+    ServiceDefinition(
+        name="shipping",
+        description="shipments",
+        resources=(_resource("create", "cancel", ItemsBody, result=_Shipment),),
+    ),
+    ServiceDefinition(
+        name="notifications", description="confirmations", resources=(_resource("send", None, _Confirmation),)
+    ),
+)
+
+CONSTRUCTS = WorkflowCatalog(
+    workflows=(
+        WorkflowDefinition(
+            name="order-fulfilment",
+            input=_Order,
+            steps=(
+                _step("reserve-inventory", "inventory", "reserve", "release"),
+                _step("charge-payment", "payment", "charge", "refund"),
+                StepDefinition(
+                    name="create-shipment",
+                    agent="shipping",
+                    action="create",
+                    compensation="cancel",
+                    when=Test(field="input.items[].digital", op="!=", value=True, each="any"),
+                ),
+                _step("send-confirmation", "notifications", "send", None),
+            ),
+        ),
+    )
+)
+check_catalog(CONSTRUCTS_SERVICES, CONSTRUCTS)
+
+# By name, for the jobs of tests/simulation/pool.py: the workflows, and the services they run on.
+PINNED: dict[str, tuple[WorkflowCatalog, Sequence[ServiceDefinition]]] = {
+    "engine-only": (ENGINE_ONLY, ()),
+    "constructs": (CONSTRUCTS, CONSTRUCTS_SERVICES),
+}
