@@ -245,6 +245,19 @@ def new_order(
     return body
 
 
+def another_order(order_id: str) -> dict[str, Any]:
+    """A body for ``order_id`` that differs from :func:`new_order`'s (another example of the default
+    workflow, else another workflow's order): the same id with it is a conflict."""
+    straight = straight_input(DEFAULT_WORKFLOW)
+    other = next((e for e in DEFAULT_WORKFLOW.examples() if e != straight), None)
+    if other is not None:
+        return {**other, "orderId": order_id}
+    second = next((w for w in WORKFLOWS if w.name != DEFAULT_WORKFLOW.name), None)
+    if second is None:
+        pytest.skip("one workflow with one example: no other body to conflict with")
+    return new_order(order_id, second)
+
+
 def start_stack(
     data_dir: Path,
     workers: int = 1,

@@ -13,7 +13,7 @@ from azure.data.tables import TableServiceClient
 
 from adapters.table_store import history_table_name, shard_of
 from devhost import azurite
-from tests.e2e.conftest import LocalStack, new_order, start_stack, stop_stack
+from tests.e2e.conftest import LocalStack, another_order, new_order, start_stack, stop_stack
 from tests.support import wait_for
 
 RETENTION_SECONDS = 20
@@ -76,7 +76,7 @@ def test_a_finished_order_is_kept_then_purged_and_its_id_refused_then_free(stack
     assert order_id in listed(stack, "Processed") and counts(stack)["Processed"] == before
     again = stack.api.post("/api/orders", json=new_order(order_id))
     assert again.status_code == 200 and again.json()["processState"] == "Processed"
-    other = stack.api.post("/api/orders", json=new_order(order_id, currency="USD"))
+    other = stack.api.post("/api/orders", json=another_order(order_id))
     assert other.status_code == 409 and other.json()["error"]["code"] == "Conflict"
     # Purged by the clean-up's timer once ORDER_RETENTION has passed since it finished.
     wait_for(
