@@ -60,6 +60,10 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def run(command: list[str], hogs: int) -> int:
     """Run ``command`` with ``hogs`` CPU hogs beside it; return its exit code."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl+C must reach us even when our parent ran us with SIGINT ignored or blocked (both inherited across
+    # exec, e.g. from a background job): Python then leaves SIGINT as it found it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     started: list[subprocess.Popen[bytes]] = []
     child: subprocess.Popen[bytes] | None = None
     try:
