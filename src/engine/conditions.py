@@ -42,6 +42,19 @@ class Declared(BaseModel):
         return sorted(self.model_extra or {})
 
 
+def refuse_unknown(model: type[BaseModel], data: Any, kind: str) -> Any:
+    """``data`` unchanged, or ValueError naming the ``kind`` ("workflow", "service") and its name, and the
+    fields ``model`` does not declare: pydantic's own "extra inputs" error cannot say which one it is."""
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - set(model.model_fields))
+        if unknown:
+            raise ValueError(
+                f"{kind} {data.get('name')!r}: unknown field {', '.join(unknown)} "
+                f"(a {kind} declares: {', '.join(model.model_fields)})"
+            )
+    return data
+
+
 class Test(Declared):
     """One test of one field of the document: ``field op value``."""
 
@@ -154,12 +167,17 @@ class _Missing:
 _MISSING: Any = _Missing()
 
 
+def _part(part: str) -> tuple[str, bool]:
+    """One step of a path: the field's name, and whether ``[]`` goes through its list."""
+    return (part[:-2], True) if part.endswith("[]") else (part, False)
+
+
 def _values(document: Any, path: str) -> list[Any]:
     """Every value at ``path``, one per list element where the path says ``[]``; a value that is missing
     (or null) is :data:`_MISSING`, and a missing list has no elements."""
     current: list[Any] = [document]
     for part in path.split("."):
-        name, through = (part[:-2], True) if part.endswith("[]") else (part, False)
+        name, through = _part(part)
         found: list[Any] = []
         for value in current:
             inner = value.get(name) if isinstance(value, Mapping) else None
@@ -211,7 +229,7 @@ def check_input_path(path: str, model: type[BaseModel]) -> str | None:
     current: Any = model
     walked = "input"
     for part in path.split(".")[1:]:
-        name, through = (part[:-2], True) if part.endswith("[]") else (part, False)
+        name, through = _part(part)
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return f"{walked} has no fields"
         fields = {(f.alias or n): f for n, f in current.model_fields.items()}

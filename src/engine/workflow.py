@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .conditions import Condition, Declared, check_input_path, parts
+from .conditions import Condition, Declared, check_input_path, parts, refuse_unknown
 
 
 class RetryPolicy(Declared):
@@ -73,15 +73,7 @@ class WorkflowDefinition(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _known_fields(cls, data: Any) -> Any:
-        # Named here rather than by pydantic's "extra inputs" error, which cannot say which workflow.
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(cls.model_fields))
-            if unknown:
-                raise ValueError(
-                    f"workflow {data.get('name')!r}: unknown field {', '.join(unknown)} "
-                    f"(a workflow declares: {', '.join(cls.model_fields)})"
-                )
-        return data
+        return refuse_unknown(cls, data, "workflow")
 
     @field_validator("input")
     @classmethod

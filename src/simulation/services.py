@@ -29,13 +29,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from engine.agent import Action
 from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 from engine.workflow import WorkflowCatalog
-from orders.services.client import document
+from orders.services.client import request_body
 from orders.services.declaration import Resource, ServiceDefinition
 
 from .world import StoreUnavailable, World
@@ -96,17 +94,10 @@ class Declarations:
         if found is None:
             return None
         resource, undoes = found
+        body = request_body(service, resource, undoes, request)
         model = resource.undo_body if undoes else resource.body
-        if model is None:
-            # An undo without a body of its own: the order's id and the apply's values when they are known
-            # (orders.services.client, RemoteServices._undo).
-            results = document(request).results
-            own = {n: results[n] for n in resource.result_names if results.get(n) is not None}
-            return {"orderId": request.order_id, **own}, {n: own.get(n) for n in resource.result_names}
-        try:
-            body = model.build(document(request)).wire()
-        except (ValidationError, KeyError, TypeError, ValueError) as exc:
-            raise PermanentError(f"{service}: the request cannot be encoded: {exc}") from exc
+        if model is None:  # the order's id and the apply's own values, those known
+            return body, {n: body.get(n) for n in resource.result_names}
         # A value is told apart by its name on the wire: one a body renames is not checked.
         return body, {n: body[n] for n in (*model.needs, *model.may_use) if n in body}
 

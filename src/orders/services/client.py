@@ -22,7 +22,7 @@ from engine.agent import Action
 from engine.errors import PermanentError, TransientError
 from engine.messages import AgentRequest
 
-from .declaration import Document, Resource, ServiceBody, ServiceDefinition
+from .declaration import Document, Resource, ServiceDefinition
 
 _TRANSIENT_STATUS = {408, 429}
 SIMULATORS_KEY_HEADER = "x-simulators-key"
@@ -92,7 +92,7 @@ class RemoteServices:
         path = apply_path(service, resource)
 
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
-            body = _body(service, resource.body, request)
+            body = request_body(service.name, resource, False, request)
             answer = await self._call(service.name, path, request, timeout, body)
             return _declared_result(service, resource, answer)
 
@@ -101,14 +101,7 @@ class RemoteServices:
     def _undo(self, service: ServiceDefinition, resource: Resource) -> Action:
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             path = undo_path(service, resource, request.idempotency_key)
-            if resource.undo_body is not None:
-                body = _body(service, resource.undo_body, request)
-            else:
-                # The undo names what it undoes when the apply's answer came back (a lost answer leaves
-                # only the key, which identifies the effect as well).
-                results = document(request).results
-                body = {"orderId": request.order_id}
-                body |= {n: results[n] for n in resource.result_names if results.get(n) is not None}
+            body = request_body(service.name, resource, True, request)
             await self._call(service.name, path, request, timeout, body)
             return {}
 
@@ -138,13 +131,22 @@ def document(request: AgentRequest) -> Document:
     )
 
 
-def _body(service: ServiceDefinition, model: type[ServiceBody], request: AgentRequest) -> dict[str, Any]:
+def request_body(service: str, resource: Resource, undoes: bool, request: AgentRequest) -> dict[str, Any]:
+    """The body of the call ``request`` asks of ``resource``: its body model (or undo body model) built
+    from the request's document; an undo without a model of its own names the order and, when the apply's
+    answer came back, its values (a lost answer leaves only the key, which identifies the effect as well).
+    Raises PermanentError when the order cannot make the body."""
+    model = resource.undo_body if undoes else resource.body
+    if model is None:
+        results = document(request).results
+        own = {name: results[name] for name in resource.result_names if results.get(name) is not None}
+        return {"orderId": request.order_id, **own}
     try:
         return model.build(document(request)).wire()
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         # The order cannot make this call's body (e.g. a total too large for JSON, a result it needs
         # missing): no retry can help, and the service is not at fault, so its breaker is not charged.
-        raise PermanentError(f"{service.name}: the request cannot be encoded: {exc}") from exc
+        raise PermanentError(f"{service}: the request cannot be encoded: {exc}") from exc
 
 
 def _declared_result(

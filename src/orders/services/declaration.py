@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from engine.conditions import Declared, refuse_unknown
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -119,7 +120,7 @@ class AmountBody(ServiceBody):
         return cls.model_validate({"orderId": document.order_id, "amount": total, "currency": currency})
 
 
-class Resource(BaseModel):
+class Resource(Declared):
     """One kind of effect a service keeps: an apply call that makes it and, unless it cannot be undone, a
     call that undoes it.
 
@@ -133,9 +134,7 @@ class Resource(BaseModel):
     call's body is ``undo_body`` if declared, else the order's id and this resource's own result values.
     """
 
-    # Unknown fields are kept, and refused by the service that holds the resource, naming itself.
-    model_config = ConfigDict(frozen=True, extra="allow")
-
+    # Declared: unknown fields are kept, and refused by the service that holds the resource, naming itself.
     collection: str = Field(pattern=NAME)
     apply: str = Field(pattern=NAME)
     undo: str | None = Field(default=None, pattern=NAME)
@@ -179,19 +178,12 @@ class ServiceDefinition(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _known_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(cls.model_fields))
-            if unknown:
-                raise ValueError(
-                    f"service {data.get('name')!r}: unknown field {', '.join(unknown)} "
-                    f"(a service declares: {', '.join(cls.model_fields)})"
-                )
-        return data
+        return refuse_unknown(cls, data, "service")
 
     @model_validator(mode="after")
     def _known_resource_fields(self) -> ServiceDefinition:
         for resource in self.resources:
-            unknown = sorted(resource.model_extra or {})
+            unknown = resource.unknown()
             if unknown:
                 raise ValueError(
                     f"service {self.name}, resource {resource.collection}: unknown field "
