@@ -107,9 +107,11 @@ bench-emulator: $(STAMP)
 
 .PHONY: profile test-under-load bench-emulator-compare bench-compare
 
-# py-spy on every Python process of the stack under make bench's end-to-end load; top frames per process.
+# Where one order's time goes, a table per step transition (bench/order_path.py); then py-spy on every
+# Python process of the stack under make bench's end-to-end load: CPU and top frames per process,
 # e.g. PROFILE_ARGS="--seconds 30 --out prof" make profile
 profile: install
+	$(BIN)/python bench/order_path.py
 	$(BIN)/python bench/pipeline_profile.py $(PROFILE_ARGS)
 
 # The tests with two CPU hogs running beside them (not part of make test), e.g.
