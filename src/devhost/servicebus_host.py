@@ -57,6 +57,8 @@ SOCKET_TIMEOUT_SECONDS = 0.05
 BACKOFF_INITIAL_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 30.0
 RENEW_CHECK_SECONDS = 0.5
+# The receiver's private flag for waiting for the broker's outcome of a settlement (see _receiver).
+AWAIT_SETTLEMENT_OUTCOME = "_await_settlement_outcome"
 # Renew this long before the lock expires (or after half the lock duration, for short locks).
 RENEW_MARGIN = timedelta(seconds=10)
 CLOSE_TIMEOUT_SECONDS = 5.0
@@ -329,8 +331,18 @@ class ServiceBusHost:
             "socket_timeout": SOCKET_TIMEOUT_SECONDS,
         }
         if listener.topic is not None and listener.subscription is not None:
-            return client.get_subscription_receiver(listener.topic, listener.subscription, **options)
-        return client.get_queue_receiver(listener.entity, **options)
+            receiver = client.get_subscription_receiver(listener.topic, listener.subscription, **options)
+        else:
+            receiver = client.get_queue_receiver(listener.entity, **options)
+        # Settle with a settled disposition (the broker applies it all the same) instead of waiting for
+        # the broker's outcome. Waiting means a second reader of the link's socket: it could take the
+        # next message's transfer frame while the receive loop queued behind it for the socket lock, and
+        # that loop then waited out a whole SOCKET_TIMEOUT_SECONDS read before handing the message on (up
+        # to 50 ms per hop; 120 of the 180 ms of one order, docs/performance.md). A lock that expired is
+        # still refused before sending; one lost on the broker's side is found as the Functions host finds
+        # it too late: the message is delivered again. The SDK has no public switch for it.
+        setattr(receiver, AWAIT_SETTLEMENT_OUTCOME, False)
+        return receiver
 
     async def _wait_for_capacity(self, listener: _Listener) -> bool:
         """Wait until a receive call has room within maxConcurrentCalls (see _Listener); False if stopping."""
