@@ -44,6 +44,7 @@ import httpx
 from devhost import launch
 from latency import ORDER, STACK_ENV, STEPS, WARMUP_ORDERS, WORKFLOW
 from orders.catalog import CATALOG
+from stack_cpu import CpuMeter, per_order_report
 
 TRACING = Path(__file__).resolve().parent / "tracing"
 POLL_SECONDS = 0.05  # not part of the figures: the table is made of the stack's own timestamps
@@ -224,8 +225,9 @@ def wait_processed(api: httpx.Client, order_id: str, timeout: float = 30.0) -> N
     raise RuntimeError(f"order {order_id} not Processed within {timeout}s")
 
 
-def run(orders: int, data_dir: Path) -> list[list[tuple[str, str, str, float]]]:
-    """Start a traced stack, run the orders, stop it; each order's segments."""
+def run(orders: int, data_dir: Path) -> tuple[list[list[tuple[str, str, str, float]]], dict[str, float]]:
+    """Start a traced stack, run the orders, stop it; each order's segments, and the CPU seconds each
+    process used over the measured orders (the benchmark's polling included)."""
     trace = data_dir / "order-path.trace"
     env = {
         **STACK_ENV,
@@ -235,8 +237,11 @@ def run(orders: int, data_dir: Path) -> list[list[tuple[str, str, str, float]]]:
     devhost = launch.start(data_dir / "stack", workers=2, env=env)
     sent: list[int] = []
     try:
+        cpu = CpuMeter(devhost)
         with httpx.Client(base_url=devhost.api_url, timeout=30) as api:
             for n in range(WARMUP_ORDERS + orders):
+                if n == WARMUP_ORDERS:
+                    cpu.start()
                 order_id = f"path-{uuid.uuid4().hex[:12]}"
                 at = time.time_ns()
                 response = api.post("/api/orders", json={"orderId": order_id, **ORDER})
@@ -245,10 +250,11 @@ def run(orders: int, data_dir: Path) -> list[list[tuple[str, str, str, float]]]:
                 wait_processed(api, order_id)
                 if n >= WARMUP_ORDERS:
                     sent.append(at)
+        used = cpu.stop()
     finally:
         devhost.stop()
     events = read_trace(trace)
-    return [segments(events, at, STEPS) for at in sent]
+    return [segments(events, at, STEPS) for at in sent], used
 
 
 def main() -> None:
@@ -262,7 +268,10 @@ def main() -> None:
     if CATALOG.current(WORKFLOW) is None:
         sys.exit(f"no workflow {WORKFLOW} in the catalog")
     with tempfile.TemporaryDirectory(prefix="orders-path-") as tmp:
-        print(report(run(args.orders, Path(tmp))))
+        orders, used = run(args.orders, Path(tmp))
+    print(report(orders))
+    print("\nCPU per order, one order at a time (the trace's writes and the polling for Processed included):")
+    print(per_order_report(used, args.orders))
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ from history import fill_history
 from orders.catalog import CATALOG
 from orders.models import order_input
 from servicebus_emulator.launcher import free_port
+from stack_cpu import CpuMeter, per_order_report
 
 
 def submitted_workflow() -> WorkflowDefinition:
@@ -153,7 +154,18 @@ def _submit(api: httpx.Client, ids: list[str]) -> None:
     assert all(c == 202 for c in codes), codes
 
 
-def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float, StackCounts]:
+class EndToEnd(BaseModel):
+    """The end-to-end run: its rate, the ceiling measured after it, its counts and its CPU per process."""
+
+    orders: int
+    rate: float  # orders/s
+    ceiling: float  # Azurite's conditional writes per second
+    counts: StackCounts
+    cpu_seconds: dict[str, float]  # per process, over the timed orders (from submission to the last done)
+
+
+def run_end_to_end(orders: int, workers: int, data_dir: Path) -> EndToEnd:
+    """Start a stack, time ``orders`` orders through it after a warm-up, stop it."""
     env = {"SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
     devhost = launch.start(data_dir, workers=workers, env=env)
     api = httpx.Client(base_url=devhost.api_url, timeout=30)
@@ -166,9 +178,12 @@ def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float,
         settled_counts(data_dir, started_empty, WARMUP_ORDERS)
         before = read_counts(data_dir)
         ids = [f"bench-{uuid.uuid4().hex[:12]}" for _ in range(orders)]
+        cpu = CpuMeter(devhost)
+        cpu.start()
         started = datetime.now(UTC)
         _submit(api, ids)
         wait_until_processed(api, WARMUP_ORDERS + orders)
+        used = cpu.stop()
         # The stack's own timestamps time the run: reading each order once, after the run, keeps the
         # benchmark's polling out of what it measures (polling every order kept one worker and Azurite
         # busy answering it).
@@ -176,10 +191,16 @@ def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float,
         rate = orders / (finished - started).total_seconds()
         counts = settled_counts(data_dir, before, orders)
         ceiling = conditional_write_rate(azurite.table_connection_string(devhost.azurite_port), 2000, 8)
-        return rate, ceiling, counts
+        return EndToEnd(orders=orders, rate=rate, ceiling=ceiling, counts=counts, cpu_seconds=used)
     finally:
         api.close()
         devhost.stop()
+
+
+def end_to_end(orders: int, workers: int, data_dir: Path) -> tuple[float, float, StackCounts]:
+    """The rate, ceiling and counts of :func:`run_end_to_end` (what ``bench/compare_devhost.py`` reads)."""
+    run = run_end_to_end(orders, workers, data_dir)
+    return run.rate, run.ceiling, run.counts
 
 
 # ---- 2. table operations per order -------------------------------------------------------------------
@@ -483,10 +504,16 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="orders-bench-") as tmp:
-        rate, ceiling, counts = end_to_end(args.orders, args.workers, Path(tmp) / "e2e")
+        run = run_end_to_end(args.orders, args.workers, Path(tmp) / "e2e")
+        rate, ceiling, counts = run.rate, run.ceiling, run.counts
         print(
             f"end to end: {rate:.1f} orders/s with {args.workers} workers ({args.orders} orders, no faults)"
         )
+        print(
+            "CPU per order in that run, per process (the stack's whole work while the orders ran, the "
+            "benchmark's polling of the counts included):"
+        )
+        print(per_order_report(run.cpu_seconds, args.orders))
         print(f"Azurite conditional writes in the same run: {ceiling:.0f}/s (8 threads)")
 
         port = free_port()

@@ -23,7 +23,6 @@ py-spy reads other processes' memory with ptrace: run as root, or allow it (``ke
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -41,6 +40,7 @@ from pydantic import BaseModel
 
 from devhost import launch
 from orders_throughput import COUNTS_POLL_SECONDS, ORDER, processed_count
+from stack_cpu import cpu_seconds, stack_processes
 
 OWN_PACKAGES = {
     "engine",
@@ -53,7 +53,6 @@ OWN_PACKAGES = {
 }
 NAMESPACE_PACKAGES = {"azure", "opentelemetry"}  # named by their first two path parts
 STACK_ENV = {"SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}  # as make bench
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class ProcessProfile(BaseModel):
@@ -131,15 +130,6 @@ def summarise(stacks: list[tuple[list[str], int]], top: int) -> tuple[int, list[
 
 
 # ---- the stack and its load -------------------------------------------------------------------------
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (``/proc/<pid>/stat``); 0 if it has exited."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14 and 15)
-
-
 def drive(api_url: str, batch: int, stop: threading.Event, done: list[int]) -> None:
     """``make bench``'s end-to-end load, batch after batch, until ``stop`` is set."""
     with httpx.Client(base_url=api_url, timeout=30) as api, ThreadPoolExecutor(8) as pool:
@@ -257,13 +247,7 @@ def main() -> None:
         done = [0]
         load = threading.Thread(target=drive, args=(devhost.api_url, args.batch, stop, done), daemon=True)
         try:
-            state = json.loads((devhost.data_dir / "devhost.json").read_text())
-            processes = {
-                "azurite": state["azurite"]["pid"],
-                "servicebus": state["servicebus"]["pid"],
-                "simulators": state["simulators"]["pid"],
-                **{f"worker-{n}": w["pid"] for n, w in enumerate(state["workers"], start=1)},
-            }
+            processes = stack_processes(devhost)
             load.start()
             time.sleep(args.warmup)  # let the queues fill before the window opens
             before = done[0]
