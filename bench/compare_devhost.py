@@ -142,6 +142,26 @@ def base_venv(tree: Path, venv: Path, python: str) -> Path:
     return interpreter
 
 
+def generate_protos(tree: Path, python: Path) -> None:
+    """The message classes the base's devhost imports, made from its .proto as ``make install`` does (a
+    revision from before azure-functions-runtime has none)."""
+    protos = tree / "src" / "devhost" / "protos"
+    if (protos / "function_rpc.proto").exists():
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "grpc_tools.protoc",
+                "-I",
+                str(protos),
+                f"--python_out={protos}",
+                "function_rpc.proto",
+            ],
+            check=True,
+            cwd=protos,
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -160,8 +180,10 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="devhost-base-") as tmp:
         tree = extract(args.base, Path(tmp) / "base")
+        base_python = base_venv(tree, args.base_venv.resolve(), args.base_python)
+        generate_protos(tree, base_python)
         sides = [
-            Side(f"base ({args.base})", tree, base_venv(tree, args.base_venv.resolve(), args.base_python)),
+            Side(f"base ({args.base})", tree, base_python),
             Side("this tree", ROOT, ROOT / ".venv" / "bin" / "python"),
         ]
         for side in sides:

@@ -17,11 +17,12 @@ makes the order Processed, so the segments of one order add up to its whole time
   host handing it on: the send's round trip, the broker, the receiver), the hand-over to the function
   through the runtime, the engine up to its save, the save (one table transaction), then up to the next
   request's send;
-- each Agent call: the hop, the hand-over, the Agent up to the remote call, the call, then up to the
-  reply's send.
+- each Agent call: the hop, the hand-over, the Agent up to the remote call, the request reaching the
+  simulator, the simulator's handling, the answer back, then up to the reply's send.
 
 It prints, for each segment, the p50 and p90 over the orders, and the p50 of the whole, then the same
-time summed by kind (hops, hand-overs, engine and Agent code, table requests, remote calls). Segments
+time summed by kind (hops, hand-overs, engine and Agent code, table requests, remote calls, the
+simulators' own handling). Segments
 overlap nothing on an order's path, but the stack does other work meanwhile (status messages,
 settlements), which shows up in the segments it delays.
 """
@@ -95,7 +96,8 @@ class _Path:
 def segments(events: list[Event], sent_ns: int, steps: int) -> list[tuple[str, str, str, float]]:
     """One order's path as (part, segment, kind, milliseconds), in order, from the POST to Processed.
 
-    Kinds: ``http``, ``hop``, ``hand-over``, ``code``, ``table``, ``call``.
+    Kinds: ``http``, ``hop``, ``hand-over``, ``code``, ``table``, ``call`` (the HTTP exchange with a
+    remote service, both ways), ``service`` (the simulator's own handling of the call).
     """
     p = _Path([e for e in events if e.function != "get_order" and not e.detail.startswith("GET:")])
     out: list[tuple[str, str, str, float]] = []
@@ -152,8 +154,12 @@ def segments(events: list[Event], sent_ns: int, steps: int) -> list[tuple[str, s
             part, f"host -> {agent}", "hand-over", received, p.find(received.at_ns, "invoke>", agent)
         )
         calling = add(part, "Agent -> remote call", "code", invoked, p.find(invoked.at_ns, "call>", agent))
+        serving = add(
+            part, "call: request to the service", "call", calling, p.find(calling.at_ns, "service>")
+        )
+        served = add(part, "the service (simulator)", "service", serving, p.find(serving.at_ns, "service<"))
         called = add(
-            part, "remote call (HTTP, simulator)", "call", calling, p.find(calling.at_ns, "call<", agent)
+            part, "call: answer back to the Agent", "call", served, p.find(served.at_ns, "call<", agent)
         )
         sent = add(
             part,
@@ -204,7 +210,7 @@ def report(orders: list[list[tuple[str, str, str, float]]]) -> str:
         f"{'whole order (POST sent -> Processed saved)':<78} {whole:>7.1f} {percentile(totals, 0.9):>7.1f}"
     )
     lines.append("\nby kind (each order's sum; p50 over the orders, share of the whole's p50):")
-    for kind in ("http", "hop", "hand-over", "code", "table", "call"):
+    for kind in ("http", "hop", "hand-over", "code", "table", "call", "service"):
         values = by_kind.get(kind, [0.0])
         lines.append(
             f"  {kind:<10} {statistics.median(values):>7.1f} ms  {statistics.median(values) / whole:>5.0%}"

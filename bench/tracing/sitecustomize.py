@@ -92,6 +92,11 @@ def _servicebus(module: Any) -> None:
     _wrap(module.ServiceBusSender, "send", "send", lambda self, queue, *a, **k: queue)
 
 
+def _simulators(module: Any) -> None:
+    for method in ("apply", "compensate"):
+        _wrap(module.Simulators, method, "service", lambda self, spec, request: spec.name)
+
+
 def _httpx(module: Any) -> None:
     _wrap(module.AsyncClient, "send", "call", lambda self, request, **k: request.url.path)
 
@@ -103,6 +108,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "adapters.table_store": _table_store,
     "adapters.servicebus": _servicebus,
     "httpx": _httpx,
+    "simulators.app": _simulators,
 }
 
 
