@@ -48,6 +48,8 @@ from azure.data.tables._policies import StorageHeadersPolicy  # the parts' polic
 from azure.data.tables._table_batch import TableBatchOperations  # builds each operation's request
 from azure.data.tables.aio import TableClient
 
+from .table_operations import OperationRequest, build
+
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "azure.data.tables._error": ("_decode_error", "_validate_tablename_error"),
     "azure.data.tables._policies": ("StorageHeadersPolicy",),
@@ -97,7 +99,7 @@ class PartAnswer:
 
 
 # ---- the request ------------------------------------------------------------------------------------
-def _part(index: int, request: HttpRequest, date: str) -> bytes:
+def _part(index: int, request: HttpRequest | OperationRequest, date: str) -> bytes:
     """One operation as an ``application/http`` part, laid out as http.client writes a request."""
     content = request.content
     body: bytes | None = content.encode("latin-1") if isinstance(content, str) else content
@@ -118,7 +120,9 @@ def _part(index: int, request: HttpRequest, date: str) -> bytes:
     return mime + _CRLF + _CRLF.join(lines) + _CRLF + _CRLF + (body or b"")
 
 
-def compose(requests: Iterable[HttpRequest], batch: str, changeset: str, date: str) -> bytes:
+def compose(
+    requests: Iterable[HttpRequest | OperationRequest], batch: str, changeset: str, date: str
+) -> bytes:
     """The ``$batch`` body: one changeset holding one part per request, between the two boundaries."""
     opening = b"--%s\r\n" % changeset.encode("ascii")
     parts = b"".join(opening + _part(i, request, date) + _CRLF for i, request in enumerate(requests))
@@ -258,7 +262,7 @@ def _warn_once(unexpected: UnexpectedAnswer) -> None:
 
 # ---- azure-core's reading, the SDK's errors ---------------------------------------------------------
 async def sdk_parts(
-    response: AsyncHttpResponse, requests: list[HttpRequest], batch: str, changeset: str
+    response: AsyncHttpResponse, requests: list[HttpRequest | OperationRequest], batch: str, changeset: str
 ) -> list[AsyncHttpResponse]:
     """The answer's parts as azure-core reads them for the SDK (the ``email`` parser), from the same bytes.
 
@@ -267,7 +271,8 @@ async def sdk_parts(
     """
     policies = [StorageHeadersPolicy()]
     changeset_request = HttpRequest("POST", "")
-    changeset_request.set_multipart_mixed(*requests, policies=policies, boundary=changeset)
+    sdk_requests = [r.as_http_request() if isinstance(r, OperationRequest) else r for r in requests]
+    changeset_request.set_multipart_mixed(*sdk_requests, policies=policies, boundary=changeset)
     response.request.set_multipart_mixed(
         changeset_request, policies=policies, enforce_https=False, boundary=batch
     )
@@ -286,7 +291,11 @@ def _too_large(response: AsyncHttpResponse) -> RequestTooLargeError:
 
 
 async def _read_as_the_sdk(
-    table_name: str, response: AsyncHttpResponse, requests: list[HttpRequest], batch: str, changeset: str
+    table_name: str,
+    response: AsyncHttpResponse,
+    requests: list[HttpRequest | OperationRequest],
+    batch: str,
+    changeset: str,
 ) -> list[Mapping[str, Any]]:
     """The SDK's results or error for this response, read by azure-core's parser."""
     parts = await sdk_parts(response, requests, batch, changeset)
@@ -318,11 +327,23 @@ def _builder(table: TableClient, operations: Iterable[Any]) -> TableBatchOperati
     return builder
 
 
+def operation_requests(table: TableClient, operations: list[Any]) -> list[HttpRequest | OperationRequest]:
+    """Each operation's request: built here for the store's shapes (:mod:`adapters.table_operations`),
+    by the SDK's builder for anything else (and its errors for a malformed operation)."""
+    endpoint = f"{table.scheme}://{table._primary_hostname}"
+    built = (
+        None if table._cosmos_endpoint else build(endpoint, table.table_name, table.api_version, operations)
+    )
+    if built is not None:
+        return list(built)
+    return list(_builder(table, operations).requests)
+
+
 async def send(
-    table: TableClient, operations: Iterable[Any], **kwargs: Any
-) -> tuple[AsyncHttpResponse, list[HttpRequest], str, str]:
+    table: TableClient, operations: list[Any], **kwargs: Any
+) -> tuple[AsyncHttpResponse, list[HttpRequest | OperationRequest], str, str]:
     """Send the transaction; returns the read response, the operations' requests and the two boundaries."""
-    requests = _builder(table, operations).requests
+    requests = operation_requests(table, operations)
     batch, changeset = f"batch_{uuid.uuid4()}", f"changeset_{uuid.uuid4()}"
     request = HttpRequest(
         "POST",

@@ -41,6 +41,7 @@ from adapters.table_batch import (
     send,
     submit_transaction,
 )
+from adapters.table_operations import OperationRequest
 from adapters.table_store import TableStateStore
 from devhost import azurite
 from engine.state import AuditEntry, ProcessState
@@ -114,7 +115,8 @@ async def _reach(call: Awaitable[Any]) -> None:
 
 
 # ---- 1. requests: byte for byte the SDK's ----------------------------------------------------------
-WIDE: dict[str, Any] = {
+# Values of every type the store writes: the operations are built by adapters.table_operations.
+PLAIN: dict[str, Any] = {
     "Text": "plain",
     "Empty": "",
     "Unicode": "caf\u00e9 \u2713 \u00df\u00f8 \u4e2d\u6587 \U0001d11e \U0001f600 \u202e",
@@ -122,16 +124,21 @@ WIDE: dict[str, Any] = {
     "Long": "x" * 29_990 + "\u00e9\U0001f600end",
     "Int32": 2_147_483_647,
     "Negative": -2_147_483_648,
-    "Int64": EntityProperty(2**53 + 1, EdmType.INT64),
-    "Int64Negative": EntityProperty(-(2**63), EdmType.INT64),
     "Float": 1.5,
     "WholeFloat": 3.0,
     "Tiny": 1e-300,
-    "Infinite": float("inf"),
     "True": True,
     "False": False,
     "When": datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC),
     "Naive": datetime(2026, 5, 1, 12, 0),
+    "Nothing": None,
+}
+# With the other types an entity may hold: operations holding them are built by the SDK's builder.
+WIDE: dict[str, Any] = {
+    **PLAIN,
+    "Int64": EntityProperty(2**53 + 1, EdmType.INT64),
+    "Int64Negative": EntityProperty(-(2**63), EdmType.INT64),
+    "Infinite": float("inf"),
     "Bytes": b"\x00\xff\r\nbinary",
     "Id": uuid.UUID("12345678-1234-5678-1234-567812345678"),
 }
@@ -146,36 +153,50 @@ async def _created(table: TableClient, entity: dict[str, Any]) -> str:
 Case = Callable[[TableClient], Awaitable[list[Any]]]
 
 
-async def _create(table: TableClient) -> list[Any]:
-    return [("create", {**KEYS, **WIDE})]
+async def _create(table: TableClient, values: dict[str, Any]) -> list[Any]:
+    return [("create", {**KEYS, **values})]
 
 
-async def _upsert_merge(table: TableClient) -> list[Any]:
-    return [("upsert", {**KEYS, **WIDE}, {"mode": UpdateMode.MERGE})]
+async def _upsert_merge(table: TableClient, values: dict[str, Any]) -> list[Any]:
+    return [("upsert", {**KEYS, **values}, {"mode": UpdateMode.MERGE})]
 
 
-async def _upsert_replace(table: TableClient) -> list[Any]:
-    return [("upsert", {**KEYS, **WIDE}, {"mode": UpdateMode.REPLACE})]
+async def _upsert_replace(table: TableClient, values: dict[str, Any]) -> list[Any]:
+    return [("upsert", {**KEYS, **values}, {"mode": UpdateMode.REPLACE})]
 
 
-async def _update_merge(table: TableClient) -> list[Any]:
+async def _update_merge(table: TableClient, values: dict[str, Any]) -> list[Any]:
     await _created(table, KEYS)
-    return [("update", {**KEYS, **WIDE}, {"mode": UpdateMode.MERGE})]
+    return [("update", {**KEYS, **values}, {"mode": UpdateMode.MERGE})]
 
 
-async def _update_replace(table: TableClient) -> list[Any]:
+async def _update_replace(table: TableClient, values: dict[str, Any]) -> list[Any]:
     await _created(table, KEYS)
-    return [("update", {**KEYS, **WIDE}, {"mode": UpdateMode.REPLACE})]
+    return [("update", {**KEYS, **values}, {"mode": UpdateMode.REPLACE})]
 
 
-async def _update_merge_if_match(table: TableClient) -> list[Any]:
+async def _update_merge_if_match(table: TableClient, values: dict[str, Any]) -> list[Any]:
     etag = await _created(table, KEYS)
-    return [("update", {**KEYS, "N": 1}, {"mode": UpdateMode.MERGE, "etag": etag, **IF_NOT_MODIFIED})]
+    return [("update", {**KEYS, **values}, {"mode": UpdateMode.MERGE, "etag": etag, **IF_NOT_MODIFIED})]
 
 
-async def _update_replace_if_match(table: TableClient) -> list[Any]:
+async def _update_replace_if_match(table: TableClient, values: dict[str, Any]) -> list[Any]:
     etag = await _created(table, KEYS)
-    return [("update", {**KEYS, **WIDE}, {"mode": UpdateMode.REPLACE, "etag": etag, **IF_NOT_MODIFIED})]
+    return [("update", {**KEYS, **values}, {"mode": UpdateMode.REPLACE, "etag": etag, **IF_NOT_MODIFIED})]
+
+
+def _with_values(
+    name: str, make: Callable[[TableClient, dict[str, Any]], Awaitable[list[Any]]]
+) -> dict[str, Case]:
+    """The case with the plain values (built here) and with every type (built by the SDK)."""
+
+    async def plain(table: TableClient) -> list[Any]:
+        return await make(table, PLAIN)
+
+    async def wide(table: TableClient) -> list[Any]:
+        return await make(table, WIDE)
+
+    return {name: plain, f"{name}, every type": wide}
 
 
 async def _delete(table: TableClient) -> list[Any]:
@@ -191,7 +212,7 @@ async def _delete_if_match(table: TableClient) -> list[Any]:
 async def _several(table: TableClient) -> list[Any]:
     etags = [await _created(table, {"PartitionKey": "p", "RowKey": f"k{i}"}) for i in range(4)]
     return [
-        ("create", {"PartitionKey": "p", "RowKey": "new", **WIDE}),
+        ("create", {"PartitionKey": "p", "RowKey": "new", **PLAIN}),
         ("upsert", {"PartitionKey": "p", "RowKey": "k0", "N": 1}),
         ("update", {"PartitionKey": "p", "RowKey": "k1", "N": 2}, {"etag": etags[1], **IF_NOT_MODIFIED}),
         ("update", {"PartitionKey": "p", "RowKey": "k2", "N": 3}, {"mode": UpdateMode.REPLACE}),
@@ -237,19 +258,21 @@ async def _store_save(table: TableClient) -> list[Any]:
 
 
 CASES: dict[str, Case] = {
-    "create": _create,
-    "upsert merge": _upsert_merge,
-    "upsert replace": _upsert_replace,
-    "update merge": _update_merge,
-    "update replace": _update_replace,
-    "update merge if-match": _update_merge_if_match,
-    "update replace if-match": _update_replace_if_match,
+    **_with_values("create", _create),
+    **_with_values("upsert merge", _upsert_merge),
+    **_with_values("upsert replace", _upsert_replace),
+    **_with_values("update merge", _update_merge),
+    **_with_values("update replace", _update_replace),
+    **_with_values("update merge if-match", _update_merge_if_match),
+    **_with_values("update replace if-match", _update_replace_if_match),
     "delete": _delete,
     "delete if-match": _delete_if_match,
     "several operations": _several,
     "store create": _store_create,
     "store save": _store_save,
 }
+# The cases whose operations are built by adapters.table_operations; the SDK's builder builds the rest.
+BUILT_HERE = {name for name in CASES if not name.endswith("every type")}
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
@@ -265,6 +288,17 @@ async def test_the_request_is_the_sdks_byte_for_byte(
     assert their_status == our_status == 202  # both reached the service and were read by it
     assert ours.normalised() == theirs.normalised()
     assert len(ours.body) == len(theirs.body)  # the placeholders hide no difference in length
+
+
+@pytest.mark.parametrize("name", CASES.keys())
+async def test_the_stores_shapes_are_built_here_and_the_rest_by_the_sdk(
+    recorded: tuple[TableClient, RecordingTransport], name: str
+) -> None:
+    # Were the store's operations to fall back to the SDK's builder, nothing would fail but the CPU.
+    table, _ = recorded
+    requests = table_batch.operation_requests(table, await CASES[name](table))
+    built_here = [isinstance(r, OperationRequest) for r in requests]
+    assert built_here == [name in BUILT_HERE] * len(requests)
 
 
 async def test_the_comparison_sees_a_one_byte_difference(
