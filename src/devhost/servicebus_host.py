@@ -338,9 +338,9 @@ class ServiceBusHost:
         # the broker's outcome. Waiting means a second reader of the link's socket: it could take the
         # next message's transfer frame while the receive loop queued behind it for the socket lock, and
         # that loop then waited out a whole SOCKET_TIMEOUT_SECONDS read before handing the message on (up
-        # to 50 ms per hop; 120 of the 180 ms of one order, docs/performance.md). A lock that expired is
-        # still refused before sending; one lost on the broker's side is found as the Functions host finds
-        # it too late: the message is delivered again. The SDK has no public switch for it.
+        # to 50 ms per hop: docs/performance.md, "An order's path"). A lock that expired is still refused
+        # before sending; a settlement the broker refuses goes unnoticed, and the message is delivered
+        # again when its lock runs out, as after a lost settlement. The SDK has no public switch for it.
         setattr(receiver, AWAIT_SETTLEMENT_OUTCOME, False)
         return receiver
 
