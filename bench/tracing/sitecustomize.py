@@ -3,9 +3,11 @@ when this folder is on ``PYTHONPATH`` and ``ORDER_PATH_TRACE`` names a file (nev
 
 It wraps, as each module is imported, the points an order passes in each process: the HTTP host handing a
 request to the worker, the Service Bus host handing a message on, the runtime's invocation, the state
-store's requests, the Service Bus sends and the remote calls. Each appends one line to the file:
-``<time_ns> <pid> <event> <function> <detail>``, where ``function`` is the invocation it happened in.
-A wrapper that cannot be put in place writes ``unwrapped`` with the reason, and order_path.py stops on it.
+store's requests, the Service Bus sends, the remote calls and the simulators' handling of them (the
+:data:`POINTS`). Each appends one line to the file: ``<time_ns> <pid> <event> <function> <detail>``, where
+``function`` is the invocation it happened in. A wrapper that cannot be put in place writes ``unwrapped``
+with the reason, and order_path.py stops on it; ``tests/test_bench_tracing.py`` checks every point is
+where it is looked for.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 TRACE_FILE = os.environ.get("ORDER_PATH_TRACE")
@@ -28,95 +31,93 @@ def _record(event: str, detail: str = "-", function: str | None = None) -> None:
     _OUT.write(f"{time.time_ns()} {os.getpid()} {event} {function or _function.get()} {detail or '-'}\n")
 
 
-def _wrap(owner: Any, name: str, event: str, detail: Callable[..., str], sets_function: bool = False) -> None:
-    original = getattr(owner, name)
+@dataclass(frozen=True)
+class Point:
+    """One function an order passes: where it is, the event it records and what the event names."""
 
-    @functools.wraps(original)
-    async def traced(*args: Any, **kwargs: Any) -> Any:
-        what = detail(*args, **kwargs).replace(" ", "_")
-        token = _function.set(what) if sets_function else None
-        _record(f"{event}>", what)
-        try:
-            return await original(*args, **kwargs)
-        finally:
-            _record(f"{event}<", what)
-            if token is not None:
-                _function.reset(token)
-
-    setattr(owner, name, traced)
+    module: str
+    owner: str  # the class in ``module``
+    method: str
+    event: str
+    detail: Callable[..., str]  # from the call's arguments: what the event is about
+    function: Callable[..., str] | None = None  # a synchronous point: the function it dispatches to
+    sets_function: bool = False  # the events inside this call happen in the function it names
+    is_async: bool = True
 
 
-def _wrap_sync(
-    owner: Any, name: str, event: str, detail: Callable[..., str], function: Callable[..., str]
-) -> None:
-    original = getattr(owner, name)
-
-    @functools.wraps(original)
-    def traced(*args: Any, **kwargs: Any) -> Any:
-        _record(event, detail(*args, **kwargs), function(*args, **kwargs))
-        return original(*args, **kwargs)
-
-    setattr(owner, name, traced)
+def _nothing(*args: Any, **kwargs: Any) -> str:
+    return "-"
 
 
-def _servicebus_host(module: Any) -> None:
-    _wrap_sync(
-        module.ServiceBusHost,
+POINTS: tuple[Point, ...] = (
+    Point(
+        "devhost.servicebus_host",
+        "ServiceBusHost",
         "_dispatch",
         "received",
         lambda self, listener, receiver, message: str(message.correlation_id or "-"),
-        lambda self, listener, receiver, message: listener.spec.name,
-    )
-
-
-def _language_worker(module: Any) -> None:
-    _wrap(
-        module.LanguageWorker,
+        function=lambda self, listener, receiver, message: listener.spec.name,
+        is_async=False,
+    ),
+    Point(
+        "devhost.language_worker",
+        "LanguageWorker",
         "invoke",
         "invoke",
         lambda self, function_id, *a, **k: self.functions[function_id].name,
         sets_function=True,
-    )
+    ),
+    Point("devhost.http_host", "HttpHost", "_dispatch", "http", lambda self, r: f"{r.method}:{r.url.path}"),
+    *(
+        Point("adapters.table_store", "TableStateStore", m, f"table.{m}", _nothing)
+        for m in ("create", "load", "save")
+    ),
+    Point("adapters.servicebus", "ServiceBusSender", "send", "send", lambda self, queue, *a, **k: queue),
+    Point("httpx", "AsyncClient", "send", "call", lambda self, request, **k: request.url.path),
+    *(
+        Point("simulators.app", "Simulators", m, "service", lambda self, spec, r: spec.name)
+        for m in ("apply", "compensate")
+    ),
+)
+MODULES = frozenset(point.module for point in POINTS)
 
 
-def _http_host(module: Any) -> None:
-    _wrap(module.HttpHost, "_dispatch", "http", lambda self, request: f"{request.method}:{request.url.path}")
+def _wrap(owner: Any, point: Point) -> None:
+    original = getattr(owner, point.method)
+
+    @functools.wraps(original)
+    async def traced(*args: Any, **kwargs: Any) -> Any:
+        what = point.detail(*args, **kwargs).replace(" ", "_")
+        token = _function.set(what) if point.sets_function else None
+        _record(f"{point.event}>", what)
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            _record(f"{point.event}<", what)
+            if token is not None:
+                _function.reset(token)
+
+    @functools.wraps(original)
+    def dispatched(*args: Any, **kwargs: Any) -> Any:
+        assert point.function is not None
+        _record(point.event, point.detail(*args, **kwargs), point.function(*args, **kwargs))
+        return original(*args, **kwargs)
+
+    setattr(owner, point.method, traced if point.is_async else dispatched)
 
 
-def _table_store(module: Any) -> None:
-    for method in ("create", "load", "save"):
-        _wrap(module.TableStateStore, method, f"table.{method}", lambda self, *a, **k: "-")
-
-
-def _servicebus(module: Any) -> None:
-    _wrap(module.ServiceBusSender, "send", "send", lambda self, queue, *a, **k: queue)
-
-
-def _simulators(module: Any) -> None:
-    for method in ("apply", "compensate"):
-        _wrap(module.Simulators, method, "service", lambda self, spec, request: spec.name)
-
-
-def _httpx(module: Any) -> None:
-    _wrap(module.AsyncClient, "send", "call", lambda self, request, **k: request.url.path)
-
-
-PATCHES: dict[str, Callable[[Any], None]] = {
-    "devhost.servicebus_host": _servicebus_host,
-    "devhost.language_worker": _language_worker,
-    "devhost.http_host": _http_host,
-    "adapters.table_store": _table_store,
-    "adapters.servicebus": _servicebus,
-    "httpx": _httpx,
-    "simulators.app": _simulators,
-}
+def install(name: str, module: Any) -> None:
+    """Wrap the points of module ``name`` (just executed)."""
+    for point in POINTS:
+        if point.module == name:
+            _wrap(getattr(module, point.owner), point)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds the modules above as usual, and wraps their functions once each has run."""
 
     def find_spec(self, name: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if name not in PATCHES:
+        if name not in MODULES:
             return None
         sys.meta_path.remove(self)
         try:
@@ -130,7 +131,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         def exec_module(module: Any) -> None:
             execute(module)
             try:
-                PATCHES[name](module)
+                install(name, module)
             except Exception as exc:  # the code moved: say so, order_path.py stops on it
                 _record("unwrapped", f"{name}:{type(exc).__name__}:{exc}".replace(" ", "_"))
 
