@@ -92,7 +92,9 @@ def _timestamp(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def one_order(api: httpx.Client, timeout: float = 30.0) -> tuple[float, float, float]:
+def one_order(
+    api: httpx.Client, timeout: float = 30.0, poll_seconds: float = POLL_SECONDS
+) -> tuple[float, float, float]:
     """Submit one order and wait for Processed; return seconds (submission, inside, client).
 
     Raises RuntimeError if the order is refused, ends in another terminal state or is not done in time.
@@ -116,7 +118,7 @@ def one_order(api: httpx.Client, timeout: float = 30.0) -> tuple[float, float, f
             raise RuntimeError(f"order {order_id} ended {state}: {view.get('lastError')}")
         if time.perf_counter() > deadline:
             raise RuntimeError(f"order {order_id} not Processed within {timeout}s (last seen {state})")
-        time.sleep(POLL_SECONDS)  # polling order status over HTTP
+        time.sleep(poll_seconds)  # polling order status over HTTP
 
 
 # Unmeasured orders first. Each worker's first message on each queue pays for opening its links and

@@ -32,10 +32,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +41,7 @@ from pathlib import Path
 import httpx
 
 from devhost import launch
-from latency import ORDER, STACK_ENV, STEPS, WARMUP_ORDERS, WORKFLOW
-from orders.catalog import CATALOG
+from latency import STACK_ENV, STEPS, WARMUP_ORDERS, WORKFLOW, one_order
 from stack_cpu import CpuMeter, per_order_report
 
 TRACING = Path(__file__).resolve().parent / "tracing"
@@ -218,19 +215,6 @@ def report(orders: list[list[tuple[str, str, str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def wait_processed(api: httpx.Client, order_id: str, timeout: float = 30.0) -> None:
-    """Poll until the order is Processed; RuntimeError if it ends otherwise or takes too long."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = api.get(f"/api/orders/{order_id}").json().get("processState")
-        if state == "Processed":
-            return
-        if state in ("Compensated", "Error"):
-            raise RuntimeError(f"order {order_id} ended {state}")
-        time.sleep(POLL_SECONDS)  # polling order status over HTTP
-    raise RuntimeError(f"order {order_id} not Processed within {timeout}s")
-
-
 def run(orders: int, data_dir: Path) -> tuple[list[list[tuple[str, str, str, float]]], dict[str, float]]:
     """Start a traced stack, run the orders, stop it; each order's segments, and the CPU seconds each
     process used over the measured orders (the benchmark's polling included)."""
@@ -248,12 +232,8 @@ def run(orders: int, data_dir: Path) -> tuple[list[list[tuple[str, str, str, flo
             for n in range(WARMUP_ORDERS + orders):
                 if n == WARMUP_ORDERS:
                     cpu.start()
-                order_id = f"path-{uuid.uuid4().hex[:12]}"
-                at = time.time_ns()
-                response = api.post("/api/orders", json={"orderId": order_id, **ORDER})
-                if response.status_code != 202:
-                    raise RuntimeError(f"submission answered {response.status_code}: {response.text}")
-                wait_processed(api, order_id)
+                at = time.time_ns()  # just before one_order sends its POST
+                one_order(api, poll_seconds=POLL_SECONDS)
                 if n >= WARMUP_ORDERS:
                     sent.append(at)
         used = cpu.stop()
@@ -271,8 +251,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders must be at least 1")
-    if CATALOG.current(WORKFLOW) is None:
-        sys.exit(f"no workflow {WORKFLOW} in the catalog")
     with tempfile.TemporaryDirectory(prefix="orders-path-") as tmp:
         orders, used = run(args.orders, Path(tmp))
     print(report(orders))

@@ -334,9 +334,7 @@ def operation_requests(table: TableClient, operations: list[Any]) -> list[HttpRe
     built = (
         None if table._cosmos_endpoint else build(endpoint, table.table_name, table.api_version, operations)
     )
-    if built is not None:
-        return list(built)
-    return list(_builder(table, operations).requests)
+    return list(built if built is not None else _builder(table, operations).requests)
 
 
 async def send(

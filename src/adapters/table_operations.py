@@ -151,9 +151,10 @@ def build(
     """
     built: list[OperationRequest] = []
     partitions: set[str] = set()
+    quoted = quote(table, safe="")
     try:
         for operation in operations:
-            partition, request = _one(endpoint, quote(table, safe=""), version, operation)
+            partition, request = _one(endpoint, quoted, version, operation)
             partitions.add(partition)
             built.append(request)
     except _NotPlain:
