@@ -181,6 +181,20 @@ async def skip_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     return _respond(await api.skip_step(p["orderId"], p["step"], _call(req, caller)))
 
 
+@_api("orders/{orderId}/steps/{step}/approve", "POST")
+async def approve_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """Approver or operator: approve the step's waiting approval; the order goes on (If-Match)."""
+    p = req.route_params
+    return _respond(await api.approve(p["orderId"], p["step"], _call(req, caller)))
+
+
+@_api("orders/{orderId}/steps/{step}/reject", "POST")
+async def reject_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """Approver or operator: reject the step's waiting approval; the order is undone (If-Match)."""
+    p = req.route_params
+    return _respond(await api.reject(p["orderId"], p["step"], _call(req, caller)))
+
+
 @_api("deadletters", "GET")
 async def dead_letter_counts(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """How many dead-lettered messages each queue holds."""

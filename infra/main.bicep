@@ -56,6 +56,9 @@ param supervisorSchedule string = '*/30 * * * * *'
 @description('ORDER_RETENTION: ISO 8601 duration a finished order (Processed or Compensated) is kept before it is purged; a purged order id is refused for as long again. Orders in Error are kept until an operator acts.')
 param orderRetention string = 'P30D'
 
+@description('Durations of the workflows\' waits in seconds, by the app setting each wait names (infra/app/catalog.json "waits"), as strings, e.g. {"CANCELLATION_WINDOW_SECONDS": "600", "FRAUD_REVIEW_SECONDS": "172800"}; a setting left out keeps its declared duration (the cancellation window 30 minutes, a fraud review a day).')
+param waitSeconds object = {}
+
 @minValue(1)
 @description('SUPERVISOR_MAX_FAILURES: failures of one step after which the Supervisor sets its order to Error (and the OrderEnteredError alert fires).')
 param supervisorMaxFailures int = 3
@@ -204,6 +207,7 @@ module api 'app/function-app.bicep' = {
     stepCompleteBySeconds: stepCompleteBySeconds
     supervisorSchedule: supervisorSchedule
     orderRetention: orderRetention
+    waitSeconds: waitSeconds
     supervisorMaxFailures: supervisorMaxFailures
     supervisorBackoffSeconds: supervisorBackoffSeconds
     supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds

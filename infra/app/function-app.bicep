@@ -55,6 +55,9 @@ param supervisorSchedule string
 @description('ORDER_RETENTION.')
 param orderRetention string
 
+@description('Durations of the workflows\' waits, in seconds, by the setting each wait names (catalog.json "waits"), as strings, e.g. {"CANCELLATION_WINDOW_SECONDS": "600"}; a setting left out keeps its declared duration.')
+param waitSeconds object = {}
+
 @description('SUPERVISOR_MAX_FAILURES.')
 param supervisorMaxFailures int
 
@@ -81,6 +84,9 @@ var simulatorsUrl = '${baseUrl}/api/sim'
 
 // The declared services by name (python -m orders.generate writes catalog.json from src/orders/catalog.py).
 var services = loadJsonContent('catalog.json').services
+// The settings the workflows' waits name, with their declared durations (a timer's, an approval's
+// deadline, in seconds); waitSeconds overrides any of them.
+var waitSettings = union(loadJsonContent('catalog.json').waits, waitSeconds)
 var serviceList = [for service in items(services): service.value]
 // SERVICE_URLS as '<name>=<url>' entries (spaces removed, empty entries dropped); an entry's URL is what
 // follows its first '=', so a URL may contain '='.
@@ -182,8 +188,9 @@ var appSettingsConfig = {
   // Settings set on the app and not here are kept: SUBMISSION_KEY, which the predeploy hook creates
   // once (infra/hooks/predeploy.sh), so that a storefront's key survives every deployment.
   retainCurrentAppSettings: true
-  // The <NAME>_SERVICE_URL settings are not in appSettings: their names come from catalog.json.
-  properties: union(appSettings, serviceUrlSettings)
+  // The <NAME>_SERVICE_URL settings and the waits' are not in appSettings: their names come from
+  // catalog.json.
+  properties: union(appSettings, serviceUrlSettings, waitSettings)
 }
 
 module site 'br/public:avm/res/web/site:0.24.0' = {

@@ -6,7 +6,7 @@
 #   pwsh infra/hooks/create-app-registration.ps1 [-AssignMe]
 #
 # Idempotent: it finds the registration by its display name (AUTH_APP_NAME, default orders-<environment>)
-# and makes only what is missing or different: the app roles Orders.Operator and Orders.Reader, the
+# and makes only what is missing or different: the app roles Orders.Operator, Orders.Reader and Orders.Approver, the
 # sign-in redirect and ID tokens (no client secret), the application ID URI api://<client id>, and a
 # service principal that only people assigned a role may sign in to. -AssignMe also gives the signed-in
 # user Orders.Operator.
@@ -15,6 +15,7 @@ $ErrorActionPreference = 'Stop'
 
 $OperatorRoleId = '85571cce-cb4b-47e8-8042-d3fd63fa180e'
 $ReaderRoleId = '1f5b1675-4d73-4cff-b307-ecfa23777f9c'
+$ApproverRoleId = 'a0d078a7-9d79-4601-b329-8b0e54757102'
 
 function Fail([string] $message) {
     Write-Error "create-app-registration: $message" -ErrorAction Continue
@@ -35,10 +36,13 @@ try {
     @(
         @{ allowedMemberTypes = @('User'); id = $OperatorRoleId; isEnabled = $true; value = 'Orders.Operator'
            displayName = 'Orders operator'
-           description = 'Reads everything and acts on orders and dead letters: resubmit, cancel, retry, extend, skip, replay, purge.' },
+           description = 'Reads everything and acts on orders and dead letters: resubmit, cancel, retry, extend, skip, approve, reject, replay, purge.' },
         @{ allowedMemberTypes = @('User'); id = $ReaderRoleId; isEnabled = $true; value = 'Orders.Reader'
            displayName = 'Orders reader'
-           description = 'Reads orders, counts, audit trails, breakers and dead letters, and opens the console without its actions.' }
+           description = 'Reads orders, counts, audit trails, breakers and dead letters, and opens the console without its actions.' },
+        @{ allowedMemberTypes = @('User'); id = $ApproverRoleId; isEnabled = $true; value = 'Orders.Approver'
+           displayName = 'Orders approver'
+           description = 'Reads as a reader does, and approves or rejects the steps that wait for an approval.' }
     ) | ConvertTo-Json -Depth 4 | Set-Content -Path $roles
 
     $appId = az ad app list --display-name $name --query '[0].appId' -o tsv

@@ -8,7 +8,8 @@
 #
 # Idempotent: it finds the registration by its display name (AUTH_APP_NAME, default orders-<environment>)
 # and makes only what is missing or different. What it sets:
-#   - the app roles Orders.Operator and Orders.Reader (the API's operator and reader), for users;
+#   - the app roles Orders.Operator, Orders.Reader and Orders.Approver (the API's operator, reader and
+#     approver), for users;
 #   - the sign-in redirect <SERVICE_API_URI>/.auth/login/aad/callback and ID tokens (no client secret);
 #   - its application ID URI api://<client id>, for bearer tokens;
 #   - a service principal that only people assigned a role may sign in to (appRoleAssignmentRequired).
@@ -17,6 +18,7 @@ set -eu
 
 OPERATOR_ROLE_ID=85571cce-cb4b-47e8-8042-d3fd63fa180e
 READER_ROLE_ID=1f5b1675-4d73-4cff-b307-ecfa23777f9c
+APPROVER_ROLE_ID=a0d078a7-9d79-4601-b329-8b0e54757102
 
 fail() {
   echo "create-app-registration: $*" >&2
@@ -46,10 +48,13 @@ cat >"$roles" <<JSON
 [
   {"allowedMemberTypes": ["User"], "id": "$OPERATOR_ROLE_ID", "isEnabled": true, "value": "Orders.Operator",
    "displayName": "Orders operator",
-   "description": "Reads everything and acts on orders and dead letters: resubmit, cancel, retry, extend, skip, replay, purge."},
+   "description": "Reads everything and acts on orders and dead letters: resubmit, cancel, retry, extend, skip, approve, reject, replay, purge."},
   {"allowedMemberTypes": ["User"], "id": "$READER_ROLE_ID", "isEnabled": true, "value": "Orders.Reader",
    "displayName": "Orders reader",
-   "description": "Reads orders, counts, audit trails, breakers and dead letters, and opens the console without its actions."}
+   "description": "Reads orders, counts, audit trails, breakers and dead letters, and opens the console without its actions."},
+  {"allowedMemberTypes": ["User"], "id": "$APPROVER_ROLE_ID", "isEnabled": true, "value": "Orders.Approver",
+   "displayName": "Orders approver",
+   "description": "Reads as a reader does, and approves or rejects the steps that wait for an approval."}
 ]
 JSON
 

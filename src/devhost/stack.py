@@ -55,6 +55,9 @@ DEFAULT_SETTINGS = {
     "SUPERVISOR_BACKOFF_SECONDS": "2",
     "SUPERVISOR_MAX_BACKOFF_SECONDS": "30",
     "STATE_TABLE_NAME": "orders",
+    # The order workflow's waits, short so that a local run shows them (Azure: 30 minutes and a day).
+    "CANCELLATION_WINDOW_SECONDS": "2",
+    "FRAUD_REVIEW_SECONDS": "20",
 }
 
 
@@ -62,12 +65,13 @@ AUTH_MODES = ("open", "roles")
 # Who the reader's and the operator's keys sign in, with the app roles of the app registration.
 ROLE_IDENTITIES = {
     "reader": ("reader (devhost)", "Orders.Reader"),
+    "approver": ("approver (devhost)", "Orders.Approver"),
     "operator": ("operator (devhost)", "Orders.Operator"),
 }
 
 
 def role_keys() -> dict[str, str]:
-    """A fresh key per role: submitter, reader, operator."""
+    """A fresh key per role: submitter, reader, approver, operator."""
     return {role: secrets.token_urlsafe(24) for role in ("submitter", *ROLE_IDENTITIES)}
 
 

@@ -189,6 +189,13 @@ def _values(document: Any, path: str) -> list[Any]:
     return current
 
 
+def value_at(document: Mapping[str, Any], path: str) -> Any:
+    """The one value at ``path`` (a path without ``[]``), or None when it is missing."""
+    found = _values(document, path)
+    value = found[0] if found else _MISSING
+    return None if value is _MISSING else value
+
+
 def _test(op: str, value: Any, expected: Any) -> bool:
     if op == "exists":
         return value is not _MISSING
@@ -232,11 +239,13 @@ def check_input_path(path: str, model: type[BaseModel]) -> str | None:
         name, through = _part(part)
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return f"{walked} has no fields"
-        fields = {(f.alias or n): f for n, f in current.model_fields.items()}
+        fields: dict[str, Any] = {(f.alias or n): f.annotation for n, f in current.model_fields.items()}
+        # A computed field is dumped with the input, so it is stored and can be read like any other.
+        fields.update({(c.alias or n): c.return_type for n, c in current.model_computed_fields.items()})
         if name not in fields:
             declared = ", ".join(sorted(fields)) or "none"
             return f"{walked} declares no field {name!r} (it declares: {declared})"
-        annotation = _unwrap(fields[name].annotation)
+        annotation = _unwrap(fields[name])
         walked = f"{walked}.{part}"
         if through:
             if get_origin(annotation) not in (list, tuple):

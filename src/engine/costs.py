@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import queues
-from .workflow import WorkflowDefinition
+from .workflow import Timer, WorkflowDefinition
 
 RECEIVED, STEP_COMPLETED, PROCESSED = "received", "step-completed", "processed"
+WAITING = "waiting"
 # A message a function reads: sent, received (peek-lock), completed.
 READ_MESSAGE_OPERATIONS = ("send", "receive", "complete")
 
@@ -74,9 +75,12 @@ def processed_order(workflow: WorkflowDefinition, document: dict[str, Any] | Non
     steps = [
         step for step in workflow.steps if document is None or step.when is None or step.when.holds(document)
     ]
+    calls = [step.call_agent for step in steps if step.calls]
+    # A wait says it waits, then that it is done; a timer's wake-up is one more command.
+    events = [e for step in steps for e in ((STEP_COMPLETED,) if step.calls else (WAITING, STEP_COMPLETED))]
     return OrderTraffic(
-        commands=1,
-        requests=dict(Counter(step.agent for step in steps)),
-        replies=len(steps),
-        status_events=(RECEIVED, *[STEP_COMPLETED] * len(steps), PROCESSED),
+        commands=1 + sum(1 for step in steps if isinstance(step.wait, Timer)),
+        requests=dict(Counter(calls)),
+        replies=len(calls),
+        status_events=(RECEIVED, *events, PROCESSED),
     )

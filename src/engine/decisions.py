@@ -63,6 +63,7 @@ class Outcome(StrEnum):
     ERRORED = "errored"  # the task entered Error (with an alert)
     HELD = "held"  # the Supervisor left the task alone while its service's breaker is open
     RELEASED = "released"  # the Supervisor gave the task back without counting a failure
+    DEADLINE = "deadline"  # the Supervisor applied a waiting approval's policy after its deadline (undo)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ class Operation(StrEnum):
     EXTEND_STEP = "extend step"  # an operator pushes a running step's CompleteBy
     SKIP_STEP = "skip step"  # an operator marks the current step done by hand; the task continues
     WORKFLOW_GONE = "workflow gone"  # the task's workflow version is no longer deployed
+    WAKE = "wake"  # a timer's time has come: the Scheduler ends the wait
+    REWAKE = "rewake"  # the Supervisor re-sends a timer's lost wake-up
+    APPROVE = "approve"  # an approver or operator approves a waiting step
+    REJECT = "reject"  # an approver or operator rejects a waiting step: undo the task
+    DEADLINE = "deadline"  # the Supervisor applies a waiting approval's policy once its deadline passed
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,9 @@ class Rule:
     when).
 
     Guards: ``unlocked`` needs no Scheduler holding the task (``LockedBy`` empty); ``phase`` and
-    ``step`` need the task's phase and its current step's status. A rule with ``changes=False`` is
-    allowed and does nothing (asking again for what is already under way).
+    ``step`` need the task's phase and its current step's status; ``wait`` needs the current step to be
+    that kind of wait (``WaitingFor``: ``timer``, ``approval``). A rule with ``changes=False`` is allowed
+    and does nothing (asking again for what is already under way).
     """
 
     operation: Operation
@@ -54,6 +60,7 @@ class Rule:
     unlocked: bool = False
     phase: Phase | None = None
     step: StepStatus | None = None
+    wait: str | None = None
     changes: bool = True
 
     def admits(self, state: TaskState, step: StepStatus | None) -> bool:
@@ -63,6 +70,7 @@ class Rule:
             and (not self.unlocked or state.locked_by is None)
             and (self.phase is None or state.phase is self.phase)
             and (self.step is None or step is self.step)
+            and (self.wait is None or state.waiting_for == self.wait)
         )
 
     @property
@@ -71,12 +79,12 @@ class Rule:
         return tuple(target for target, _ in self.targets)
 
 
-P, R, D = ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.PROCESSED
+P, R, W, D = ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.WAITING, ProcessState.PROCESSED
 C, CD, E = ProcessState.COMPENSATING, ProcessState.COMPENSATED, ProcessState.ERROR
 Op = Operation
 FORWARD, BACK = Phase.FORWARD, Phase.COMPENSATE
 RUNNING, UNDOING = StepStatus.RUNNING, StepStatus.COMPENSATING
-NOT_STARTED = StepStatus.NOT_STARTED
+NOT_STARTED, WAITING = StepStatus.NOT_STARTED, StepStatus.WAITING
 
 TABLE: tuple[Rule, ...] = (
     # The Scheduler claims a free task (ETag-conditional) and dispatches its current step, forward or
@@ -86,6 +94,7 @@ TABLE: tuple[Rule, ...] = (
         P,
         (
             (R, "Scheduler claims (ETag), dispatches a step"),
+            (W, "Scheduler claims, a step waits"),
             (C, "Scheduler claims (ETag), resumes undoing"),
             (D, "Scheduler claims, no step left"),
             (CD, "Scheduler claims, nothing left to undo"),
@@ -102,10 +111,23 @@ TABLE: tuple[Rule, ...] = (
     Rule(
         Op.STEP_SUCCEEDED,
         R,
-        ((R, "step done, next step dispatched"), (D, "last step done")),
+        ((R, "step done, next step dispatched"), (W, "step done, next step waits"), (D, "last step done")),
         phase=FORWARD,
         step=RUNNING,
     ),
+    # Waits: a timer ends when its wake-up comes at its time; an approval when a person decides. Either
+    # may start another wait at once (two waits in a row).
+    Rule(
+        Op.WAKE,
+        W,
+        ((R, "timer due, next step dispatched"), (W, "timer due, next step waits"), (D, "timer due, done")),
+        phase=FORWARD,
+        step=WAITING,
+        wait="timer",
+    ),
+    # A person decides; the task goes back to a Scheduler (it alone dispatches), as after a skip or a cancel.
+    Rule(Op.APPROVE, W, ((P, "approved"),), phase=FORWARD, step=WAITING, wait="approval"),
+    Rule(Op.REJECT, W, ((C, "rejected: undo"),), phase=FORWARD, step=WAITING, wait="approval"),
     Rule(
         Op.STEP_FAILED,
         R,
@@ -126,6 +148,22 @@ TABLE: tuple[Rule, ...] = (
     # An undo given back (or cancelled) waits unlocked for a Scheduler, as a Pending task does: its lost
     # command is no failure of the step, whose undo was not even dispatched.
     Rule(Op.KICK, C, ((C, "resume lost (Supervisor re-kicks)"),), unlocked=True),
+    # A wait past its CompleteBy: a timer's wake-up was lost (re-sent, no failure: nothing failed); an
+    # approval's deadline passed (its declared policy: undo, or Error with an alert).
+    Rule(
+        Op.REWAKE, W, ((W, "wake-up lost (Supervisor re-sends)"),), phase=FORWARD, step=WAITING, wait="timer"
+    ),
+    Rule(
+        Op.DEADLINE,
+        W,
+        (
+            (C, "approval deadline passed, policy compensate (Supervisor)"),
+            (E, "approval deadline passed, policy error (Supervisor, alert)"),
+        ),
+        phase=FORWARD,
+        step=WAITING,
+        wait="approval",
+    ),
     Rule(
         Op.EXPIRE,
         R,
@@ -153,6 +191,7 @@ TABLE: tuple[Rule, ...] = (
     Rule(Op.RESUBMIT, E, ((P, "operator resubmit (FailureCount reset)"),)),
     Rule(Op.CANCEL, P, ((C, "cancel"), (CD, "cancel, nothing started"))),
     Rule(Op.CANCEL, R, ((C, "cancel"),)),
+    Rule(Op.CANCEL, W, ((C, "cancel"),)),
     Rule(Op.CANCEL, C, ((C, "cancel while undoing: nothing to do"),), changes=False),
     # Step-level operator actions, on the task's current step only. A retry or a skip hands the task back
     # unlocked with a kick, so a Scheduler claims it and dispatches as usual; an attempt still in flight
@@ -169,6 +208,24 @@ TABLE: tuple[Rule, ...] = (
         phase=FORWARD,
         step=RUNNING,
     ),
+    # An approval whose deadline put the order in Error: wait again, or decide now.
+    Rule(Op.RETRY_STEP, E, ((P, "operator waits again (FailureCount reset)"),), phase=FORWARD, step=WAITING),
+    Rule(
+        Op.APPROVE,
+        E,
+        ((P, "approved after the deadline (FailureCount reset)"),),
+        phase=FORWARD,
+        step=WAITING,
+        wait="approval",
+    ),
+    Rule(
+        Op.REJECT,
+        E,
+        ((C, "rejected after the deadline: undo"),),
+        phase=FORWARD,
+        step=WAITING,
+        wait="approval",
+    ),
     Rule(
         Op.RETRY_STEP,
         E,
@@ -177,10 +234,12 @@ TABLE: tuple[Rule, ...] = (
         step=UNDOING,
     ),
     Rule(Op.EXTEND_STEP, R, ((R, "operator extend step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.EXTEND_STEP, W, ((W, "operator extend wait"),), phase=FORWARD, step=WAITING),
     Rule(Op.EXTEND_STEP, C, ((C, "operator extend undo"),), phase=BACK, step=UNDOING),
     Rule(Op.SKIP_STEP, P, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING),
     Rule(Op.SKIP_STEP, P, ((P, "operator skip step"),), phase=FORWARD, step=NOT_STARTED),
     Rule(Op.SKIP_STEP, R, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.SKIP_STEP, W, ((P, "operator ends the wait"),), phase=FORWARD, step=WAITING),
     Rule(
         Op.SKIP_STEP,
         E,
@@ -191,9 +250,10 @@ TABLE: tuple[Rule, ...] = (
     # A task on a workflow version no longer deployed is never run on another definition.
     Rule(Op.WORKFLOW_GONE, P, ((E, "workflow version not deployed (alert)"),)),
     Rule(Op.WORKFLOW_GONE, R, ((E, "workflow version not deployed (alert)"),)),
+    Rule(Op.WORKFLOW_GONE, W, ((E, "workflow version not deployed (alert)"),)),
     Rule(Op.WORKFLOW_GONE, C, ((E, "workflow version not deployed (alert)"),)),
 )
-del P, R, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING, NOT_STARTED
+del P, R, W, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING, NOT_STARTED, WAITING
 
 
 def rule(operation: Operation, state: TaskState, step: StepStatus | None = None) -> Rule | None:

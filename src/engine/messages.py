@@ -31,6 +31,7 @@ class CommandKind(StrEnum):
 
     START = "start"  # a new task, or one the Supervisor reset to Pending
     RESUME = "resume"  # continue whatever the task is doing (compensation retries, cancel)
+    WAKE = "wake"  # a timer's time has come (scheduled for it); fenced by step and attempt
 
 
 class SchedulerCommand(_Message):
@@ -39,6 +40,9 @@ class SchedulerCommand(_Message):
     order_id: str = Field(alias="orderId", min_length=1, max_length=64)
     kind: CommandKind
     reason: str = Field(default="", max_length=200)
+    # A wake-up names the wait it ends, so one for an earlier wait (or a wait ended by hand) changes nothing.
+    step_index: int | None = Field(default=None, alias="stepIndex", ge=0, exclude_if=_absent)
+    attempt: int | None = Field(default=None, ge=1, exclude_if=_absent)
     saved_task: str | None = Field(
         default=None,
         alias="savedTask",
@@ -119,6 +123,7 @@ class StatusEvent(StrEnum):
 
     RECEIVED = "received"
     STEP_COMPLETED = "step-completed"
+    WAITING = "waiting"  # a step waits for a time or a person (detail: what for, until when)
     PROCESSED = "processed"
     COMPENSATING = "compensating"
     STEP_COMPENSATED = "step-compensated"

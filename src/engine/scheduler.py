@@ -9,9 +9,9 @@ import uuid
 from datetime import timedelta
 
 from . import saved_task, telemetry, transitions
-from .decisions import Decision
+from .decisions import Decision, Outcome
 from .errors import ConcurrencyError
-from .messages import AgentReply, SchedulerCommand
+from .messages import AgentReply, CommandKind, SchedulerCommand
 from .outbox import carry_out
 from .parts import EngineParts
 from .state import TaskRecord
@@ -55,8 +55,9 @@ class Scheduler:
         The task is the copy the command carries when that copy claims it; otherwise (no copy, or the task
         changed since, or the copy says it cannot be claimed) the task as read from the store decides.
         """
+        act = self._wake if command.kind is CommandKind.WAKE else self._claim_for
         copy = saved_task.decode(command.saved_task, command.order_id)
-        if copy is not None and await self._claim(copy, copy=True):
+        if copy is not None and await act(copy, command, copy=True):
             return True
         record = await self.parts.store.load(command.order_id)
         if record is None:
@@ -64,7 +65,37 @@ class Scheduler:
                 log, "command for an unknown task dropped", **telemetry.context(command.order_id)
             )
             return False
-        return await self._claim(record)
+        return await act(record, command)
+
+    async def _claim_for(self, record: TaskRecord, command: SchedulerCommand, *, copy: bool = False) -> bool:
+        return await self._claim(record, copy=copy)
+
+    async def _wake(self, record: TaskRecord, command: SchedulerCommand, *, copy: bool = False) -> bool:
+        """A timer's wake-up: end the wait it names if its time has come. One that came early schedules
+        another for the time (nothing runs before its timer); one for another wait changes nothing."""
+        index, attempt = command.step_index, command.attempt
+        ctx = self.parts.context(self.instance, record)
+        if ctx.workflow is None:
+            return await self._workflow_gone(record, ctx, copy=copy)
+        if index is None or attempt is None or index >= len(record.steps):
+            telemetry.warning(log, "wake-up naming no wait dropped", **telemetry.context(record.order_id))
+            return False
+        decision = transitions.wake(record, ctx, index, attempt)
+        if decision.changed:
+            return await self._commit(record, decision, copy=copy)
+        early = transitions.wake_early(record, ctx, index, attempt)
+        if early is None:
+            if not copy:
+                telemetry.info(
+                    log, "stale or duplicate wake-up dropped", **telemetry.context(record.order_id)
+                )
+            return False
+        if copy:
+            return False  # the task as stored decides: it may have moved on since the copy was taken
+        again = transitions.wake_command(record, early, "wake-up came early", new_id=self.parts.new_id)
+        await carry_out(self.parts.sender, Decision(Outcome.MOVED, (again,)), record, self.parts.store)
+        telemetry.info(log, "early wake-up scheduled again", **telemetry.context(record.order_id))
+        return True
 
     async def _claim(self, record: TaskRecord, *, copy: bool = False) -> bool:
         ctx = self.parts.context(self.instance, record)

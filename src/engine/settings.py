@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,9 @@ class EngineSettings:
     cancel_grace_seconds: float = 1.0
     # How long after a breaker's openUntil (or trial deadline) the Supervisor looks again at work it held.
     hold_margin_seconds: float = 1.0
+    # Waits' durations by the setting a workflow's wait names (engine.workflow.Timer.setting,
+    # Approval.setting): a setting absent here leaves the declared duration.
+    wait_seconds: Mapping[str, float] = field(default_factory=dict)
 
     def backoff(self, failure_count: int) -> float:
         """The extended period before a retry: doubles with each failure, bounded."""

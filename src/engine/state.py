@@ -20,6 +20,8 @@ class ProcessState(StrEnum):
 
     PENDING = "Pending"
     PROCESSING = "Processing"
+    # The current step waits for a time or a person (a timer, an approval); nothing runs meanwhile.
+    WAITING = "Waiting"
     PROCESSED = "Processed"
     COMPENSATING = "Compensating"
     COMPENSATED = "Compensated"
@@ -48,6 +50,8 @@ class StepStatus(StrEnum):
 
     NOT_STARTED = "NotStarted"
     RUNNING = "Running"
+    # A wait (a timer or an approval) under way: no call, nothing to undo.
+    WAITING = "Waiting"
     COMPLETED = "Completed"
     FAILED = "Failed"
     COMPENSATING = "Compensating"
@@ -85,6 +89,10 @@ class TaskState(BaseModel):
     # the two are equal, the CompleteBy that passes is the hold's end, not a step that failed again.
     held_until: datetime | None = Field(default=None, alias="HeldUntil")
     last_error: str | None = Field(default=None, alias="LastError")
+    # While the task is Waiting: what for ("timer", "approval") and until when (a timer's due time, an
+    # approval's deadline). Kept on the state record so listings show them without reading the steps.
+    waiting_for: str | None = Field(default=None, alias="WaitingFor")
+    wait_until: datetime | None = Field(default=None, alias="WaitUntil")
     # Set with Error, cleared once the alert is known to be raised (or an operator took the task out of
     # Error): a process that dies between the two leaves it set, and the Supervisor raises the alert.
     alert_pending: bool = Field(default=False, alias="AlertPending")

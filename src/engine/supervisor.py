@@ -30,6 +30,7 @@ class SweepReport:
     errored: int = 0
     held: int = 0  # left alone: the step's service has an open circuit breaker (no failure counted)
     released: int = 0  # given back without a failure counted: a hold ended, or a breaker wants a trial
+    deadlines: int = 0  # approvals past their deadline, handed to a Scheduler to undo the order
     taken_back: int = 0  # never started, and its id is in the history: a submission's leftover, deleted
     alerted: int = 0  # Error alerts raised again: the process that entered Error died before saying it had
     lost_races: int = 0
@@ -48,6 +49,8 @@ class SweepReport:
             self.held += 1
         elif outcome is Outcome.RELEASED:
             self.released += 1
+        elif outcome is Outcome.DEADLINE:
+            self.deadlines += 1
 
 
 def _never_started(record: TaskRecord) -> bool:
@@ -181,6 +184,7 @@ class Supervisor:
             errored=report.errored,
             held=report.held,
             released=report.released,
+            deadlines=report.deadlines,
             takenBack=report.taken_back,
             alerted=report.alerted,
             lostRaces=report.lost_races,

@@ -164,6 +164,32 @@ class TaskService:
             index,
         )
 
+    async def approve(self, order_id: str, step: str, action: Action | None = None) -> TaskRecord:
+        """A person approves the step's waiting approval: the order goes on (out of Error too, when the
+        approval's deadline put it there)."""
+        index = await self._step_index(order_id, step)
+        return await self._change(
+            order_id,
+            Operation.APPROVE,
+            lambda r, c: transitions.approve(r, c, index),
+            "approve",
+            action,
+            index,
+        )
+
+    async def reject(self, order_id: str, step: str, action: Action | None = None) -> TaskRecord:
+        """A person rejects the step's waiting approval: what the order did is undone."""
+        index = await self._step_index(order_id, step)
+        note = (action.note if action else None) or ""
+        return await self._change(
+            order_id,
+            Operation.REJECT,
+            lambda r, c: transitions.reject(r, c, index, note),
+            "reject",
+            action,
+            index,
+        )
+
     async def _step_index(self, order_id: str, step: str) -> int:
         # The steps of the version the order runs, as recorded with it.
         names = [s.name for s in (await self.get(order_id)).steps]
@@ -254,8 +280,13 @@ def _refusal(record: TaskRecord, operation: Operation, index: int | None, allowe
     if index != state.current_step:
         name = record.steps[index].name
         return f"step {name} is not the current step of order {state.order_id} ({current.name} is)"
+    needs = (
+        "an approval that waits"
+        if operation in (Operation.APPROVE, Operation.REJECT)
+        else "the step in progress"
+    )
     return (
         f"order {state.order_id} is {state.process_state.value} ({state.phase.value}) with step "
         f"{current.name} {current.status.value}; {operation.value} needs {' or '.join(allowed)} "
-        "with the step in progress"
+        f"with {needs}"
     )

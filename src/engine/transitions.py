@@ -17,6 +17,7 @@ from typing import Any
 
 from . import machine, queues
 from .breaker import BreakerRecord, BreakerState, hold_until
+from .conditions import value_at
 from .decisions import REFUSED, UNCHANGED, Decision, OrderEnteredError, Outcome, Outgoing
 from .machine import Operation
 from .messages import (
@@ -31,7 +32,7 @@ from .messages import (
 )
 from .settings import EngineSettings
 from .state import AuditEntry, Phase, ProcessState, StepStatus, TaskRecord
-from .workflow import StepDefinition, WorkflowDefinition
+from .workflow import Approval, StepDefinition, Timer, WorkflowDefinition
 
 __all__ = ["Context", "Decision", "EngineSettings", "Outgoing"]
 
@@ -95,7 +96,13 @@ def _engine(ctx: Context, role: str) -> str:
 
 
 def _touch(record: TaskRecord, ctx: Context) -> None:
-    record.state.updated_at = ctx.now
+    state = record.state
+    state.updated_at = ctx.now
+    current = record.steps[state.current_step] if state.current_step < len(record.steps) else None
+    if current is None or current.status is not StepStatus.WAITING:
+        # What a task waits for is said only while its current step waits (in Error too: an approval
+        # past its deadline can still be given).
+        state.waiting_for = state.wait_until = None
 
 
 def _moved(*messages: Outgoing) -> Decision:
@@ -140,6 +147,27 @@ def command(
     )
 
 
+def wake_command(
+    record: TaskRecord, at: datetime, reason: str, new_id: Callable[[], str] = random_id
+) -> Outgoing:
+    """The wake-up of the task's current wait (a timer), scheduled for ``at``: fenced by step and attempt."""
+    state = record.state
+    body = SchedulerCommand(
+        order_id=state.order_id,
+        kind=CommandKind.WAKE,
+        reason=reason,
+        step_index=state.current_step,
+        attempt=state.attempt,
+    )
+    return Outgoing(
+        queue=queues.SCHEDULER_QUEUE,
+        body=body,
+        message_id=f"{state.order_id}:wake:{state.current_step}:{state.attempt}:{new_id()}",
+        correlation_id=state.order_id,
+        scheduled_at=at,
+    )
+
+
 def document(record: TaskRecord, upto: int) -> dict[str, Any]:
     """What a step's condition and its calls' bodies read: the order's input, and the values the steps
     up to ``upto`` returned (an undo of a step sees the step's own result), by name; a later step's value
@@ -173,7 +201,7 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, r
         payload=document(record, index),
     )
     return Outgoing(
-        queue=queues.agent_queue(definition.agent),
+        queue=queues.agent_queue(definition.call_agent),
         body=body,
         # A re-send of the same attempt (a new deadline) needs its own id, or duplicate detection drops it.
         message_id=request_message_id(record.order_id, index, compensating, attempt) + resend,
@@ -248,15 +276,160 @@ def _dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
         if index is None:
             decision = _finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
             break
-        condition = ctx.steps[index].when
+        definition = ctx.steps[index]
+        condition = definition.when
         if condition is None or condition.holds(document(record, index - 1)):
-            decision = _dispatch(record, ctx, index, compensating=False)
-            break
+            if definition.wait is None:
+                decision = _dispatch(record, ctx, index, compensating=False)
+                break
+            started = _start_wait(record, ctx, index, definition.wait)
+            if started is not None:
+                decision = started
+                break
+            continue  # a timer whose time has already come: done at once
         left_out.append(_leave_out(record, ctx, index, f"condition not met: {condition.describe()}"))
     # Each entry is written by the save that makes this whole move: it says the task's change in it.
     for entry in left_out:
         entry.process_state_before, entry.process_state_after = before, record.state.process_state
     return decision
+
+
+# ---- waits ---------------------------------------------------------------------------------------
+def timer_due(record: TaskRecord, ctx: Context, index: int, timer: Timer) -> datetime:
+    """When the timer of step ``index`` ends, started now: ``after_seconds`` (or its setting) from now, or
+    the time its input field holds (an absent or unreadable value: now)."""
+    if timer.until is None:
+        seconds = ctx.settings.wait_seconds.get(timer.setting or "", timer.after_seconds)
+        return ctx.now + timedelta(seconds=seconds or 0.0)
+    value = value_at(document(record, index - 1), timer.until)
+    try:
+        at = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        return ctx.now  # nothing to wait for: the input says no time (the input model should refuse it)
+    return at
+
+
+def _start_wait(record: TaskRecord, ctx: Context, index: int, wait: Timer | Approval) -> Decision | None:
+    """Step ``index`` starts waiting: Waiting with its deadline as CompleteBy; a timer's wake-up is
+    scheduled for its time. None (the step marked done) for a timer whose time has already come."""
+    state = record.state
+    step = record.steps[index]
+    if isinstance(wait, Timer):
+        until = timer_due(record, ctx, index, wait)
+        if until <= ctx.now:
+            step.status = StepStatus.COMPLETED
+            step.reason = "timer: its time had come when its turn came"
+            return None
+        # The wake-up is scheduled for ``until``; the Supervisor re-sends it if not come a window later.
+        complete_by = until + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    else:
+        seconds = ctx.settings.wait_seconds.get(wait.setting or "", wait.deadline_seconds)
+        until = complete_by = ctx.now + timedelta(seconds=seconds)
+    step.status = StepStatus.WAITING
+    step.attempts += 1
+    step.complete_by = until
+    step.last_error = None
+    state.phase, state.process_state = Phase.FORWARD, ProcessState.WAITING
+    state.current_step = index
+    state.attempt = step.attempts
+    state.complete_by = complete_by
+    state.locked_by = None  # nobody works on a wait
+    state.waiting_for, state.wait_until = wait.kind, until
+    _touch(record, ctx)
+    note = status(
+        record, ctx, StatusEvent.WAITING, step=step.name, detail=f"{wait.kind} until {until.isoformat()}"
+    )
+    if isinstance(wait, Timer):
+        return _moved(note, wake_command(record, until, f"timer of {step.name}", new_id=ctx.new_id))
+    return _moved(note)
+
+
+def _waiting(record: TaskRecord, ctx: Context, index: int, kind: type[Timer] | type[Approval]) -> bool:
+    """Whether step ``index`` is the task's current step, a wait of ``kind``, and waiting now."""
+    state = record.state
+    return (
+        index == state.current_step
+        and index < len(record.steps)
+        and isinstance(ctx.steps[index].wait, kind)
+        and record.steps[index].status is StepStatus.WAITING
+    )
+
+
+def _end_wait(record: TaskRecord, ctx: Context, reason: str, *, scheduler: bool) -> Decision:
+    """The current wait is over and went well: the step is done, and the task moves on. The Scheduler
+    dispatches the next step itself; anyone else hands the task back to it with a kick (only a Scheduler
+    dispatches)."""
+    step = record.steps[record.state.current_step]
+    step.status = StepStatus.COMPLETED
+    step.reason = reason[:1000]
+    step.last_error = None
+    done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, detail=reason)
+    if scheduler:
+        return _dispatch_forward(record, ctx).after(done)
+    return _hand_back(record, ctx, f"{step.name} {reason}").after(done)
+
+
+def wake_early(record: TaskRecord, ctx: Context, index: int, attempt: int) -> datetime | None:
+    """The time a wake-up that came early for the current timer must come again at (None: not early, or
+    not for the current wait). Nothing runs before its timer: an early wake-up only schedules another."""
+    state = record.state
+    step = record.steps[index] if index < len(record.steps) else None
+    if step is None or state.attempt != attempt or not _waiting(record, ctx, index, Timer):
+        return None
+    due = step.complete_by
+    return due if due is not None and due > ctx.now else None
+
+
+def wake(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision:
+    """A timer's wake-up: end the wait if it is for the current wait (step and attempt) and its time has
+    come. A late, duplicate or early one is refused and changes nothing."""
+    state = record.state
+    if state.attempt != attempt or not _waiting(record, ctx, index, Timer):
+        return REFUSED
+    due = record.steps[index].complete_by
+    if due is None or due > ctx.now or allows(Operation.WAKE, record) is None:
+        return REFUSED
+    return _end_wait(record, ctx, "timer due", scheduler=True)
+
+
+def approve(record: TaskRecord, ctx: Context, index: int) -> Decision:
+    """A person approves the waiting approval of step ``index``; the task moves on (out of Error too, when
+    its deadline put it there)."""
+    if not _waiting(record, ctx, index, Approval) or allows(Operation.APPROVE, record) is None:
+        return REFUSED
+    return _end_wait(record, ctx, "approved", scheduler=False)
+
+
+def reject(record: TaskRecord, ctx: Context, index: int, reason: str) -> Decision:
+    """A person rejects the waiting approval of step ``index``: what was done is undone."""
+    if not _waiting(record, ctx, index, Approval) or allows(Operation.REJECT, record) is None:
+        return REFUSED
+    if record.state.process_state is ProcessState.ERROR:
+        _operator_took_over(record)
+    return _wait_failed(record, ctx, f"rejected: {reason}" if reason else "rejected")
+
+
+def _wait_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
+    """The current wait ends badly (rejected, or its deadline passed with policy compensate): the task is
+    handed to a Scheduler to undo, as a cancel is. The wait had no effect: the undo passes over it."""
+    index = record.state.current_step
+    step = record.steps[index]
+    step.status = StepStatus.FAILED
+    step.last_error = error[:1000]
+    state = record.state
+    state.last_error = f"{step.name}: {error}"[:1000]
+    state.phase, state.process_state = Phase.COMPENSATE, ProcessState.COMPENSATING
+    state.locked_by = None
+    state.next_attempt_at = None
+    state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    _fresh_failure_counts(record)
+    _touch(record, ctx)
+    return _moved(
+        status(record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error),
+        command(state.order_id, CommandKind.RESUME, f"{step.name} {error}"[:200], new_id=ctx.new_id),
+    )
 
 
 def _leave_out(record: TaskRecord, ctx: Context, index: int, reason: str) -> AuditEntry:
@@ -505,10 +678,12 @@ def recover_expired(
         return Decision(
             Outcome.KICKED, (command(state.order_id, kind, "supervisor: kick lost", new_id=ctx.new_id),)
         )
+    if state.process_state is ProcessState.WAITING:
+        return _wait_expired(record, ctx)
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
     step = record.steps[state.current_step]
-    service = ctx.steps[state.current_step].agent
+    service = ctx.steps[state.current_step].call_agent
     breaker = (breakers or {}).get(service)
     until = hold_until(breaker, ctx.now)
     if until is not None and allows(Operation.HOLD, record):
@@ -534,6 +709,28 @@ def recover_expired(
     retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures))
     reason = f"supervisor: retry after failure {step.failures} of {step.name}"
     return _give_back(record, ctx, retry_at, reason, Outcome.RETRIED)
+
+
+def _wait_expired(record: TaskRecord, ctx: Context) -> Decision:
+    """A wait past its CompleteBy. A timer's wake-up did not come: it is sent again (nothing failed, so
+    nothing is counted). An approval's deadline passed: its declared policy applies."""
+    state = record.state
+    index = state.current_step
+    wait = ctx.steps[index].wait
+    step = record.steps[index]
+    if isinstance(wait, Timer) and allows(Operation.REWAKE, record):
+        state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+        _touch(record, ctx)
+        at = step.complete_by if step.complete_by is not None and step.complete_by > ctx.now else None
+        return Decision(
+            Outcome.KICKED, (wake_command(record, at or ctx.now, "supervisor: wake-up lost", ctx.new_id),)
+        )
+    if not isinstance(wait, Approval) or allows(Operation.DEADLINE, record) is None:
+        return REFUSED
+    reason = "no approval by its deadline"
+    if wait.on_deadline == "error":
+        return _enter_error(record, ctx, f"{step.name}: {reason}", _engine(ctx, "supervisor"))
+    return Decision(Outcome.DEADLINE, _wait_failed(record, ctx, reason).messages)
 
 
 def _give_back(record: TaskRecord, ctx: Context, at: datetime, reason: str, outcome: Outcome) -> Decision:
@@ -600,6 +797,11 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
     if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
         state.phase = Phase.COMPENSATE
         return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+    for step in record.steps:
+        if step.status is StepStatus.WAITING:
+            # A wait has had no effect and never will: it ends here, and nothing undoes it.
+            step.status = StepStatus.FAILED
+            step.last_error = "cancelled while waiting"
     running = [s.complete_by for s in record.steps if s.status is StepStatus.RUNNING and s.complete_by]
     resume_at = max([ctx.now, *(settled(complete_by, ctx) for complete_by in running)])
     state.phase = Phase.COMPENSATE
@@ -667,6 +869,15 @@ def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) ->
         return REFUSED
     state = record.state
     step.complete_by = step.complete_by + timedelta(seconds=seconds)
+    if state.process_state is ProcessState.WAITING:
+        # A later time or deadline: a wake-up already scheduled for the old time finds it early and
+        # schedules itself again.
+        wait = ctx.steps[index].wait
+        margin = ctx.settings.step_complete_by_seconds if isinstance(wait, Timer) else 0.0
+        state.complete_by = step.complete_by + timedelta(seconds=margin)
+        state.wait_until = step.complete_by
+        _touch(record, ctx)
+        return _moved()
     state.complete_by = step.complete_by
     _touch(record, ctx)
     compensating = state.phase is Phase.COMPENSATE

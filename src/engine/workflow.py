@@ -7,7 +7,7 @@ keeps the version it started on until it ends.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,14 +30,70 @@ class RetryPolicy(Declared):
     breaker_reset_seconds: float = Field(default=10.0, gt=0, description="how long the breaker stays open")
 
 
+class Timer(Declared):
+    """A step that waits until a time and calls nothing: ``after_seconds`` after its turn comes (the step
+    before it done), or the time an input field holds (``until``, an ``input.`` path to an ISO 8601 time;
+    a time already past, or an absent value, ends the wait at once).
+
+    ``setting`` names an app setting that, when set, gives ``after_seconds`` instead (a window that is
+    short locally and long in Azure); it is read when the wait starts.
+    """
+
+    kind: Literal["timer"] = "timer"
+    after_seconds: float | None = Field(default=None, ge=0)
+    until: str | None = Field(default=None, pattern=r"^input(\.[A-Za-z_][A-Za-z0-9_-]*)+$")
+    setting: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]{0,63}$")
+
+    @model_validator(mode="after")
+    def _one_time(self) -> Timer:
+        if (self.after_seconds is None) == (self.until is None):
+            raise ValueError("a timer declares either after_seconds or until")
+        if self.setting is not None and self.after_seconds is None:
+            raise ValueError("a timer's setting gives after_seconds: declare after_seconds as its default")
+        return self
+
+    def describe(self) -> str:
+        """The wait in words, for docs and audit entries."""
+        if self.until is not None:
+            return f"until the time in {self.until}"
+        setting = f" (setting {self.setting})" if self.setting else ""
+        return f"{self.after_seconds:g} s after the step before it{setting}"
+
+
+class Approval(Declared):
+    """A step that waits for a person to approve or reject it (``POST .../approve`` or ``.../reject``),
+    for at most ``deadline_seconds``; then ``on_deadline`` applies: ``compensate`` undoes what was done,
+    ``error`` puts the order in Error with an alert for an operator to decide. A reject always undoes."""
+
+    kind: Literal["approval"] = "approval"
+    deadline_seconds: float = Field(gt=0)
+    on_deadline: Literal["compensate", "error"] = "compensate"
+    setting: str | None = Field(
+        default=None,
+        pattern=r"^[A-Z][A-Z0-9_]{0,63}$",
+        description="an app setting that, when set, gives deadline_seconds instead",
+    )
+
+    def describe(self) -> str:
+        """The wait in words, for docs and audit entries."""
+        setting = f" (setting {self.setting})" if self.setting else ""
+        return f"an approval within {self.deadline_seconds:g} s{setting}, else {self.on_deadline}"
+
+
+Wait = Timer | Approval
+
+
 class StepDefinition(Declared):
-    """One step: the agent that runs it, its action, the action that undoes it, and when it runs."""
+    """One step: the agent that runs it, its action, the action that undoes it, and when it runs; or a
+    wait (a timer or an approval) that calls nothing and has nothing to undo."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")
-    agent: str = Field(
-        pattern=r"^[a-z][a-z0-9-]{0,40}$", description="the agent (and its queue) that runs it"
+    agent: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,40}$",
+        description="the agent (and its queue) that runs it; None for a wait",
     )
-    action: str
+    action: str | None = Field(default=None, description="what the agent does; None for a wait")
     compensation: str | None = Field(
         default=None,
         description="the action that undoes it; None for a step that cannot be undone: a later failure or "
@@ -51,6 +107,29 @@ class StepDefinition(Declared):
         default=None,
         description="run only when this holds on the order's input and earlier results; else left out",
     )
+    wait: Wait | None = Field(
+        default=None, discriminator="kind", description="a wait instead of a call (no agent, no action)"
+    )
+
+    @model_validator(mode="after")
+    def _call_or_wait(self) -> StepDefinition:
+        if self.wait is None and (self.agent is None or self.action is None):
+            raise ValueError(f"step {self.name}: a step names an agent and an action, or declares a wait")
+        if self.wait is not None and (self.agent, self.action, self.compensation) != (None, None, None):
+            raise ValueError(f"step {self.name}: a wait calls nothing: no agent, action or compensation")
+        return self
+
+    @property
+    def calls(self) -> bool:
+        """Whether the step calls an agent (a wait does not)."""
+        return self.wait is None
+
+    @property
+    def call_agent(self) -> str:
+        """The agent of a step that calls one (ValueError for a wait)."""
+        if self.agent is None:
+            raise ValueError(f"step {self.name} is a wait: it calls no agent")
+        return self.agent
 
 
 class WorkflowDefinition(BaseModel):
@@ -98,6 +177,8 @@ class WorkflowDefinition(BaseModel):
             ]
             if step.when is not None:
                 models += [(f"step {step.name} condition", part) for part in parts(step.when)]
+            if step.wait is not None:
+                models.append((f"step {step.name} wait", step.wait))
             for where, model in models:
                 if model.unknown():
                     declared = ", ".join(type(model).model_fields)
@@ -125,6 +206,20 @@ class WorkflowDefinition(BaseModel):
                     raise ValueError(f"{where}: {problem}{fix}")
         return self
 
+    @model_validator(mode="after")
+    def _timers_read_declared_input(self) -> WorkflowDefinition:
+        for step in self.steps:
+            if not isinstance(step.wait, Timer) or step.wait.until is None:
+                continue
+            named = f"workflow {self.name} version {self.version}, step {step.name}"
+            where = f"{named}: the timer on {step.wait.until}"
+            if self.input is None:
+                raise ValueError(f"{where} needs an input model: declare input= on the workflow")
+            problem = check_input_path(step.wait.until, self.input)
+            if problem:
+                raise ValueError(f"{where}: {problem}")
+        return self
+
     def examples(self) -> list[dict[str, Any]]:
         """The example inputs its input model declares (none without one)."""
         if self.input is None:
@@ -145,7 +240,7 @@ class WorkflowDefinition(BaseModel):
     @property
     def agents(self) -> list[str]:
         """Every agent the workflow uses, in step order, without repeats."""
-        return list(dict.fromkeys(s.agent for s in self.steps))
+        return list(dict.fromkeys(s.agent for s in self.steps if s.agent is not None))
 
 
 def _check_breakers(workflows: list[WorkflowDefinition]) -> None:
@@ -155,6 +250,8 @@ def _check_breakers(workflows: list[WorkflowDefinition]) -> None:
     breakers: dict[str, tuple[int, float]] = {}
     for workflow in workflows:
         for step in workflow.steps:
+            if step.agent is None:
+                continue
             breaker = (step.retry.breaker_fail_max, step.retry.breaker_reset_seconds)
             if breakers.setdefault(step.agent, breaker) != breaker:
                 raise ValueError(f"the steps on agent {step.agent} must agree on its breaker settings")
@@ -207,7 +304,7 @@ class WorkflowCatalog(BaseModel):
     def agents(self) -> list[str]:
         """Every agent of every deployed version, in declaration order, without repeats: an agent that the
         latest versions no longer use still serves the orders in flight on an older one."""
-        return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps))
+        return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps if s.agent is not None))
 
     def policies(self, agent: str) -> dict[tuple[str, int, str], RetryPolicy]:
         """The retry policy of every step on ``agent``, by (workflow, version, step)."""

@@ -1,8 +1,10 @@
 """Who may do what: the roles, the one mapping from route to roles, and the check every route goes through.
 
-Three roles. A storefront is a ``submitter``: it submits orders and reads an order by its id (the status
+Four roles. A storefront is a ``submitter``: it submits orders and reads an order by its id (the status
 URL it was given). A ``reader`` reads everything (orders, counts, audit, breakers, dead letters, the
-document, the console without its action buttons). An ``operator`` does everything, the actions included.
+document, the console without its action buttons). An ``approver`` reads as a reader does and approves or
+rejects the steps that wait for an approval, and nothing else. An ``operator`` does everything, the
+actions included.
 :data:`ROUTES` names the roles of every route; ``function_app.py`` registers each HTTP route through it
 (a route it does not name cannot be registered) and a test holds it equal to the OpenAPI document's
 routes.
@@ -46,18 +48,24 @@ class Role(StrEnum):
 
     SUBMITTER = "submitter"
     READER = "reader"
+    APPROVER = "approver"
     OPERATOR = "operator"
 
 
 # Entra ID app roles of the app registration (infra/hooks/create-app-registration.sh) -> role.
-APP_ROLES: Final = {"Orders.Operator": Role.OPERATOR, "Orders.Reader": Role.READER}
+APP_ROLES: Final = {
+    "Orders.Operator": Role.OPERATOR,
+    "Orders.Reader": Role.READER,
+    "Orders.Approver": Role.APPROVER,
+}
 
 ANYONE: Final = "anyone"  # no credential needed (liveness only)
 Rule = frozenset[Role] | Literal["anyone"]
 
 _SUBMIT = frozenset({Role.SUBMITTER, Role.OPERATOR})
-_STOREFRONT_READ = frozenset({Role.SUBMITTER, Role.READER, Role.OPERATOR})
-_READ = frozenset({Role.READER, Role.OPERATOR})
+_STOREFRONT_READ = frozenset({Role.SUBMITTER, Role.READER, Role.APPROVER, Role.OPERATOR})
+_READ = frozenset({Role.READER, Role.APPROVER, Role.OPERATOR})
+_APPROVE = frozenset({Role.APPROVER, Role.OPERATOR})
 _OPERATE = frozenset({Role.OPERATOR})
 
 # (METHOD, path as in the OpenAPI document) -> who may call it. The one place roles are given to routes.
@@ -72,6 +80,8 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
     ("POST", "/api/orders/{orderId}/steps/{step}/retry"): _OPERATE,
     ("POST", "/api/orders/{orderId}/steps/{step}/extend"): _OPERATE,
     ("POST", "/api/orders/{orderId}/steps/{step}/skip"): _OPERATE,
+    ("POST", "/api/orders/{orderId}/steps/{step}/approve"): _APPROVE,
+    ("POST", "/api/orders/{orderId}/steps/{step}/reject"): _APPROVE,
     ("GET", "/api/deadletters"): _READ,
     ("GET", "/api/deadletters/{queue}"): _READ,
     ("GET", "/api/deadletters/{queue}/audit"): _READ,

@@ -298,6 +298,18 @@ class OrdersApi:
 
         return await self._act(order_id, call, SkipRequest, skip, required=True)
 
+    async def approve(self, order_id: str, step: str, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}/steps/{step}/approve``: approve the step's waiting approval."""
+        return await self._act(
+            order_id, call, ActionRequest, lambda t, a, _: t.approve(order_id, step, a), required=False
+        )
+
+    async def reject(self, order_id: str, step: str, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}/steps/{step}/reject``: reject the step's waiting approval (undo)."""
+        return await self._act(
+            order_id, call, ActionRequest, lambda t, a, _: t.reject(order_id, step, a), required=False
+        )
+
     async def _act(
         self,
         order_id: str,

@@ -14,7 +14,7 @@ it (``docs/customizing.md``). An order whose version is no longer declared goes 
 from __future__ import annotations
 
 from engine.conditions import Test
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 
 from .inputs import FulfilmentOrder, ReturnOrder
 from .services import inventory, notifications, payment, shipping
@@ -27,7 +27,7 @@ SERVICES: tuple[ServiceDefinition, ...] = (
     notifications.SERVICE,
 )
 
-FULFILMENT = WorkflowDefinition(
+FULFILMENT_V1 = WorkflowDefinition(
     name="order-fulfilment",
     version=1,
     description="Reserve the stock, take the payment, ship the goods unless all are digital, confirm",
@@ -49,6 +49,29 @@ FULFILMENT = WorkflowDefinition(
         ),
         # A confirmation cannot be unsent: no compensation. It carries the shipment's tracking number.
         StepDefinition(name="send-confirmation", agent=notifications.SERVICE.name, action="send"),
+    ),
+)
+
+# Version 2 waits twice: for a person's fraud review of a large order before the payment, and through a
+# cancellation window between the payment and the shipment (a cancel inside it refunds, and ships nothing).
+FULFILMENT = FULFILMENT_V1.revise(
+    version=2,
+    description="Reserve the stock, have a person review a large order, take the payment, keep a "
+    "cancellation window open, ship the goods unless all are digital, confirm",
+    steps=(
+        FULFILMENT_V1.steps[0],
+        StepDefinition(
+            name="fraud-review",
+            when=Test(field="input.total", op=">", value=1000),
+            # A day for a person to look; unreviewed, the order is undone (the stock released).
+            wait=Approval(deadline_seconds=86_400, on_deadline="compensate", setting="FRAUD_REVIEW_SECONDS"),
+        ),
+        FULFILMENT_V1.steps[1],
+        StepDefinition(
+            name="cancellation-window",
+            wait=Timer(after_seconds=1_800, setting="CANCELLATION_WINDOW_SECONDS"),
+        ),
+        *FULFILMENT_V1.steps[2:],
     ),
 )
 
@@ -76,6 +99,8 @@ RETURNS = WorkflowDefinition(
 CATALOG = WorkflowCatalog(
     workflows=(
         FULFILMENT,
+        # Kept while orders that started on it may be in flight (docs/customizing.md, versions).
+        FULFILMENT_V1,
         RETURNS,
     )
 )

@@ -28,6 +28,7 @@ BEGIN = "<!-- generated: workflows -->"
 END = "<!-- end generated -->"
 NONE = "—"
 CANNOT_BE_UNDONE = f"{NONE} (cannot be undone)"
+NOTHING_TO_UNDO = f"{NONE} (a wait: nothing to undo)"
 
 
 def render(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) -> str:
@@ -71,11 +72,13 @@ def render(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) ->
 def _resource_of(by_name: dict[str, ServiceDefinition], step: StepDefinition) -> Resource | None:
     """The resource ``step`` applies, or None when its service or action is not declared (the catalog
     refuses that at import; the tables are still rendered, to show what was declared)."""
-    service = by_name.get(step.agent)
+    if not step.calls:
+        return None
+    service = by_name.get(step.call_agent)
     if service is None:
         return None
     try:
-        resource, _ = service.resource(step.action)
+        resource, _ = service.resource(step.action or "")
     except KeyError:
         return None
     return resource
@@ -90,6 +93,12 @@ def _step_row(number: int, step: StepDefinition, resource: Resource | None) -> s
         body = resource.body
         read = [f"`{name}`" for name in body.needs] + [f"`{name}` if returned" for name in body.may_use]
         reads = ", ".join(read) or NONE
+    if step.wait is not None:
+        return (
+            f"| {number} | `{step.name}` | waits | {step.wait.kind}: {step.wait.describe()} | {runs} "
+            f"| {NONE} "
+            f"| {NONE} | {NOTHING_TO_UNDO} | {NONE} | {NONE} |"
+        )
     undo = f"`{step.compensation}`" if step.compensation else CANNOT_BE_UNDONE
     return (
         f"| {number} | `{step.name}` | `{step.agent}` | `{step.action}` | {runs} | {returns} | {reads} "

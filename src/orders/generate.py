@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import queues
-from engine.workflow import WorkflowCatalog
+from engine.workflow import Timer, WorkflowCatalog
 
 from . import catalog_docs
 from .catalog import CATALOG, SERVICES
@@ -109,7 +109,23 @@ def bicep_catalog(services: Sequence[ServiceDefinition], catalog: WorkflowCatalo
             | dict(sorted((_camel(k), v) for k, v in asdict(queues.queue_properties(name)).items()))
             for name in queue_names(catalog)
         ],
+        # The app settings the waits name, each with its declared duration in seconds (the app's value
+        # in Azure; the devhost sets short ones).
+        "waits": wait_settings(catalog),
     }
+
+
+def wait_settings(catalog: WorkflowCatalog) -> dict[str, str]:
+    """Every setting a wait of the catalog names, with its declared duration (the latest version's)."""
+    found: dict[str, str] = {}
+    for workflow in sorted(catalog.workflows, key=lambda w: w.version):
+        for step in workflow.steps:
+            wait = step.wait
+            if wait is None or wait.setting is None:
+                continue
+            seconds = wait.after_seconds if isinstance(wait, Timer) else wait.deadline_seconds
+            found[wait.setting] = f"{seconds:g}"
+    return dict(sorted(found.items()))
 
 
 def sample_settings(current: dict[str, Any], services: Sequence[ServiceDefinition]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, computed_field
 
 
 def _whole(value: Any) -> Any:
@@ -59,6 +59,11 @@ class FulfilmentOrder(_Input):
                     "items": [{"sku": "ebook-7", "quantity": 1, "unitPrice": 12, "digital": True}],
                     "currency": "EUR",
                 },
+                {
+                    "customerId": "customer-3",
+                    "items": [{"sku": "tv-65", "quantity": 1, "unitPrice": 1499}],
+                    "currency": "EUR",
+                },
             ]
         }
     )
@@ -66,6 +71,13 @@ class FulfilmentOrder(_Input):
     customer_id: CustomerId = Field(alias="customerId")
     items: list[OrderItem] = Field(min_length=1, max_length=100)
     currency: Currency
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
+    @property
+    def total(self) -> float:
+        """What the order costs, in its currency: stored with the input, so a condition can read it (a
+        client cannot send it: the model refuses fields it does not declare as input)."""
+        return round(sum(item.quantity * item.unit_price for item in self.items), 2)
 
 
 class ReturnedItem(_Input):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -89,6 +89,12 @@ class OrderSummary(_View):
     complete_by: datetime | None = Field(alias="completeBy")
     # Set while the Supervisor holds the order because its current step's service has an open breaker.
     held_until: datetime | None = Field(alias="heldUntil")
+    waiting_for: Literal["timer", "approval"] | None = Field(
+        default=None, alias="waitingFor", description="while Waiting: what the order waits for"
+    )
+    wait_until: datetime | None = Field(
+        default=None, alias="waitUntil", description="while Waiting: a timer's time, an approval's deadline"
+    )
     created_at: datetime = Field(alias="createdAt")
     updated_at: datetime = Field(alias="updatedAt")
     last_error: str | None = Field(alias="lastError")
@@ -218,6 +224,8 @@ def summary(state: TaskState) -> OrderSummary:
         locked_by=state.locked_by,
         complete_by=state.complete_by,
         held_until=state.hold_end,
+        waiting_for=state.waiting_for,  # type: ignore[arg-type]  # set only by the engine, to a Wait's kind
+        wait_until=state.wait_until,
         created_at=state.created_at,
         updated_at=state.updated_at,
         last_error=state.last_error,

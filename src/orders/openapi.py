@@ -291,6 +291,22 @@ OPERATIONS: tuple[Operation, ...] = (
         True,
         True,
     ),
+    _action(
+        "/orders/{orderId}/steps/{step}/approve",
+        "approve_step",
+        "Approve a step that waits for an approval: the order goes on",
+        ActionRequest,
+        False,
+        True,
+    ),
+    _action(
+        "/orders/{orderId}/steps/{step}/reject",
+        "reject_step",
+        "Reject a step that waits for an approval: what the order did is undone",
+        ActionRequest,
+        False,
+        True,
+    ),
     Operation(
         "get",
         "/deadletters",

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.retention import RetentionPolicy, parse_retention
 from engine.settings import EngineSettings
 
-from .catalog import SERVICES
+from .catalog import CATALOG, SERVICES
 
 # Where the Function App serves the simulators (simulators.hosted.ROUTE_PREFIX): a service URL whose
 # path ends here gets SIMULATORS_KEY, and no other does, so the key never reaches a real service.
@@ -70,10 +70,13 @@ class Settings(BaseModel):
             backoff_base_seconds=self.supervisor_backoff_seconds,
             backoff_max_seconds=self.supervisor_max_backoff_seconds,
             cancel_grace_seconds=self.cancel_grace_seconds,
+            wait_seconds=dict(self.wait_seconds),
         )
 
     # Base URL per service, from each declared service's <NAME>_SERVICE_URL (see load_settings).
     service_urls: dict[str, str] = Field(default_factory=dict, exclude=True)
+    # The durations of the waits that name a setting (WAIT_SETTINGS), where set (see load_settings).
+    wait_seconds: dict[str, float] = Field(default_factory=dict, exclude=True)
 
     @property
     def service_keys(self) -> dict[str, str]:
@@ -89,10 +92,15 @@ class Settings(BaseModel):
 
 # One URL setting per declared service, e.g. INVENTORY_SERVICE_URL.
 SERVICE_URL_SETTINGS = {service.name: service.url_setting for service in SERVICES}
+# The settings the catalog's waits name (a timer's duration, an approval's deadline, in seconds).
+WAIT_SETTINGS = tuple(
+    sorted({s.wait.setting for w in CATALOG.workflows for s in w.steps if s.wait and s.wait.setting})
+)
 # Names as a constant, for the checks that compare them with the Bicep and the sample settings.
 SETTING_NAMES = (
     *(field.alias for field in Settings.model_fields.values() if field.alias),
     *SERVICE_URL_SETTINGS.values(),
+    *WAIT_SETTINGS,
 )
 
 
@@ -107,8 +115,26 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     except ValidationError as exc:
         raise RuntimeError(f"invalid app settings:\n{exc}") from exc
     settings.service_urls = {service: source[name] for service, name in SERVICE_URL_SETTINGS.items()}
+    settings.wait_seconds = _wait_seconds(source)
     if not settings.state_store_connection and not settings.state_store_endpoint:
         raise RuntimeError(
             "set STATE_STORE_CONNECTION (connection string) or STATE_STORE_ENDPOINT (with an identity)"
         )
     return settings
+
+
+def _wait_seconds(source: Mapping[str, str]) -> dict[str, float]:
+    """The waits' durations that are set (empty: the declared duration); RuntimeError for a bad one."""
+    found: dict[str, float] = {}
+    for name in WAIT_SETTINGS:
+        text = source.get(name, "").strip()
+        if not text:
+            continue
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds < float("inf"):
+            raise RuntimeError(f"invalid app settings: {name} must be a number of seconds, 0 or more")
+        found[name] = seconds
+    return found

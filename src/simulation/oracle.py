@@ -269,7 +269,7 @@ class Oracle:
             found = self.orders[order_id] = OrderTruth(
                 order_id,
                 workflow,
-                [s.agent for s in definition.steps],
+                [s.agent or "" for s in definition.steps],
                 [s.name for s in definition.steps],
                 input=dict(order_input or {}),
                 conditions=[s.when for s in definition.steps],
@@ -284,6 +284,7 @@ class Oracle:
         return {
             name: index
             for index, step in enumerate(definition.steps)
+            if step.agent is not None and step.action is not None
             for name in self.returns(step.agent, step.action)
         }
 

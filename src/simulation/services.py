@@ -123,8 +123,10 @@ def specs(catalog: WorkflowCatalog) -> dict[str, ServiceSpec]:
     found: dict[str, ServiceSpec] = {}
     for workflow in catalog.workflows:
         for step in workflow.steps:
-            spec = found.setdefault(step.agent, ServiceSpec(step.agent))
-            spec.forward.add(step.action)
+            if not step.calls:
+                continue
+            spec = found.setdefault(step.call_agent, ServiceSpec(step.call_agent))
+            spec.forward.add(step.action or "")
             if step.compensation:
                 spec.undo.add(step.compensation)
     return found

@@ -57,13 +57,15 @@ class LedgerReport:
     ordered: int = 0  # of those, how many the ledger's order of changes showed applied before any undo
     carrying: int = 0  # calls (applies and undos) whose body carried a value an earlier step returned
     checked: int = 0  # values carried, each compared with the value its step returned
+    waits: int = 0  # wait steps (timers, approvals) checked: no later step called after one ended badly
 
     def summary(self) -> str:
         """The counts in words, for the demo's output."""
         return (
             f"{self.orders} orders checked; {self.left_out} steps left out by their condition, none called; "
             f"{self.kept} effects that cannot be undone left applied in Compensated orders "
-            f"({self.ordered} of them seen applied before the order's first undo); {self.carrying} calls "
+            f"({self.ordered} of them seen applied before the order's first undo); {self.waits} waits, none "
+            f"passed by a later step after ending badly; {self.carrying} calls "
             f"carried values passed on, {self.checked} values checked against the values returned"
         )
 
@@ -141,13 +143,13 @@ def ledger_report(
             continue
         report.orders += 1
         effects = by_order.get(order_id, {})
-        keys = {(step.agent, idempotency_key(order_id, step.name)) for step in definition.steps}
+        keys = {(s.agent, idempotency_key(order_id, s.name)) for s in definition.steps if s.agent is not None}
         for service, key in sorted(effects.keys() - keys):
             report.problems.append(
                 f"{order_id} ({name}): {service} holds an effect under {key!r}, no step's key"
             )
         steps = [
-            _Step(index, step, view, effects.get((step.agent, idempotency_key(order_id, step.name))))
+            _Step(index, step, view, effects.get((step.agent or "", idempotency_key(order_id, step.name))))
             for index, (step, view) in enumerate(zip(definition.steps, views, strict=True))
         ]
         _check_effects(report, order, definition, steps)
@@ -178,8 +180,24 @@ def _check_effects(
         and step.entry.get("compensatedSeq") is not None
     ]
     first_undo = min(undone_at, default=None)
+    # A wait that ended badly (rejected, past its deadline, cancelled) lets no later step run.
+    stopped = next((s for s in steps if not s.definition.calls and s.view.get("state") == "Failed"), None)
     for step in steps:
         entry, service = step.entry, step.definition.agent
+        if stopped is not None and step.index > stopped.index and entry is not None:
+            report.problems.append(
+                f"{named}: {step.name} on {service} was called after {stopped.name} ended without going on "
+                f"({stopped.view.get('lastError')}): {entry}"
+            )
+            continue
+        if not step.definition.calls:
+            done = step.view.get("state") == "Completed"
+            if state == "Processed" and not done and not step.left_out:
+                report.problems.append(
+                    f"{named} Processed but its wait {step.name} is {step.view.get('state')}"
+                )
+            report.waits += 1
+            continue
         undoable = step.definition.compensation is not None
         if step.left_out:
             if step.definition.when is None:
@@ -227,7 +245,7 @@ def _check_results(
     producers = {
         result: step
         for step in steps
-        for result in returns.get((step.definition.agent, step.definition.action), [])
+        for result in returns.get((step.definition.agent or "", step.definition.action or ""), [])
     }
     for step in steps:
         held = dict(step.held)

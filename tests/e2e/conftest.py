@@ -15,8 +15,9 @@ from azure.servicebus import ServiceBusClient
 
 from devhost import launch
 from engine import queues
-from engine.workflow import StepDefinition, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, WorkflowDefinition
 from orders import catalog
+from orders.models import order_input
 from servicebus_emulator.launcher import connection_string
 from simulators.ledger_check import check_ledger
 from tests.support import wait_for
@@ -30,6 +31,9 @@ FAST_SETTINGS = {
     "SUPERVISOR_MAX_BACKOFF_SECONDS": "1",
     # Every timing here is a tenth of Azure's; the breaker's open interval too (10 s there).
     "BREAKER_RESET_SECONDS": "1",
+    # No cancellation window (the timer ends at once, with nothing sent): the tests of waits set their own.
+    "CANCELLATION_WINDOW_SECONDS": "0",
+    "FRAUD_REVIEW_SECONDS": "3",
 }
 TERMINAL = {"Processed", "Compensated", "Error"}
 SERVICES = tuple(service.name for service in catalog.SERVICES)
@@ -54,26 +58,35 @@ def returns(step: StepDefinition) -> list[str]:
 
 def runs_on(workflow: WorkflowDefinition, example: dict[str, Any]) -> tuple[StepDefinition, ...]:
     """The steps an order of ``example`` runs when every step before returns its declared results."""
-    document: dict[str, Any] = {"input": example, "results": {}}
+    # What conditions read is the input as stored (with what its model derives, e.g. a total).
+    document: dict[str, Any] = {"input": order_input(workflow, example), "results": {}}
     ran = []
     for step in workflow.steps:
         if step.when is None or step.when.holds(document):
             ran.append(step)
-            document["results"].update(dict.fromkeys(returns(step), "returned"))
+            document["results"].update(dict.fromkeys(returns(step) if step.calls else [], "returned"))
     return tuple(ran)
 
 
 def straight_input(workflow: WorkflowDefinition) -> dict[str, Any]:
-    """The input the tests submit for ``workflow``: its first declared example on which every step runs
-    (else its first example, and the steps its conditions leave out are left out in the tests too)."""
+    """The input the tests submit for ``workflow``: its first declared example on which every call runs
+    and no step waits for a person (else its first example, and the steps its conditions leave out are
+    left out in the tests too)."""
     examples = workflow.examples()
     assert examples, f"workflow {workflow.name} declares no example input"
-    return next((e for e in examples if len(runs_on(workflow, e)) == len(workflow.steps)), examples[0])
+
+    def straight(example: dict[str, Any]) -> bool:
+        ran = runs_on(workflow, example)
+        approvals = any(isinstance(step.wait, Approval) for step in ran)
+        return not approvals and all(step in ran for step in workflow.steps if step.calls)
+
+    return next((e for e in examples if straight(e)), examples[0])
 
 
 def runs(workflow: WorkflowDefinition) -> tuple[StepDefinition, ...]:
-    """The steps the tests' orders of ``workflow`` run (the others are left out by their conditions)."""
-    return runs_on(workflow, straight_input(workflow))
+    """The calls the tests' orders of ``workflow`` make (the steps its conditions leave out are left out;
+    waits call nothing, and the tests' cancellation window is none)."""
+    return tuple(step for step in runs_on(workflow, straight_input(workflow)) if step.calls)
 
 
 # What a submission that names no workflow runs, and its steps by role: tests that need "a step" (to hang

@@ -18,7 +18,7 @@ from engine.messages import AgentReply, AgentRequest, ReplyOutcome, reply_messag
 from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.transitions import Context
-from engine.workflow import RetryPolicy, StepDefinition, WorkflowDefinition
+from engine.workflow import Approval, RetryPolicy, StepDefinition, Timer, WorkflowDefinition
 
 ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 WORKFLOW = WorkflowDefinition(
@@ -29,6 +29,24 @@ WORKFLOW = WorkflowDefinition(
     ),
 )
 SETTINGS = EngineSettings(step_complete_by_seconds=10, supervisor_max_failures=2, cancel_grace_seconds=1)
+
+
+def waiting_workflow(on_deadline: str) -> WorkflowDefinition:
+    """A call, a timer then an approval with the given deadline policy (a wait after a wait), a timer then
+    a call, and a timer last (a wait ends the order)."""
+    return WorkflowDefinition(
+        name="waits",
+        steps=(
+            StepDefinition(name="first", agent="alpha", action="do-a", compensation="undo-a"),
+            StepDefinition(name="window", wait=Timer(after_seconds=30)),
+            StepDefinition(name="review", wait=Approval(deadline_seconds=60, on_deadline=on_deadline)),
+            StepDefinition(name="hold", wait=Timer(after_seconds=5)),
+            StepDefinition(name="second", agent="beta", action="do-b", compensation="undo-b"),
+            StepDefinition(name="cool-off", wait=Timer(after_seconds=5)),
+        ),
+    )
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -70,6 +88,7 @@ def _disjoint(a: machine.Rule, b: machine.Rule) -> bool:
         a.source is not b.source
         or (a.phase is not None and b.phase is not None and a.phase is not b.phase)
         or (a.step is not None and b.step is not None and a.step is not b.step)
+        or (a.wait is not None and b.wait is not None and a.wait != b.wait)
     )
 
 
@@ -82,14 +101,20 @@ def test_every_operation_has_a_row_and_rows_never_overlap() -> None:
 
 
 def test_every_in_flight_state_can_be_recovered_by_the_supervisor_and_terminal_ones_are_left_alone() -> None:
-    supervisor_ops = {Operation.KICK, Operation.EXPIRE}
+    supervisor_ops = {Operation.KICK, Operation.EXPIRE, Operation.REWAKE, Operation.DEADLINE}
     for state in ProcessState:
         recoverable = any(r.operation in supervisor_ops and r.source is state for r in machine.TABLE)
         assert recoverable == state.in_flight, state
     # Processed and Compensated are final; Error only goes back through an operator.
     outgoing = {(r.source, r.operation) for r in machine.TABLE if r.changes}
     assert not [op for state, op in outgoing if state in (ProcessState.PROCESSED, ProcessState.COMPENSATED)]
-    operator = {Operation.RESUBMIT, Operation.RETRY_STEP, Operation.SKIP_STEP}
+    operator = {
+        Operation.RESUBMIT,
+        Operation.RETRY_STEP,
+        Operation.SKIP_STEP,
+        Operation.APPROVE,
+        Operation.REJECT,
+    }
     assert {op for state, op in outgoing if state is ProcessState.ERROR} == operator
 
 
@@ -138,26 +163,34 @@ def open_breakers(now: datetime, seconds_left: float) -> dict[str, BreakerRecord
     }
 
 
-def moves(record: TaskRecord) -> list[Move]:
+def moves(record: TaskRecord, workflow: WorkflowDefinition = WORKFLOW) -> list[Move]:
     """Everything that could happen to a task in any state, right or wrong."""
     later = (record.state.complete_by or T0) + timedelta(seconds=1)
+
+    def at(now: datetime = T0) -> Context:
+        return Context(workflow, SETTINGS, now, "sched-1")
+
     out: list[Move] = [
-        (Operation.CLAIM, lambda r: transitions.claim(r, ctx())),
-        (None, lambda r: transitions.recover_expired(r, ctx(later))),
-        (Operation.HOLD, lambda r: transitions.recover_expired(r, ctx(later), open_breakers(later, 5))),
-        (Operation.RELEASE, lambda r: transitions.recover_expired(r, ctx(later), open_breakers(later, -1))),
-        (Operation.RESUBMIT, lambda r: transitions.resubmit(r, ctx())),
-        (Operation.CANCEL, lambda r: transitions.cancel(r, ctx())),
+        (Operation.CLAIM, lambda r: transitions.claim(r, at())),
+        (None, lambda r: transitions.recover_expired(r, at(later))),
+        (Operation.HOLD, lambda r: transitions.recover_expired(r, at(later), open_breakers(later, 5))),
+        (Operation.RELEASE, lambda r: transitions.recover_expired(r, at(later), open_breakers(later, -1))),
+        (Operation.RESUBMIT, lambda r: transitions.resubmit(r, at())),
+        (Operation.CANCEL, lambda r: transitions.cancel(r, at())),
         (
             Operation.WORKFLOW_GONE,
             lambda r: transitions.workflow_not_deployed(r, Context(None, SETTINGS, T0, "sched-1")),
         ),
     ]
     index = record.state.current_step  # other steps are refused whatever the state (tested below)
+    due = record.steps[index].complete_by or T0
     out += [
-        (Operation.RETRY_STEP, lambda r: transitions.retry_step(r, ctx(), index)),
-        (Operation.EXTEND_STEP, lambda r: transitions.extend_step(r, ctx(), index, 5)),
-        (Operation.SKIP_STEP, lambda r: transitions.skip_step(r, ctx(), index, "by hand")),
+        (Operation.RETRY_STEP, lambda r: transitions.retry_step(r, at(), index)),
+        (Operation.EXTEND_STEP, lambda r: transitions.extend_step(r, at(), index, 5)),
+        (Operation.SKIP_STEP, lambda r: transitions.skip_step(r, at(), index, "by hand")),
+        (Operation.WAKE, lambda r: transitions.wake(r, at(due), index, r.state.attempt)),
+        (Operation.APPROVE, lambda r: transitions.approve(r, at(), index)),
+        (Operation.REJECT, lambda r: transitions.reject(r, at(), index, "no")),
     ]
     for compensating in (False, True):
         for outcome in ReplyOutcome:
@@ -165,7 +198,7 @@ def moves(record: TaskRecord) -> list[Move]:
             out.append(
                 (
                     transitions.reply_operation(answer),
-                    lambda r, a=answer: transitions.apply_reply(r, ctx(), a),
+                    lambda r, a=answer: transitions.apply_reply(r, at(), a),
                 )
             )
     return out
@@ -183,18 +216,33 @@ def key(record: TaskRecord) -> tuple[object, ...]:
     )
 
 
-def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
+def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState, ProcessState]]:
+    """Every move from every state reachable from submission; the table's rows each move used."""
     used: set[tuple[Operation, ProcessState, ProcessState]] = set()
-    seen = {key(new_record())}
-    queue = deque([new_record()])
+
+    def submitted() -> TaskRecord:
+        record = TaskRecord(
+            state=TaskState(order_id="o-1", workflow=workflow.name, created_at=T0, updated_at=T0),
+            steps=[StepState(index=i, name=s.name) for i, s in enumerate(workflow.steps)],
+            input={"n": 1},
+            input_hash="h",
+        )
+        transitions.new_record_state(record, Context(workflow, SETTINGS, T0))
+        return record
+
+    seen = {key(submitted())}
+    queue = deque([submitted()])
     while queue:
         record = queue.popleft()
-        for operation, move in moves(record):
+        for operation, move in moves(record, workflow):
             after = record.model_copy(deep=True)
             before = after.model_dump()
             supervisor = operation in (None, Operation.HOLD, Operation.RELEASE)
+            wait = workflow.steps[after.state.current_step].wait
             if supervisor and transitions.allows(Operation.KICK, after):  # it picks kick itself
                 operation = Operation.KICK
+            elif supervisor and after.state.process_state is ProcessState.WAITING:  # and a wait's own
+                operation = Operation.REWAKE if isinstance(wait, Timer) else Operation.DEADLINE
             elif operation is None:
                 operation = Operation.EXPIRE
             rule = transitions.allows(operation, after)
@@ -212,6 +260,11 @@ def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
             if key(after) not in seen:
                 seen.add(key(after))
                 queue.append(after)
+    return used
+
+
+def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
+    used = _explore(WORKFLOW) | _explore(waiting_workflow("compensate")) | _explore(waiting_workflow("error"))
     declared = {(r.operation, r.source, t) for r in machine.TABLE if r.changes for t in r.target_states}
     unused = declared - used
     # Only an all-done or nothing-to-undo task claimed from Pending is unreachable with this workflow.

@@ -277,7 +277,10 @@ def test_the_site_module_receives_the_app_settings_and_one_url_setting_per_servi
     configs = module(path, "avm/res/web/site")["configs"]["operator"]["operands"]
     assert configs["true_value"][0] == configs["false_value"][0] == "appSettingsConfig"
     merged = {
-        "function": {"type": "union", "parameters": {"arg_1": "appSettings", "arg_2": "serviceUrlSettings"}}
+        "function": {
+            "type": "union",
+            "parameters": {"arg_1": "appSettings", "arg_2": "serviceUrlSettings", "arg_3": "waitSettings"},
+        }
     }
     assert variable(path, "appSettingsConfig") == {
         "name": "appsettings",
@@ -354,7 +357,8 @@ def test_every_setting_the_code_reads_is_set_in_the_function_app() -> None:
         "APPLICATIONINSIGHTS_CONNECTION_STRING",
     }
     url_settings = {s["urlSetting"] for s in catalog_json()["services"].values()}
-    missing = expected - set(app_settings()) - url_settings
+    wait_settings = set(catalog_json()["waits"])  # from the catalog, as the URL settings
+    missing = expected - set(app_settings()) - url_settings - wait_settings
     assert not missing, f"set in infra/app/function-app.bicep: {sorted(missing)}"
     assert not LOCAL_ONLY_SETTINGS & set(app_settings()), "STATE_STORE_CONNECTION is for local runs only"
     assert not url_settings & set(app_settings()), "the URL settings come from the catalog only"

@@ -100,8 +100,8 @@ def test_a_queue_no_workflow_uses_is_named(infra: Path) -> None:
 def test_url_settings_the_function_app_does_not_set_are_named(infra: Path) -> None:
     replace_text(
         infra / "app" / "function-app.bicep",
-        "properties: union(appSettings, serviceUrlSettings)",
-        "properties: appSettings",
+        "properties: union(appSettings, serviceUrlSettings, waitSettings)",
+        "properties: union(appSettings, waitSettings)",
     )
     problems = service_problems(infra)
     assert len(problems) == len(SERVICES)

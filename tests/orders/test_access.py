@@ -243,5 +243,5 @@ def test_the_documented_table_of_who_may_call_what_is_the_mapping() -> None:
             documented[(method, path)] = frozenset(
                 role for role, cell in zip(Role, cells, strict=True) if cell == "yes"
             )
-    assert [r.value for r in Role] == ["submitter", "reader", "operator"]  # the table's column order
+    assert [r.value for r in Role] == ["submitter", "reader", "approver", "operator"]  # the table's columns
     assert documented == access.ROUTES

@@ -85,7 +85,8 @@ async def test_submit_accepts_an_order_and_points_at_its_status(h: Harness) -> N
     stored = h.store.state("o-1").input
     # Stored as the workflow's input model dumps it: camelCase, defaults filled in.
     items = [{**item, "digital": False} for item in ORDER["items"]]
-    assert stored == {"orderId": "o-1", **ORDER, "items": items}
+    # The model's computed fields too (what a condition may read): the order's total.
+    assert stored == {"orderId": "o-1", **ORDER, "items": items, "total": 3.0}
 
 
 async def test_each_workflow_validates_its_own_input_and_names_the_field(h: Harness) -> None:

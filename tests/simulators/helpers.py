@@ -52,6 +52,8 @@ def _walk(workflow: WorkflowDefinition) -> dict[int, Document]:
     given = order_input(workflow, workflow.examples()[0])
     results: dict[str, Any] = {}
     for step in workflow.steps:
+        if not step.calls:
+            continue  # a wait calls no service
         resource = resource_of(step)
         before = dict(results)
         if step.when is None or step.when.holds({"input": given, "results": before}):

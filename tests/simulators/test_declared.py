@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from engine.agent import Action
 from engine.messages import AgentRequest
-from engine.workflow import WorkflowDefinition
+from engine.workflow import StepDefinition, WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from orders.models import order_input
 from orders.services.client import RemoteServices, apply_path, undo_path
@@ -199,12 +199,15 @@ async def run_order(
         if step.when is not None and not step.when.holds({"input": given, "results": results(index - 1)}):
             views.append({"name": step.name, "state": "LeftOut", "result": None})
             continue
-        result = await actions[step.agent][step.action](request(index, False), 5.0)
+        if not step.calls:
+            views.append({"name": step.name, "state": "Completed", "result": None})  # a wait: no call
+            continue
+        result = await actions[step.call_agent][step.action or ""](request(index, False), 5.0)
         views.append({"name": step.name, "state": "Completed", "result": result})
     for index in reversed(range(len(workflow.steps))) if undo else ():
         step = workflow.steps[index]
         if views[index]["state"] == "Completed" and step.compensation is not None:
-            assert await actions[step.agent][step.compensation](request(index, True), 5.0) == {}
+            assert await actions[step.call_agent][step.compensation](request(index, True), 5.0) == {}
             views[index]["state"] = "Compensated"
     return {
         "orderId": order_id,
@@ -253,14 +256,18 @@ def test_the_agents_client_runs_every_workflow_against_the_simulators_and_the_le
         workflow = CATALOG.find(order["workflow"], order["workflowVersion"])
         assert workflow is not None
         for step, view in zip(workflow.steps, order["steps"], strict=True):
-            recorded = book[step.agent].get(f"{order['orderId']}:{step.name}")
+            if not step.calls:
+                continue
+            recorded = book[step.call_agent].get(f"{order['orderId']}:{step.name}")
             if view["state"] == "LeftOut":
                 assert recorded is None
                 continue
             assert recorded is not None and recorded["result"] == view["result"], (order, recorded)
             assert recorded["compensated"] == int(view["state"] == "Compensated")
     assert sum(len(entries) for entries in book.values()) == sum(
-        view["state"] != "LeftOut" for order in orders for view in order["steps"]
+        view["state"] != "LeftOut" and step.calls
+        for order in orders
+        for step, view in zip(_steps(order), order["steps"], strict=True)
     )
 
 
@@ -304,3 +311,9 @@ def test_a_result_cannot_take_the_name_of_a_field_of_every_answer() -> None:
     service = ServiceDefinition(name="widgets", description="a service of a test", resources=(resource,))
     with pytest.raises(ValueError, match="status"):
         resource_specs([service])
+
+
+def _steps(order: dict[str, Any]) -> tuple[StepDefinition, ...]:
+    workflow = CATALOG.find(order["workflow"], order["workflowVersion"])
+    assert workflow is not None
+    return workflow.steps

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from engine.conditions import Test
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, WorkflowCatalog, WorkflowDefinition
 from orders.catalog import CATALOG
 from orders.services.declaration import Resource, ServiceBody, ServiceDefinition, ServiceResult
 from simulators.ledger_check import LedgerReport, check_ledger, idempotency_key, ledger_report
@@ -128,13 +128,17 @@ def test_the_declared_workflows_are_checked_against_the_declared_catalog(
     workflow: WorkflowDefinition,
 ) -> None:
     processed = order("p", workflow, "Processed")
+    for step, view in zip(workflow.steps, processed["steps"], strict=True):
+        if not step.calls:
+            view["state"] = "Completed"  # a Processed order's waits are over
     book: dict[str, dict[str, dict[str, Any]]] = {}
-    for step in workflow.steps:
+    calls = [step for step in workflow.steps if step.calls]  # a wait leaves nothing in a ledger
+    for step in calls:
         entry = {"orderId": "p", "applied": 1, "compensated": 0}
-        book.setdefault(step.agent, {})[idempotency_key("p", step.name)] = entry
+        book.setdefault(step.call_agent, {})[idempotency_key("p", step.name)] = entry
     assert check_ledger([processed], book) == []
-    last = workflow.steps[-1]
-    book[last.agent][idempotency_key("p", last.name)]["compensated"] = 1
+    last = calls[-1]
+    book[last.call_agent][idempotency_key("p", last.name)]["compensated"] = 1
     assert len(check_ledger([processed], book)) == 1
 
 
@@ -480,3 +484,38 @@ def test_without_the_order_of_changes_a_kept_effect_is_counted_but_not_ordered()
     )
     found = report([COMPENSATED_AFTER_TELL], book)
     assert found.problems == [] and (found.kept, found.ordered) == (1, 0)
+
+
+def test_a_wait_that_ended_badly_lets_no_later_step_be_called_and_a_processed_order_s_waits_are_over() -> (
+    None
+):
+    reviewed = BUY.revise(
+        version=3,
+        steps=(
+            BUY.steps[0],
+            StepDefinition(name="review", wait=Approval(deadline_seconds=60)),
+            BUY.steps[1],
+        ),
+    )
+    catalog = WorkflowCatalog.of(reviewed)
+    rejected = order("r", reviewed, "Compensated")
+    rejected["steps"][1].update(state="Failed", lastError="rejected: no")
+    # The hold was undone, and the payment after the rejected review never made: the check passes.
+    assert check_ledger([rejected], ledger_of(("stock", "r", "hold", 1)), catalog) == []
+    # A payment made after the rejection is a problem.
+    paid = ledger_of(("stock", "r", "hold", 1), ("bank", "r", "pay", 1))
+    (problem,) = check_ledger([rejected], paid, catalog)
+    assert "pay on bank was called after review ended without going on (rejected: no)" in problem
+    # Processed with its review not over is a problem too.
+    processed = order("p", reviewed, "Processed")
+    processed["steps"][1]["state"] = "Waiting"
+    book = ledger_of(("stock", "p", "hold", 0), ("bank", "p", "pay", 0))
+    (problem,) = check_ledger([processed], book, catalog)
+    assert "Processed but its wait review is Waiting" in problem
+    processed["steps"][1]["state"] = "Completed"
+    report = ledger_report(
+        [processed, rejected],
+        {**book, "stock": {**book["stock"], **ledger_of(("stock", "r", "hold", 1))["stock"]}},
+        catalog,
+    )
+    assert report.problems == [] and report.waits == 2

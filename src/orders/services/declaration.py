@@ -238,17 +238,22 @@ def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCata
         producers = {  # every result name any step returns, to say where a misplaced reader should go
             name: step.name
             for step in workflow.steps
-            if step.agent in by_name and step.action in by_name[step.agent].actions
+            if step.agent is not None
+            and step.action is not None
+            and step.agent in by_name
+            and step.action in by_name[step.agent].actions
             for name in by_name[step.agent].resource(step.action)[0].result_names
         }
         for step in workflow.steps:
             where = f"step {step.name} of workflow {workflow.name} version {workflow.version}"
-            resource = _resource(by_name, step, where)
-            _check_compensation(resource, step, where, by_name[step.agent].name)
             for path in step.when.fields() if step.when is not None else ():
                 if path.startswith("results."):
                     name = path.split(".")[1].removesuffix("[]")
                     _check_reads(where, "its condition", name, returned, producers, required=False)
+            if not step.calls:
+                continue  # a wait calls no service: nothing of a service's to check
+            resource = _resource(by_name, step, where)
+            _check_compensation(resource, step, where, by_name[step.call_agent].name)
             _check_body(where, resource.body, returned, producers)
             own = {name: (step.name, step.when is None) for name in resource.result_names}
             if resource.undo_body is not None:
@@ -289,14 +294,14 @@ def _check_input(workflow: WorkflowDefinition) -> None:
 
 
 def _resource(by_name: dict[str, ServiceDefinition], step: StepDefinition, where: str) -> Resource:
-    service = by_name.get(step.agent)
+    service = by_name.get(step.call_agent)
     if service is None:
         raise ValueError(
             f"{where} runs on service {step.agent!r}, which is not declared: add its module under "
             "src/orders/services/ and list its SERVICE in SERVICES in src/orders/catalog.py"
         )
     try:
-        resource, undoes = service.resource(step.action)
+        resource, undoes = service.resource(step.action or "")
     except KeyError:
         raise ValueError(
             f"{where} applies {step.action!r}, which service {service.name} does not declare: add a "

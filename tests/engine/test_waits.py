@@ -1,0 +1,302 @@
+"""Waits as pure transitions: a timer, an approval, their deadlines, and what may and may not end them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine import transitions
+from engine.decisions import Decision, Outcome
+from engine.messages import (
+    AgentReply,
+    AgentRequest,
+    CommandKind,
+    ReplyOutcome,
+    SchedulerCommand,
+    StatusEvent,
+    StatusMessage,
+)
+from engine.settings import EngineSettings
+from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.transitions import Context
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowDefinition
+
+
+class Shipping(BaseModel):
+    """An input with a time to ship after."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    ship_after: str | None = Field(default=None, alias="shipAfter")
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SETTINGS = EngineSettings(step_complete_by_seconds=10, supervisor_max_failures=2, cancel_grace_seconds=1)
+RESERVE = StepDefinition(name="reserve", agent="stock", action="reserve", compensation="release")
+CHARGE = StepDefinition(name="charge", agent="pay", action="charge", compensation="refund")
+
+
+def workflow(*waits: StepDefinition) -> WorkflowDefinition:
+    """reserve, the waits, charge."""
+    return WorkflowDefinition(name="w", steps=(RESERVE, *waits, CHARGE))
+
+
+WINDOW = StepDefinition(name="window", wait=Timer(after_seconds=30, setting="WINDOW_SECONDS"))
+REVIEW = StepDefinition(name="review", wait=Approval(deadline_seconds=60))
+STRICT_REVIEW = StepDefinition(name="review", wait=Approval(deadline_seconds=60, on_deadline="error"))
+
+
+def ctx(definition: WorkflowDefinition, now: datetime = T0, settings: EngineSettings = SETTINGS) -> Context:
+    return Context(definition, settings, now, "sched-1")
+
+
+def submitted(definition: WorkflowDefinition, task_input: dict[str, object] | None = None) -> TaskRecord:
+    record = TaskRecord(
+        state=TaskState(order_id="o-1", workflow=definition.name, created_at=T0, updated_at=T0),
+        steps=[StepState(index=i, name=s.name) for i, s in enumerate(definition.steps)],
+        input=task_input or {},
+        input_hash="h",
+    )
+    transitions.new_record_state(record, ctx(definition))
+    return record
+
+
+def reserved(definition: WorkflowDefinition, now: datetime = T0, **kw: object) -> tuple[TaskRecord, Decision]:
+    """Claimed, and the reserve step's success applied at ``now``: what comes after it is decided."""
+    record = submitted(definition, **kw)  # type: ignore[arg-type]
+    transitions.claim(record, ctx(definition))
+    reply = AgentReply(order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.SUCCEEDED)
+    return record, transitions.apply_reply(record, ctx(definition, now), reply)
+
+
+def bodies[M](decision: Decision, kind: type[M]) -> list[M]:
+    return [m.body for m in decision.messages if isinstance(m.body, kind)]
+
+
+# ---- timers --------------------------------------------------------------------------------------------
+def test_a_timer_waits_until_its_time_then_the_next_step_runs_and_nothing_runs_before() -> None:
+    definition = workflow(WINDOW)
+    record, decision = reserved(definition)
+    state = record.state
+    due = T0 + timedelta(seconds=30)
+    assert (state.process_state, state.waiting_for, state.wait_until) == (ProcessState.WAITING, "timer", due)
+    assert record.steps[1].status is StepStatus.WAITING and state.locked_by is None
+    # The Supervisor looks a window after the time: by then the wake-up should have come.
+    assert state.complete_by == due + timedelta(seconds=10)
+    (wake,) = [m for m in decision.messages if isinstance(m.body, SchedulerCommand)]
+    assert wake.scheduled_at == due
+    assert (wake.body.kind, wake.body.step_index, wake.body.attempt) == (CommandKind.WAKE, 1, 1)
+    assert [s.event for s in bodies(decision, StatusMessage)] == [
+        StatusEvent.STEP_COMPLETED,
+        StatusEvent.WAITING,
+    ]
+    assert not bodies(decision, AgentRequest), "nothing is called while the timer runs"
+
+    # Early (a broker's clock ahead of ours): refused, and asked to come again at the time.
+    early = ctx(definition, due - timedelta(milliseconds=5))
+    assert transitions.wake(record, early, 1, 1).outcome is Outcome.REFUSED
+    assert transitions.wake_early(record, early, 1, 1) == due
+    # For another attempt, or another step: refused, and not rescheduled.
+    assert transitions.wake(record, ctx(definition, due), 1, 2).outcome is Outcome.REFUSED
+    assert transitions.wake_early(record, early, 1, 2) is None
+    assert transitions.wake(record, ctx(definition, due), 0, 1).outcome is Outcome.REFUSED
+
+    woken = transitions.wake(record, ctx(definition, due), 1, 1)
+    assert woken.outcome is Outcome.MOVED
+    assert [r.step for r in bodies(woken, AgentRequest)] == ["charge"]
+    assert record.steps[1].status is StepStatus.COMPLETED and record.steps[1].reason == "timer due"
+    assert (state.process_state, state.waiting_for, state.wait_until) == (ProcessState.PROCESSING, None, None)
+    # A duplicate wake-up changes nothing.
+    assert transitions.wake(record, ctx(definition, due), 1, 1).outcome is Outcome.REFUSED
+
+
+def test_a_timer_s_setting_gives_its_duration_and_zero_means_no_wait_at_all() -> None:
+    definition = workflow(WINDOW)
+    shorter = EngineSettings(step_complete_by_seconds=10, wait_seconds={"WINDOW_SECONDS": 2})
+    record = submitted(definition)
+    transitions.claim(record, ctx(definition, settings=shorter))
+    reply = AgentReply(order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.SUCCEEDED)
+    transitions.apply_reply(record, ctx(definition, settings=shorter), reply)
+    assert record.state.wait_until == T0 + timedelta(seconds=2)
+
+    none = EngineSettings(step_complete_by_seconds=10, wait_seconds={"WINDOW_SECONDS": 0})
+    record = submitted(definition)
+    transitions.claim(record, ctx(definition, settings=none))
+    decision = transitions.apply_reply(record, ctx(definition, settings=none), reply)
+    assert [r.step for r in bodies(decision, AgentRequest)] == ["charge"], "the window is over at once"
+    assert record.steps[1].status is StepStatus.COMPLETED
+    assert not [m for m in decision.messages if isinstance(m.body, SchedulerCommand)]
+
+
+@pytest.mark.parametrize(
+    ("value", "waits_until"),
+    [
+        ("2026-01-01T00:05:00+00:00", T0 + timedelta(minutes=5)),
+        ("2025-12-31T00:00:00+00:00", None),  # already past: no wait
+        ("2026-01-01T00:05:00", None),  # no time zone: not a time to wait for
+        ("soon", None),
+        (None, None),
+    ],
+)
+def test_a_timer_until_a_time_in_the_input(value: str | None, waits_until: datetime | None) -> None:
+    definition = WorkflowDefinition(
+        name="w",
+        input=Shipping,
+        steps=(RESERVE, StepDefinition(name="until", wait=Timer(until="input.shipAfter")), CHARGE),
+    )
+    record, decision = reserved(definition, task_input={"shipAfter": value} if value is not None else {})
+    assert record.state.wait_until == waits_until
+    waited = record.state.process_state is ProcessState.WAITING
+    assert waited == (waits_until is not None)
+    assert bool(bodies(decision, AgentRequest)) != waited
+
+
+def test_a_lost_wake_up_is_sent_again_by_the_supervisor_without_counting_a_failure() -> None:
+    definition = workflow(WINDOW)
+    record, _ = reserved(definition)
+    assert record.state.complete_by is not None
+    late = record.state.complete_by + timedelta(seconds=1)
+    decision = transitions.recover_expired(record, ctx(definition, late))
+    assert decision.outcome is Outcome.KICKED
+    (wake,) = bodies(decision, SchedulerCommand)
+    assert (wake.kind, wake.step_index, wake.attempt) == (CommandKind.WAKE, 1, 1)
+    assert record.state.failure_count == 0 and record.state.process_state is ProcessState.WAITING
+    assert record.state.complete_by == late + timedelta(seconds=10)
+
+
+def test_a_cancel_in_the_window_undoes_what_was_done_and_the_wake_up_then_changes_nothing() -> None:
+    definition = WorkflowDefinition(
+        name="w", steps=(RESERVE, CHARGE, WINDOW, RESERVE.model_copy(update={"name": "ship"}))
+    )
+    record = submitted(definition)
+    transitions.claim(record, ctx(definition))
+    for index in (0, 1):
+        reply = AgentReply(order_id="o-1", step_index=index, attempt=1, outcome=ReplyOutcome.SUCCEEDED)
+        transitions.apply_reply(record, ctx(definition), reply)
+    assert record.state.process_state is ProcessState.WAITING
+    cancelled = transitions.cancel(record, ctx(definition, T0 + timedelta(seconds=5)))
+    assert cancelled.outcome is Outcome.MOVED
+    assert record.state.process_state is ProcessState.COMPENSATING and record.state.waiting_for is None
+    assert (
+        record.steps[2].status is StepStatus.FAILED
+        and record.steps[2].last_error == "cancelled while waiting"
+    )
+    assert (
+        transitions.wake(record, ctx(definition, T0 + timedelta(seconds=30)), 2, 1).outcome is Outcome.REFUSED
+    )
+    # The Scheduler resumes: the payment is refunded first (the wait has nothing to undo); no shipment ever.
+    resumed = transitions.claim(record, ctx(definition, T0 + timedelta(seconds=6)))
+    assert [(r.step, r.compensating) for r in bodies(resumed, AgentRequest)] == [("charge", True)]
+
+
+def test_an_operator_may_push_a_wait_later_or_end_it() -> None:
+    definition = workflow(WINDOW)
+    record, _ = reserved(definition)
+    pushed = transitions.extend_step(record, ctx(definition), 1, 60)
+    assert pushed.outcome is Outcome.MOVED and not pushed.messages
+    assert record.state.wait_until == T0 + timedelta(seconds=90)
+    due = T0 + timedelta(seconds=30)
+    assert transitions.wake(record, ctx(definition, due), 1, 1).outcome is Outcome.REFUSED
+    assert transitions.wake_early(record, ctx(definition, due), 1, 1) == T0 + timedelta(seconds=90)
+    ended = transitions.skip_step(record, ctx(definition), 1, "the customer asked to ship now")
+    assert (
+        record.state.process_state is ProcessState.PENDING and record.steps[1].status is StepStatus.COMPLETED
+    )
+    assert [c.kind for c in bodies(ended, SchedulerCommand)] == [CommandKind.START]
+
+
+# ---- approvals -----------------------------------------------------------------------------------------
+def test_an_approval_waits_for_a_person_and_an_approval_hands_the_order_to_a_scheduler() -> None:
+    definition = workflow(REVIEW)
+    record, decision = reserved(definition)
+    state = record.state
+    assert (state.process_state, state.waiting_for) == (ProcessState.WAITING, "approval")
+    assert state.complete_by == state.wait_until == T0 + timedelta(seconds=60)
+    assert not bodies(decision, SchedulerCommand), "nothing is scheduled: a person ends it"
+    # A timer's wake-up cannot end an approval; an approval of another step is refused.
+    assert transitions.wake(record, ctx(definition, T0 + timedelta(hours=1)), 1, 1).outcome is Outcome.REFUSED
+    assert transitions.approve(record, ctx(definition), 0).outcome is Outcome.REFUSED
+    approved = transitions.approve(record, ctx(definition), 1)
+    assert approved.outcome is Outcome.MOVED
+    assert state.process_state is ProcessState.PENDING and record.steps[1].status is StepStatus.COMPLETED
+    assert [c.kind for c in bodies(approved, SchedulerCommand)] == [CommandKind.START]
+    assert not bodies(approved, AgentRequest), "only a Scheduler dispatches"
+    # Approved twice, or rejected after: refused.
+    assert transitions.approve(record, ctx(definition), 1).outcome is Outcome.REFUSED
+    assert transitions.reject(record, ctx(definition), 1, "late").outcome is Outcome.REFUSED
+    claimed = transitions.claim(record, ctx(definition))
+    assert [r.step for r in bodies(claimed, AgentRequest)] == ["charge"]
+
+
+def test_a_rejection_undoes_the_order_and_never_reaches_the_next_step() -> None:
+    definition = workflow(REVIEW)
+    record, _ = reserved(definition)
+    rejected = transitions.reject(record, ctx(definition), 1, "card looks stolen")
+    assert rejected.outcome is Outcome.MOVED
+    assert record.state.process_state is ProcessState.COMPENSATING and record.state.phase is Phase.COMPENSATE
+    assert record.steps[1].last_error == "rejected: card looks stolen"
+    assert [c.kind for c in bodies(rejected, SchedulerCommand)] == [CommandKind.RESUME]
+    undo = transitions.claim(record, ctx(definition))
+    assert [(r.step, r.compensating) for r in bodies(undo, AgentRequest)] == [("reserve", True)]
+    assert record.steps[2].status is StepStatus.NOT_STARTED
+
+
+def test_an_approval_past_its_deadline_follows_its_policy() -> None:
+    record, _ = reserved(workflow(REVIEW))
+    late = ctx(workflow(REVIEW), T0 + timedelta(seconds=61))
+    assert transitions.recover_expired(record, ctx(workflow(REVIEW), T0 + timedelta(seconds=59))).outcome is (
+        Outcome.REFUSED
+    )
+    undone = transitions.recover_expired(record, late)
+    assert undone.outcome is Outcome.DEADLINE and not undone.alerts
+    assert record.state.process_state is ProcessState.COMPENSATING
+    assert record.steps[1].last_error == "no approval by its deadline"
+    assert transitions.approve(record, late, 1).outcome is Outcome.REFUSED, "too late: it is being undone"
+
+    strict = workflow(STRICT_REVIEW)
+    record, _ = reserved(strict)
+    errored = transitions.recover_expired(record, ctx(strict, T0 + timedelta(seconds=61)))
+    assert errored.outcome is Outcome.ERRORED and errored.alerts
+    assert record.state.process_state is ProcessState.ERROR and record.state.waiting_for == "approval"
+    # An operator may still decide: approved, the order goes on with its failures forgotten.
+    approved = transitions.approve(record, ctx(strict, T0 + timedelta(seconds=90)), 1)
+    assert approved.outcome is Outcome.MOVED
+    assert record.state.process_state is ProcessState.PENDING and record.state.alert_pending is False
+
+
+def test_a_cancel_while_an_approval_waits_undoes_and_a_late_approval_is_refused() -> None:
+    definition = workflow(REVIEW)
+    record, _ = reserved(definition)
+    transitions.cancel(record, ctx(definition))
+    assert record.state.process_state is ProcessState.COMPENSATING
+    assert transitions.approve(record, ctx(definition), 1).outcome is Outcome.REFUSED
+    assert transitions.reject(record, ctx(definition), 1, "").outcome is Outcome.REFUSED
+
+
+def test_two_waits_in_a_row_and_a_wait_last() -> None:
+    definition = WorkflowDefinition(name="w", steps=(RESERVE, WINDOW, REVIEW))
+    record, _ = reserved(definition)
+    due = T0 + timedelta(seconds=30)
+    woken = transitions.wake(record, ctx(definition, due), 1, 1)
+    assert record.state.process_state is ProcessState.WAITING and record.state.waiting_for == "approval"
+    assert [s.event for s in bodies(woken, StatusMessage)] == [
+        StatusEvent.STEP_COMPLETED,
+        StatusEvent.WAITING,
+    ]
+    transitions.approve(record, ctx(definition, due), 2)
+    done = transitions.claim(record, ctx(definition, due))
+    assert record.state.process_state is ProcessState.PROCESSED
+    assert [s.event for s in bodies(done, StatusMessage)] == [StatusEvent.PROCESSED]
+
+
+def test_a_wait_declares_no_call_and_a_call_declares_no_wait() -> None:
+    with pytest.raises(ValueError, match="a wait calls nothing"):
+        StepDefinition(name="x", agent="a", action="b", wait=Timer(after_seconds=1))
+    with pytest.raises(ValueError, match="names an agent and an action, or declares a wait"):
+        StepDefinition(name="x")
+    with pytest.raises(ValueError, match="either after_seconds or until"):
+        Timer()
+    with pytest.raises(ValueError, match=r"the timer on input\.when.*needs an input model"):
+        WorkflowDefinition(name="w", steps=(StepDefinition(name="t", wait=Timer(until="input.when")),))
