@@ -191,19 +191,36 @@ def _audit_prefix(order_id: str) -> str:
     return f"audit|{order_id}|"
 
 
-def listing_key(state: ProcessState, since: datetime, order_id: str) -> str:
+def _listing_class(state: ProcessState, waiting_for: str | None) -> str:
+    """What a listing entry's key is grouped by: the state, and for Waiting what the task waits for, so
+    the Waiting tasks of one kind are one key range of their own (listed and counted without the others)."""
+    if state is ProcessState.WAITING and waiting_for:
+        return f"{state.value}|{waiting_for}"
+    return state.value
+
+
+def listing_key(state: ProcessState, since: datetime, order_id: str, waiting_for: str | None = None) -> str:
     """A task's entry in the listing of ``state``, which it entered at ``since``: a shard's entries of one
-    state are one key range, oldest first. Like every key that names a task, it holds ``|<id>|``."""
-    return f"index|{state.value}|{_stamp(since)}|{order_id}|"
+    state are one key range, oldest first (Waiting: one range per kind of wait, within the state's). Like
+    every key that names a task, it holds ``|<id>|``."""
+    return f"index|{_listing_class(state, waiting_for)}|{_stamp(since)}|{order_id}|"
 
 
-def _listing_range(state: ProcessState, before: datetime | None = None) -> tuple[str, str]:
-    prefix = f"index|{state.value}|"
+def _listing_range(
+    state: ProcessState, before: datetime | None = None, waiting_for: str | None = None
+) -> tuple[str, str]:
+    prefix = f"index|{_listing_class(state, waiting_for)}|"
     return prefix, prefix + (_stamp(before) if before is not None else "~")
 
 
 def _listed_state(key: str) -> str:
     return key.split("|", 2)[1]
+
+
+def _listed_wait(key: str) -> str | None:
+    """What a Waiting task's listing entry says it waits for (None for another state's entry)."""
+    parts = key.split("|", 3)
+    return parts[2] if parts[1] == ProcessState.WAITING.value and len(parts) > 3 else None
 
 
 def _archive_key(order_id: str) -> str:
@@ -328,9 +345,11 @@ class TableStateStore:
         """The task's listing entry for its state now: the one it has while its state stays the same."""
         state = record.state
         listed = record.listed
-        if listed is not None and _listed_state(listed) == state.process_state.value:
+        if listed is not None and listed.startswith(
+            _listing_range(state.process_state, None, state.waiting_for)[0]
+        ):
             return listed
-        return listing_key(state.process_state, state.updated_at, state.order_id)
+        return listing_key(state.process_state, state.updated_at, state.order_id, state.waiting_for)
 
     def _listing_operations(self, record: TaskRecord, state_entity: dict[str, Any]) -> list[Any]:
         """Set the state record's ``IndexKey`` and return the operations that keep the listing with it: the
@@ -1117,17 +1136,19 @@ class TableStateStore:
         return dropped
 
     # ---- listings and counts ---------------------------------------------------------------------
-    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one state, read from that state's listing entries only, filling the page shard by
-        shard: the live table's, then (for a finished state) the history's. The continuation token
-        carries the table, the shard and the table's own token."""
+    async def list_by_state(
+        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+    ) -> Page:
+        """Tasks in one state, read from that state's listing entries only (Waiting and ``waiting_for``:
+        that kind's only), filling the page shard by shard: the live table's, then (for a finished state)
+        the history's. The continuation token carries the table, the shard and the table's own token."""
         place, token = _decode_token(continuation)
         tables = [self.table]
         if state.finished and self.history is not None:
             tables.append(self.history)
         if place >= len(tables) * self.shards:
             raise InvalidContinuation(continuation or "")
-        lo, hi = _listing_range(state)
+        lo, hi = _listing_range(state, None, waiting_for if state is ProcessState.WAITING else None)
         items: list[TaskState] = []
         while place < len(tables) * self.shards and len(items) < page_size:
             table = tables[place // self.shards]
@@ -1153,6 +1174,8 @@ class TableStateStore:
         follows the live work (in flight, in Error) and not the history. A shard with more than ``limit``
         live entries is counted up to ``limit``."""
 
+        waiting: dict[str, int] = {}
+
         async def live(shard: int) -> tuple[dict[str, int], bool]:
             counts: dict[str, int] = {}
             entities = self.table.query_entities(
@@ -1168,6 +1191,9 @@ class TableStateStore:
                         return counts, False
                     state = _listed_state(entity["RowKey"])
                     counts[state] = counts.get(state, 0) + 1
+                    kind = _listed_wait(entity["RowKey"])
+                    if kind is not None:
+                        waiting[kind] = waiting.get(kind, 0) + 1
                     seen += 1
             finally:
                 self.counter.add(1 + seen // 1000, table=STATE, entities=seen)
@@ -1186,7 +1212,9 @@ class TableStateStore:
         for counts in [c for c, _ in lives] + list(tallies):
             for name, n in counts.items():
                 totals[ProcessState(name)] += n
-        return StateCounts(totals, complete=all(whole for _, whole in lives))
+        return StateCounts(
+            totals, complete=all(whole for _, whole in lives), waiting=dict(sorted(waiting.items()))
+        )
 
     # ---- building the listing of a store written before it -----------------------------------------
     async def index_page(self, shard: int, continuation: str | None, page_size: int = 100) -> IndexReport:
@@ -1213,7 +1241,7 @@ class TableStateStore:
                 else:
                     skipped += 1
                 continue
-            key = listing_key(state.process_state, state.updated_at, state.order_id)
+            key = listing_key(state.process_state, state.updated_at, state.order_id, state.waiting_for)
             listing = {k: v for k, v in entity.items() if k not in ("Watched",)}
             listing.update({"RowKey": key, "Kind": "index", "IndexKey": key})
             operations = [

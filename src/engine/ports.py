@@ -6,7 +6,7 @@ Both do I/O, so both are asynchronous: a slow store or broker holds no thread, o
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -55,6 +55,8 @@ class StateCounts:
 
     counts: dict[ProcessState, int]
     complete: bool
+    # The Waiting tasks by what they wait for (their sum is the Waiting count).
+    waiting: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,11 @@ class StateStore(Protocol):
         """Stop watching a task that is no longer in flight (no-op if the entry changed meanwhile)."""
         ...
 
-    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one ProcessState, a page at a time.
+    async def list_by_state(
+        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+    ) -> Page:
+        """Tasks in one ProcessState, a page at a time; Waiting ones only those waiting for
+        ``waiting_for`` (``timer``, ``approval``) when given.
 
         Raises :class:`engine.errors.InvalidContinuation` for a token it did not issue.
         """

@@ -102,9 +102,12 @@ class TaskService:
             raise NotFound(order_id)
         return record
 
-    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        """Tasks in one state, a page at a time (a finished state: those within the retention period)."""
-        return await self.parts.store.list_by_state(state, page_size, continuation)
+    async def list_by_state(
+        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+    ) -> Page:
+        """Tasks in one state, a page at a time (a finished state: those within the retention period;
+        Waiting: only those waiting for ``waiting_for``, when given)."""
+        return await self.parts.store.list_by_state(state, page_size, continuation, waiting_for)
 
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks are in each state, counting at most ``limit`` tasks."""

@@ -33,6 +33,7 @@ from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
 from .models import (
+    WAIT_KINDS,
     ActionRequest,
     AuditPage,
     ErrorBody,
@@ -46,6 +47,7 @@ from .models import (
     OrderRequest,
     SkipRequest,
     StateCount,
+    WaitCount,
     audit_view,
     body_hash,
     order_document,
@@ -246,8 +248,19 @@ class OrdersApi:
                 400, "ValidationFailed", f"pageSize must be a whole number from 1 to {MAX_PAGE_SIZE}"
             )
         token = query.get("continuationToken") or None
+        waiting_for = query.get("waitingFor") or None
+        if waiting_for is not None and (
+            wanted != ProcessState.WAITING.value or waiting_for not in WAIT_KINDS
+        ):
+            return error(
+                400,
+                "ValidationFailed",
+                f"waitingFor goes with processState={ProcessState.WAITING.value}, and is one of "
+                f"{', '.join(WAIT_KINDS)}",
+            )
         try:
-            page = await (await self._tasks()).list_by_state(ProcessState(wanted), page_size, token)
+            tasks = await self._tasks()
+            page = await tasks.list_by_state(ProcessState(wanted), page_size, token, waiting_for)
         except EngineError as exc:
             return engine_error(exc)
         listing = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
@@ -260,7 +273,8 @@ class OrdersApi:
         except EngineError as exc:
             return engine_error(exc)
         items = [StateCount(process_state=s, count=found.counts.get(s, 0)) for s in ProcessState]
-        return Reply(200, OrderCounts(items=items, at_least=not found.complete).wire())
+        waiting = [WaitCount(waiting_for=kind, count=found.waiting.get(kind, 0)) for kind in WAIT_KINDS]
+        return Reply(200, OrderCounts(items=items, waiting=waiting, at_least=not found.complete).wire())
 
     async def resubmit(self, order_id: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""

@@ -129,10 +129,23 @@ class StateCount(_View):
     count: int
 
 
+WaitKind = Literal["timer", "approval"]
+# What a Waiting order may wait for (engine.workflow's Wait kinds), in the order the API lists them.
+WAIT_KINDS: tuple[WaitKind, ...] = ("approval", "timer")
+
+
+class WaitCount(_View):
+    """How many Waiting orders wait for one kind of wait."""
+
+    waiting_for: WaitKind = Field(alias="waitingFor")
+    count: int
+
+
 class OrderCounts(_View):
     """How many orders each ProcessState holds (``GET /api/order-counts``)."""
 
     items: list[StateCount]
+    waiting: list[WaitCount] = Field(description="the Waiting orders by what they wait for")
     at_least: bool = Field(
         alias="atLeast", description="true when counting stopped at its limit: every count is a lower bound"
     )

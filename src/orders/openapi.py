@@ -38,6 +38,7 @@ from .deadletters import (
     DeadLetterOutcome,
 )
 from .models import (
+    WAIT_KINDS,
     ActionRequest,
     AuditPage,
     ErrorBody,
@@ -213,6 +214,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "orders",
         (
             Param("processState", "query", {"type": "string", "enum": [s.value for s in ProcessState]}),
+            Param(
+                "waitingFor",
+                "query",
+                {"type": "string", "enum": list(WAIT_KINDS)},
+                False,
+                description="with processState=Waiting: only the orders waiting for this",
+            ),
             Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
             Param("continuationToken", "query", {"type": "string"}, False),
         ),

@@ -157,8 +157,10 @@ class MemoryStore:
         kept = [r.state for r in self.history.values()]
         return [s for s in live + kept if state is None or s.process_state is state]
 
-    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Page:
-        matching = self._states(state)
+    async def list_by_state(
+        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+    ) -> Page:
+        matching = [s for s in self._states(state) if waiting_for is None or s.waiting_for == waiting_for]
         try:
             start = int(continuation or 0)
         except ValueError as exc:
@@ -173,7 +175,11 @@ class MemoryStore:
             counts[state] += 1
         for record in self.history.values():  # the history's tally: never limited
             counts[record.state.process_state] += 1
-        return StateCounts(counts, len(live) <= limit)
+        waiting: dict[str, int] = {}
+        for _, record in list(self.records.values())[:limit]:
+            if record.state.process_state is ProcessState.WAITING and record.state.waiting_for:
+                waiting[record.state.waiting_for] = waiting.get(record.state.waiting_for, 0) + 1
+        return StateCounts(counts, len(live) <= limit, dict(sorted(waiting.items())))
 
     def state(self, order_id: str) -> TaskRecord:
         """The stored record, live or in the history (for assertions)."""

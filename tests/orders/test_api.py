@@ -220,7 +220,9 @@ async def test_list_by_state_refuses_bad_queries(h: Harness, query: dict[str, st
 class CorruptStore(MemoryStore):
     """A store holding an entity that no longer validates (written by a broken release, say)."""
 
-    async def list_by_state(self, state: ProcessState, page_size: int, continuation: str | None) -> Any:
+    async def list_by_state(
+        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+    ) -> Any:
         TaskState.model_validate({"OrderID": "o-1", "ProcessState": "Nonsense"})
 
 
