@@ -235,7 +235,11 @@ class LocalStack:
         definition = catalog.CATALOG.find(order["workflow"], order["workflowVersion"])
         assert definition is not None, order
         ledger = self.ledger()
-        found = {step.name: ledger[step.agent].get(f"{order_id}:{step.name}") for step in definition.steps}
+        found = {
+            step.name: ledger[step.call_agent].get(f"{order_id}:{step.name}")
+            for step in definition.steps
+            if step.calls  # a wait leaves nothing in a ledger
+        }
         return {step: entry for step, entry in found.items() if entry is not None}
 
     def ledger_problems(self, order_ids: list[str]) -> list[str]:

@@ -2,7 +2,8 @@
 
 With the devhost playing App Service authentication (clients' principal headers removed): no credential
 is a 401, a forged principal header a 401, the submitter's key a 403 but on its two routes, the reader's a
-403 on every POST, the operator's never refused; and no refusal changes the state store. With the devhost
+403 on every POST, the approver's a 403 on every POST but approve and reject, the operator's never
+refused; and no refusal changes the state store. With the devhost
 trusting principal headers: an Entra ID principal is what its app roles say, and the audit trail names
 it by name and object id.
 """
@@ -126,8 +127,8 @@ def processed(roles: LocalStack) -> dict[str, Any]:
 
 def test_the_keys_are_in_devhost_json(roles: LocalStack) -> None:
     state = roles.state
-    assert state["auth"] == "roles" and set(state["keys"]) == {"submitter", "reader", "operator"}
-    assert state["keys"] == roles.devhost.keys and len(set(state["keys"].values())) == 3
+    assert state["auth"] == "roles" and set(state["keys"]) == {r.value for r in Role}
+    assert state["keys"] == roles.devhost.keys and len(set(state["keys"].values())) == len(Role)
 
 
 def test_every_operation_refuses_whom_it_should_and_refusals_change_nothing(
@@ -153,6 +154,7 @@ def test_every_operation_refuses_whom_it_should_and_refusals_change_nothing(
             ("a wrong key", {"x-functions-key": "not-a-key"}, 401),
             ("the submitter", key(roles, "submitter"), None if Role.SUBMITTER in rule else 403),
             ("the reader", key(roles, "reader"), 403 if call.method == "POST" else None),
+            ("the approver", key(roles, "approver"), 403 if Role.APPROVER not in rule else None),
         ):
             if status is None:
                 continue

@@ -1,0 +1,184 @@
+"""Waits through the local stack: the fulfilment workflow's cancellation window (a timer) and its fraud
+review (an approval) of orders above 1,000, with the roles enforced.
+
+One stack, with a window of a second and a half and a review deadline of a few seconds. Each test checks
+what the order shows, what the simulators' ledger holds (the calls that were made, and those that never
+were), and the audit trail.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from orders.catalog import CATALOG, FULFILMENT
+from tests.e2e.conftest import LocalStack, new_order, start_stack, stop_stack
+from tests.support import wait_for
+
+WINDOW_SECONDS = 2.5
+REVIEW_SECONDS = 4
+
+
+def total(example: dict[str, Any]) -> float:
+    return float(sum(item["quantity"] * item["unitPrice"] for item in example["items"]))
+
+
+# An order the review holds, and one it does not that has goods to ship.
+LARGE = next(e for e in FULFILMENT.examples() if total(e) > 1000)
+SMALL = next(
+    e for e in FULFILMENT.examples() if total(e) <= 1000 and not all(i.get("digital") for i in e["items"])
+)
+
+
+@pytest.fixture(scope="module")
+def waits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    running = start_stack(
+        tmp_path_factory.mktemp("waits"),
+        workers=2,
+        auth="roles",
+        extra_env={
+            "CANCELLATION_WINDOW_SECONDS": str(WINDOW_SECONDS),
+            "FRAUD_REVIEW_SECONDS": str(REVIEW_SECONDS),
+        },
+    )
+    try:
+        yield running
+    finally:
+        stop_stack(running)
+
+
+def as_role(stack: LocalStack, role: str) -> httpx.Client:
+    return httpx.Client(
+        base_url=stack.devhost.api_url, headers={"x-functions-key": stack.devhost.keys[role]}, timeout=10
+    )
+
+
+def submit(stack: LocalStack, example: dict[str, Any]) -> str:
+    order_id = f"w-{uuid.uuid4().hex[:12]}"
+    response = stack.api.post("/api/orders", json=new_order(order_id, FULFILMENT, **example))
+    assert response.status_code == 202, response.text
+    return order_id
+
+
+def step(order: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in order["steps"] if s["name"] == name)
+
+
+def waiting_for(stack: LocalStack, order_id: str, kind: str) -> dict[str, Any]:
+    return stack.wait_state(
+        order_id,
+        lambda o: o["processState"] == "Waiting" and o["waitingFor"] == kind,
+        timeout=30,
+        what=f"order {order_id} to wait for {kind}",
+    )
+
+
+def decide(client: httpx.Client, stack: LocalStack, order_id: str, verb: str, note: str) -> httpx.Response:
+    etag = stack.api.get(f"/api/orders/{order_id}").headers["etag"]
+    return client.post(
+        f"/api/orders/{order_id}/steps/fraud-review/{verb}", json={"note": note}, headers={"If-Match": etag}
+    )
+
+
+def test_the_fulfilment_runs_version_2_with_its_waits() -> None:
+    current = CATALOG.current(FULFILMENT.name)
+    assert current is FULFILMENT and FULFILMENT.version == 2
+    assert {s.name for s in FULFILMENT.steps if s.wait} == {"fraud-review", "cancellation-window"}
+
+
+def test_the_window_holds_the_shipment_until_its_time_and_then_the_order_goes_on(waits: LocalStack) -> None:
+    order_id = submit(waits, SMALL)
+    waiting = waiting_for(waits, order_id, "timer")
+    until = datetime.fromisoformat(waiting["waitUntil"])
+    assert step(waiting, "cancellation-window")["state"] == "Waiting"
+    assert step(waiting, "fraud-review")["state"] == "LeftOut", "a small order needs no review"
+    # Before the window's time: paid, and nothing shipped.
+    entries = waits.step_entries(order_id)
+    assert datetime.now(UTC) < until, "the window ended before the test could look (a slow machine?)"
+    assert set(entries) == {"reserve-inventory", "charge-payment"}
+    listed = waits.api.get("/api/orders", params={"processState": "Waiting", "waitingFor": "timer"}).json()
+    assert order_id in {o["orderId"] for o in listed["items"]}
+    done = waits.wait_terminal(order_id)
+    assert done["processState"] == "Processed" and done["waitingFor"] is None
+    assert step(done, "cancellation-window")["reason"] == "timer due"
+    assert datetime.fromisoformat(done["updatedAt"]) >= until
+    assert set(waits.step_entries(order_id)) == {
+        "reserve-inventory",
+        "charge-payment",
+        "create-shipment",
+        "send-confirmation",
+    }
+
+
+def test_a_cancel_inside_the_window_refunds_and_ships_nothing(waits: LocalStack) -> None:
+    order_id = submit(waits, SMALL)
+    waiting_for(waits, order_id, "timer")
+    assert waits.act(order_id, "cancel", {"note": "changed my mind"}).status_code == 202
+    done = waits.wait_terminal(order_id)
+    assert done["processState"] == "Compensated"
+    assert step(done, "cancellation-window")["lastError"] == "cancelled while waiting"
+    entries = waits.step_entries(order_id)
+    assert set(entries) == {"reserve-inventory", "charge-payment"}, "nothing shipped, nothing confirmed"
+    assert all(entry["compensated"] == 1 for entry in entries.values()), entries
+
+
+def test_a_large_order_waits_for_a_person_and_only_an_approver_or_operator_may_decide(
+    waits: LocalStack,
+) -> None:
+    order_id = submit(waits, LARGE)
+    waiting = waiting_for(waits, order_id, "approval")
+    assert set(waits.step_entries(order_id)) == {"reserve-inventory"}, "no payment before the review"
+    counts = waits.api.get("/api/order-counts").json()
+    assert {c["waitingFor"]: c["count"] for c in counts["waiting"]}["approval"] >= 1
+    for role in ("reader", "submitter"):
+        with as_role(waits, role) as client:
+            refused = decide(client, waits, order_id, "approve", "looks fine")
+            assert refused.status_code == 403, (role, refused.text)
+    assert waits.order(order_id)["updatedAt"] == waiting["updatedAt"], "a refusal changed the order"
+    with as_role(waits, "approver") as approver:
+        missing = approver.post(f"/api/orders/{order_id}/steps/fraud-review/approve", json={})
+        assert missing.status_code == 428, "an approval applies to the version the approver read"
+        approved = decide(approver, waits, order_id, "approve", "called the customer")
+        assert approved.status_code == 202, approved.text
+        again = decide(approver, waits, order_id, "approve", "twice")
+        assert again.status_code == 409, again.text
+        assert approver.post(f"/api/orders/{order_id}/cancel", headers={"If-Match": "*"}).status_code == 403
+    done = waits.wait_terminal(order_id)
+    assert done["processState"] == "Processed"
+    assert step(done, "fraud-review")["reason"] == "approved"
+    audit = waits.api.get(f"/api/orders/{order_id}/audit").json()["items"]
+    (entry,) = [e for e in audit if e["action"] == "approve"]
+    assert entry["actor"] and entry["note"] == "called the customer" and entry["step"] == "fraud-review"
+
+
+def test_a_rejected_review_undoes_the_reservation_and_never_charges(waits: LocalStack) -> None:
+    order_id = submit(waits, LARGE)
+    waiting_for(waits, order_id, "approval")
+    with as_role(waits, "approver") as approver:
+        assert decide(approver, waits, order_id, "reject", "stolen card").status_code == 202
+    done = waits.wait_terminal(order_id)
+    assert done["processState"] == "Compensated"
+    assert step(done, "fraud-review")["lastError"] == "rejected: stolen card"
+    assert {name: e["compensated"] for name, e in waits.step_entries(order_id).items()} == {
+        "reserve-inventory": 1
+    }
+
+
+def test_a_review_left_past_its_deadline_undoes_the_order(waits: LocalStack) -> None:
+    order_id = submit(waits, LARGE)
+    waiting_for(waits, order_id, "approval")
+    done = waits.wait_terminal(order_id, timeout=REVIEW_SECONDS + 30)
+    assert done["processState"] == "Compensated"
+    assert step(done, "fraud-review")["lastError"] == "no approval by its deadline"
+    assert {name: e["compensated"] for name, e in waits.step_entries(order_id).items()} == {
+        "reserve-inventory": 1
+    }
+    with as_role(waits, "approver") as approver:
+        late = decide(approver, waits, order_id, "approve", "too late")
+        assert late.status_code == 409, late.text
+    wait_for(lambda: waits.order(order_id)["processState"] == "Compensated", timeout=1, what="unchanged")
