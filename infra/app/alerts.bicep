@@ -3,6 +3,8 @@
 // - an order entered Error (OrderEnteredError): an operator must look at it and resubmit or cancel;
 // - a message was rejected as poison (PoisonMessageRejected) on its way to the dead-letter queue, and,
 //   from the broker's side, any queue's dead-letter sub-queue holds messages (DeadletteredMessages);
+// - an approval was not given by its deadline (ApprovalOverdue): its order was undone or put in Error,
+//   and the approval queue may be growing faster than people work through it;
 // - the Supervisor stopped sweeping (no SupervisorSweepCompleted in 15 minutes, i.e. many missed runs of
 //   its schedule): without it, nothing recovers stuck orders.
 
@@ -154,6 +156,46 @@ module poisonMessageAlert 'br/public:avm/res/insights/scheduled-query-rule:0.6.0
       allOf: [
         {
           query: 'customEvents | where name == "PoisonMessageRejected"'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroupResourceIds: [
+        actionGroup.outputs.resourceId
+      ]
+    }
+  }
+}
+
+// (d) Approvals waiting too long: one passed its deadline with no decision (the order was undone, or put
+// in Error, as its workflow declares).
+module approvalOverdueAlert 'br/public:avm/res/insights/scheduled-query-rule:0.6.0' = {
+  name: 'alert-approval-overdue'
+  params: {
+    name: 'alert-approval-overdue-${resourceToken}'
+    location: location
+    tags: tags
+    alertDisplayName: 'Approval not given in time'
+    alertDescription: 'An order waited for an approval past its deadline (ApprovalOverdue); its policy was applied: the order was undone, or put in Error. See GET /api/orders?processState=Waiting&waitingFor=approval for the queue, and the runbook in docs/operating.md.'
+    severity: 2
+    enabled: true
+    scopes: [
+      applicationInsightsResourceId
+    ]
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT15M'
+    autoMitigate: true
+    criterias: {
+      allOf: [
+        {
+          query: 'customEvents | where name == "ApprovalOverdue"'
           timeAggregation: 'Count'
           operator: 'GreaterThan'
           threshold: 0

@@ -139,6 +139,7 @@ class Supervisor:
                     report.lost_races += 1
                     continue
             before = record.state.process_state
+            overdue = before is ProcessState.WAITING and record.state.waiting_for == "approval"
             if breakers is None:
                 breakers = await self._breakers()
             task_ctx = self.parts.context(record=record)
@@ -158,6 +159,15 @@ class Supervisor:
                 # sweeps skip the task until the hold ends instead of loading it to find that out.
                 await store.rewatch(entry, record.state.complete_by)
             await carry_out(self.parts.sender, decision, record, store)
+            if overdue:
+                step = record.steps[record.state.current_step]
+                telemetry.emit_event(
+                    telemetry.APPROVAL_OVERDUE,
+                    orderId=record.order_id,
+                    step=step.name,
+                    deadline=step.complete_by.isoformat() if step.complete_by else "",
+                    processState=record.state.process_state.value,
+                )
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
             telemetry.info(

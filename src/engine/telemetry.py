@@ -12,7 +12,9 @@ from typing import Any
 ORDER_ENTERED_ERROR = "OrderEnteredError"
 POISON_MESSAGE = "PoisonMessageRejected"  # on the way to the dead-letter queue
 SUPERVISOR_SWEEP_COMPLETED = "SupervisorSweepCompleted"
-ALERT_EVENTS = (ORDER_ENTERED_ERROR, POISON_MESSAGE)
+# An approval's deadline passed with no decision: its policy was applied (undo, or Error).
+APPROVAL_OVERDUE = "ApprovalOverdue"
+ALERT_EVENTS = (ORDER_ENTERED_ERROR, POISON_MESSAGE, APPROVAL_OVERDUE)
 
 # azure-monitor-opentelemetry turns a log record with this attribute into a customEvents row.
 _CUSTOM_EVENT_ATTRIBUTE = "microsoft.custom_event.name"

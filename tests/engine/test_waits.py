@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine import transitions
+from engine import telemetry, transitions
+from engine.clock import ManualClock
 from engine.decisions import Decision, Outcome
+from engine.errors import InvalidState
 from engine.messages import (
     AgentReply,
     AgentRequest,
@@ -18,10 +22,15 @@ from engine.messages import (
     StatusEvent,
     StatusMessage,
 )
+from engine.parts import EngineParts
+from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
+from engine.supervisor import Supervisor
+from engine.tasks import Action, TaskService
 from engine.transitions import Context
-from engine.workflow import Approval, StepDefinition, Timer, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
+from tests.engine.fakes import MemoryStore, RecordingSender
 
 
 class Shipping(BaseModel):
@@ -300,3 +309,80 @@ def test_a_wait_declares_no_call_and_a_call_declares_no_wait() -> None:
         Timer()
     with pytest.raises(ValueError, match=r"the timer on input\.when.*needs an input model"):
         WorkflowDefinition(name="w", steps=(StepDefinition(name="t", wait=Timer(until="input.when")),))
+
+
+# ---- the engine's actors on a store in memory ---------------------------------------------------------
+class Actors:
+    """A Scheduler, a Supervisor and the task service on one store, one sender and a manual clock."""
+
+    def __init__(self, definition: WorkflowDefinition) -> None:
+        self.clock = ManualClock(T0)
+        self.store = MemoryStore()
+        self.sender = RecordingSender()
+        parts = EngineParts(WorkflowCatalog.of(definition), self.store, self.sender, self.clock, SETTINGS)
+        self.tasks = TaskService(parts)
+        self.scheduler = Scheduler(parts, instance="sched-1")
+        self.supervisor = Supervisor(parts)
+
+    def taken(self, kind: type[Any]) -> list[Any]:
+        return [s.body for s in self.sender.take() if isinstance(s.body, kind)]
+
+    async def to_the_wait(self) -> None:
+        """Submitted, claimed, its first step done: the wait is under way."""
+        await self.tasks.submit("o-1", {}, "h")
+        (kick,) = self.taken(SchedulerCommand)
+        assert await self.scheduler.handle_command(kick)
+        (request,) = self.taken(AgentRequest)
+        reply = AgentReply(
+            order_id="o-1", step_index=0, attempt=request.attempt, outcome=ReplyOutcome.SUCCEEDED
+        )
+        assert await self.scheduler.handle_reply(reply)
+
+
+@pytest.mark.anyio
+async def test_the_scheduler_ends_a_timer_only_at_its_time_and_schedules_an_early_wake_up_again() -> None:
+    actors = Actors(workflow(WINDOW))
+    await actors.to_the_wait()
+    sent = actors.sender.take()
+    (wake,) = [s for s in sent if isinstance(s.body, SchedulerCommand)]
+    assert wake.scheduled_at == T0 + timedelta(seconds=30)
+    actors.clock.advance(10)  # delivered early: the broker's clock runs ahead
+    assert await actors.scheduler.handle_command(wake.body)
+    (again,) = [s for s in actors.sender.take() if isinstance(s.body, SchedulerCommand)]
+    assert again.scheduled_at == T0 + timedelta(seconds=30) and again.body.kind is CommandKind.WAKE
+    assert actors.store.state("o-1").state.process_state is ProcessState.WAITING
+    actors.clock.advance(20)
+    assert await actors.scheduler.handle_command(again.body)
+    assert [r.step for r in actors.taken(AgentRequest)] == ["charge"]
+    assert not await actors.scheduler.handle_command(again.body), "a duplicate changes nothing"
+
+
+@pytest.mark.anyio
+async def test_the_supervisor_applies_an_approval_s_deadline_and_says_it_was_overdue(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    actors = Actors(workflow(REVIEW))
+    await actors.to_the_wait()
+    actors.sender.take()
+    actors.clock.advance(61)
+    with caplog.at_level(logging.INFO, logger="engine"):
+        report = await actors.supervisor.sweep()
+    assert (report.expired, report.deadlines) == (1, 1)
+    (event,) = [r for r in caplog.records if telemetry.APPROVAL_OVERDUE in r.getMessage()]
+    assert (event.orderId, event.step, event.processState) == ("o-1", "review", "Compensating")
+    assert [c.kind for c in actors.taken(SchedulerCommand)] == [CommandKind.RESUME]
+    with pytest.raises(InvalidState, match="approve needs Waiting or Error with an approval that waits"):
+        await actors.tasks.approve("o-1", "review", Action(actor="ada", note="sorry, late"))
+
+
+@pytest.mark.anyio
+async def test_an_approval_is_audited_with_who_and_why() -> None:
+    actors = Actors(workflow(REVIEW))
+    await actors.to_the_wait()
+    record = await actors.tasks.approve("o-1", "review", Action(actor="ada", note="called the customer"))
+    assert record.state.process_state is ProcessState.PENDING
+    (entry,) = [e for e in await actors.store.audit("o-1") if e.action == "approve"]
+    assert (entry.actor, entry.note, entry.step) == ("ada", "called the customer", "review")
+    assert (entry.step_state_before, entry.step_state_after) == (StepStatus.WAITING, StepStatus.COMPLETED)
+    with pytest.raises(InvalidState):
+        await actors.tasks.reject("o-1", "review", Action(actor="bob"))
