@@ -3,10 +3,12 @@
 It starts orders-devhost on free ports, applies a fault profile to every declared remote service, submits
 a batch of orders over HTTP, a mix of the catalog's workflows (``--mix``; by default each workflow an
 equal share), each order's input one of its workflow's declared examples in turn, varied (lines dropped,
-quantities scaled, as its input model allows) so that each condition's branches occur, shows per
+quantities scaled, as its input model allows) so that each condition's branches occur. It plays the
+people the waits wait for: an approver who approves most approvals, rejects some and leaves some to
+expire, and customers who cancel some orders inside their cancellation window. It shows per
 workflow the counts per ProcessState, retries, Supervisor recoveries and compensations while they run,
 then prints a summary per workflow: orders per terminal state, steps left out by their conditions,
-latency from submission to the terminal state (p50/p95), and the ledger check of
+latency from submission to the terminal state (p50/p95), what the waits saw, and the ledger check of
 :mod:`simulators.ledger_check` (every Processed order's steps applied exactly once and not undone but
 those left out, never called; no Compensated order's step left applied but those that cannot be undone,
 applied before any undo; every value passed on the one returned). It exits non-zero if an order is lost
@@ -42,7 +44,10 @@ from orders.catalog import CATALOG, SERVICES
 from simulators.ledger_check import ledger_report
 
 TERMINAL = ("Processed", "Compensated", "Error")
-STATES = ("Pending", "Processing", "Compensating", *TERMINAL)
+STATES = ("Pending", "Processing", "Waiting", "Compensating", *TERMINAL)
+# What the demo's approver does with each approval it sees, in turn (the rest: approve).
+DECISIONS = ("approve", "reject", "approve", "expire", "approve")
+CANCEL_IN_WINDOW_EVERY = 4  # one order in this many that reaches a cancellation window is cancelled in it
 console = Console()
 
 
@@ -90,6 +95,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lost-reply", type=float, default=0.05, help="lost-reply rate per call (default 0.05)")
     p.add_argument("--latency-ms", type=int, default=20, help="latency added to every call (default 20)")
     p.add_argument("--complete-by", type=float, default=5.0, help="STEP_COMPLETE_BY_SECONDS (default 5)")
+    p.add_argument("--window", type=float, default=1.0, help="CANCELLATION_WINDOW_SECONDS (default 1)")
+    p.add_argument(
+        "--review", type=float, default=6.0, help="FRAUD_REVIEW_SECONDS: an approval's deadline (default 6)"
+    )
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for every order (default 600)")
     p.add_argument(
         "--data-dir", type=Path, default=None, help="keep the stack's data here (default: temporary)"
@@ -176,6 +185,8 @@ def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDev
         "SUPERVISOR_MAX_FAILURES": os.environ.get("SUPERVISOR_MAX_FAILURES", "5"),
         "SUPERVISOR_BACKOFF_SECONDS": "0.5",
         "SUPERVISOR_MAX_BACKOFF_SECONDS": "4",
+        "CANCELLATION_WINDOW_SECONDS": str(args.window),
+        "FRAUD_REVIEW_SECONDS": str(args.review),
     }
     with console.status("starting Azurite, the Service Bus emulator, the simulators and the workers..."):
         try:
@@ -221,6 +232,55 @@ def progress_table(orders: dict[str, dict[str, Any]], elapsed: float, submitted:
         "compensation calls", *(str(sum(s.get("compensationAttempts", 0) for s in steps(c))) for c in columns)
     )
     return table
+
+
+class People:
+    """The people the waits wait for: an approver (approves, rejects, or lets an approval expire, in the
+    turn of :data:`DECISIONS`) and customers who cancel an order in its cancellation window now and
+    then. Each acts once per order, as an operator would: with the ETag of the order it read."""
+
+    def __init__(self, api: httpx.Client) -> None:
+        self.api = api
+        self.decided: dict[str, str] = {}  # order id -> approve, reject, expire
+        self.cancelled: set[str] = set()
+        self.windows: set[str] = set()  # orders seen in a cancellation window
+        self.refused: list[str] = []
+
+    def act(self, order: dict[str, Any], etag: str | None) -> None:
+        """Act on ``order`` (as just read, with its ETag) if it waits for one of them."""
+        order_id = order["orderId"]
+        if order.get("processState") != "Waiting" or etag is None:
+            return
+        current = next((s["name"] for s in order["steps"] if s["state"] == "Waiting"), None)
+        if order.get("waitingFor") == "approval" and order_id not in self.decided and current:
+            decision = DECISIONS[len(self.decided) % len(DECISIONS)]
+            path = f"/api/orders/{order_id}/steps/{current}/{decision}"
+            if decision == "expire" or self._post(path, etag, f"demo: {decision}"):
+                self.decided[order_id] = decision  # else it tries again on its next read
+        elif order.get("waitingFor") == "timer" and order_id not in self.windows:
+            self.windows.add(order_id)
+            if len(self.windows) % CANCEL_IN_WINDOW_EVERY == 0:
+                path = f"/api/orders/{order_id}/cancel"
+                if self._post(path, etag, "demo: the customer changed their mind"):
+                    self.cancelled.add(order_id)
+
+    def _post(self, path: str, etag: str, note: str) -> bool:
+        response = self.api.post(path, json={"note": note}, headers={"If-Match": etag})
+        if response.status_code != 202:  # the order moved on since it was read (its window ended)
+            self.refused.append(f"{path}: {response.status_code}")
+        return response.status_code == 202
+
+    def rows(self, orders: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+        """What the waits saw, for the summary."""
+        decided = Counter(self.decided.values())
+        undone = sum(orders[i]["processState"] == "Compensated" for i in self.cancelled if i in orders)
+        return [
+            ("approvals approved", str(decided["approve"])),
+            ("approvals rejected", str(decided["reject"])),
+            ("approvals left to expire", str(decided["expire"])),
+            ("cancellation windows", str(len(self.windows))),
+            ("cancelled in the window", f"{len(self.cancelled)} ({undone} Compensated)"),
+        ]
 
 
 def _seconds(order: dict[str, Any]) -> float:
@@ -275,6 +335,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
         orders: dict[str, dict[str, Any]] = {
             i: {"orderId": i, "workflow": workflows[i], "processState": "Pending"} for i in ids
         }
+        people = People(api)
         with Live(progress_table(orders, 0, len(ids)), console=console, refresh_per_second=4) as live:
             while time.monotonic() - started < args.timeout:
                 pending = [i for i, o in orders.items() if o["processState"] not in TERMINAL]
@@ -286,10 +347,11 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
                     ):
                         if reply.status_code == 200:
                             orders[order_id] = reply.json()
+                            people.act(orders[order_id], reply.headers.get("etag"))
                 live.update(progress_table(orders, time.monotonic() - started, len(ids)))
                 time.sleep(0.5)  # a progress display refreshes on a period
         elapsed = time.monotonic() - started
-        return summarize(orders, sims.get("/ledger").json(), elapsed)
+        return summarize(orders, sims.get("/ledger").json(), elapsed, people)
     finally:
         api.close()
         sims.close()
@@ -300,7 +362,9 @@ def _percentile(ordered: list[float], share: float) -> float:
     return ordered[max(int(len(ordered) * share) - 1, 0)]
 
 
-def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed: float) -> int:
+def summarize(
+    orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed: float, people: People | None = None
+) -> int:
     columns = table_columns(orders)
     table = Table(title="summary", caption="latency: submission to terminal state")
     table.add_column("")
@@ -337,6 +401,15 @@ def summarize(orders: dict[str, dict[str, Any]], ledger: dict[str, Any], elapsed
         )
     table.add_row("wall time", f"{elapsed:.1f} s", *([""] * (len(columns) - 1)))
     console.print(table)
+    if people is not None:
+        waits = Table(title="waits: the demo's approver and customers")
+        waits.add_column("")
+        waits.add_column("orders", justify="right")
+        for label, value in people.rows(orders):
+            waits.add_row(label, value)
+        console.print(waits)
+        if people.refused:  # the order moved on between the read and the action: nothing was done
+            console.print(f"actions refused (the order had moved on): {len(people.refused)}")
     report = ledger_report(orders.values(), ledger)
     problems = report.problems
     if problems:
