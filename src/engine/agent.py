@@ -25,7 +25,7 @@ from tenacity import (
 from . import queues, telemetry
 from .breaker import CircuitBreaker, MemoryBreakerStore, Permit
 from .clock import Clock
-from .errors import CircuitOpenError, DeadlineReached, PermanentError, TransientError
+from .errors import Accepted, CircuitOpenError, DeadlineReached, PermanentError, TransientError
 from .messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id
 from .ports import BreakerStore, MessageSender
 from .workflow import RetryPolicy, WorkflowCatalog, WorkflowDefinition
@@ -187,6 +187,9 @@ class Agent:
         fields["secondsLeftOnArrival"] = round(left_on_arrival, 3)
         try:
             result = await self._call_with_retries(action, request)
+        except Accepted:
+            # The service answers later, at the callback route: the Scheduler records that the step waits.
+            reply = self._reply(request, ReplyOutcome.ACCEPTED)
         except PermanentError as exc:
             reply = self._reply(request, ReplyOutcome.FAILED, error=str(exc) or type(exc).__name__)
         except (TransientError, CircuitOpenError, DeadlineReached) as exc:
@@ -262,6 +265,9 @@ class Agent:
                     result = await action(request, given)
             except PermanentError:
                 await self.breaker.on_neutral(permit)  # the service answered; it just said no
+                raise
+            except Accepted:
+                await self.breaker.on_success(permit)  # the service answered: it took the call
                 raise
             except TimeoutError as exc:
                 await self._failed(permit, counts)

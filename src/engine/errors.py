@@ -129,5 +129,9 @@ class CircuitOpenError(CallError):
     """The breaker is open: the call was not made."""
 
 
+class Accepted(Exception):  # an outcome, not an error: the service took the call
+    """The service accepted the call (202) and will send the outcome to the callback route later."""
+
+
 class DeadlineReached(CallError):
     """Complete-by passed: the Agent stops silently."""

@@ -23,6 +23,7 @@ class Operation(StrEnum):
     CLAIM = "claim"  # a Scheduler takes a free task and dispatches its current work
     STEP_SUCCEEDED = "step succeeded"
     STEP_FAILED = "step failed"  # a lasting fault: undo the task
+    ACCEPT = "accept"  # the step's service took the call and answers later, at the callback route
     COMPENSATION_SUCCEEDED = "compensation succeeded"
     COMPENSATION_FAILED = "compensation failed"
     KICK = "kick"  # the Supervisor re-sends a lost kick
@@ -135,6 +136,32 @@ TABLE: tuple[Rule, ...] = (
         phase=FORWARD,
         step=RUNNING,
     ),
+    # A service that answers later: the step waits for its callback until its CompleteBy; the callback's
+    # outcome is applied as an Agent's reply would be. An undo accepted so: nothing to record.
+    Rule(Op.ACCEPT, R, ((W, "service accepted, waits for its callback"),), phase=FORWARD, step=RUNNING),
+    Rule(
+        Op.ACCEPT, C, ((C, "undo accepted, waits for its callback"),), phase=BACK, step=UNDOING, changes=False
+    ),
+    Rule(
+        Op.STEP_SUCCEEDED,
+        W,
+        (
+            (R, "callback: step done, next step dispatched"),
+            (W, "callback: step done, next step waits"),
+            (D, "callback: last step done"),
+        ),
+        phase=FORWARD,
+        step=WAITING,
+        wait="callback",
+    ),
+    Rule(
+        Op.STEP_FAILED,
+        W,
+        ((C, "callback: refused"), (CD, "callback: refused, nothing to undo")),
+        phase=FORWARD,
+        step=WAITING,
+        wait="callback",
+    ),
     Rule(
         Op.COMPENSATION_SUCCEEDED,
         C,
@@ -180,6 +207,15 @@ TABLE: tuple[Rule, ...] = (
             (E, "CompleteBy passed, FailureCount >= max (Supervisor, alert)"),
         ),
     ),
+    Rule(
+        Op.EXPIRE,
+        W,
+        (
+            (P, "no callback by CompleteBy, FailureCount < max (Supervisor, backoff)"),
+            (E, "no callback by CompleteBy, FailureCount >= max (Supervisor, alert)"),
+        ),
+        wait="callback",
+    ),
     # The Supervisor, for a task past its CompleteBy whose step's service has an open circuit breaker: the
     # step did not fail, its service is down, so no failure is counted. It looks again when the breaker's
     # open interval ends; then (or when a trial call is due) it gives the task back, still uncharged.
@@ -200,6 +236,7 @@ TABLE: tuple[Rule, ...] = (
     # failed or is still running.
     Rule(Op.RETRY_STEP, P, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
     Rule(Op.RETRY_STEP, R, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.RETRY_STEP, W, ((P, "operator retry step"),), phase=FORWARD, step=WAITING, wait="callback"),
     Rule(Op.RETRY_STEP, C, ((C, "operator retry undo"),), phase=BACK, step=UNDOING),
     Rule(
         Op.RETRY_STEP,

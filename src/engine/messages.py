@@ -70,6 +70,7 @@ class AgentRequest(_Message):
     )
     complete_by: datetime = Field(alias="completeBy")
     payload: dict[str, Any] = Field(default_factory=dict)
+
     saved_task: str | None = Field(
         default=None,
         alias="savedTask",
@@ -97,6 +98,8 @@ class ReplyOutcome(StrEnum):
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # a lasting (nontransient) fault
+    # The service took the call (202 Accepted) and sends its outcome to the callback route later.
+    ACCEPTED = "accepted"
 
 
 class AgentReply(_Message):
@@ -140,3 +143,21 @@ class StatusMessage(_Message):
     step: str | None = None
     detail: str | None = None
     at: datetime
+
+
+def callback_context(request: AgentRequest) -> str:
+    """What a service that answers later sends back with its outcome: the dispatch it answers (order,
+    step, phase, attempt), so that the outcome is applied to that dispatch only."""
+    return request_message_id(request.order_id, request.step_index, request.compensating, request.attempt)
+
+
+def parse_callback_context(context: str) -> tuple[str, int, bool, int] | None:
+    """(order id, step index, compensating, attempt) of a callback context, or None if it is not one."""
+    order_id, _, rest = context.rpartition(":")
+    order_id, _, phase = order_id.rpartition(":")
+    order_id, _, index = order_id.rpartition(":")
+    if not order_id or phase not in ("f", "c") or not index.isdigit() or not rest.isdigit():
+        return None
+    if int(rest) < 1 or len(order_id) > 64:
+        return None
+    return order_id, int(index), phase == "c", int(rest)

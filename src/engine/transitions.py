@@ -36,6 +36,9 @@ from .workflow import Approval, StepDefinition, Timer, WorkflowDefinition
 
 __all__ = ["Context", "Decision", "EngineSettings", "Outgoing"]
 
+# What a step whose service answers later waits for (TaskState.waiting_for), beside the Wait kinds.
+CALLBACK = "callback"
+
 # Steps that may have had an effect and so are undone when the task is compensated. A step that
 # failed or was running may still have been applied (a lost reply), and undoing an effect that never
 # happened is a no-op for an idempotent service.
@@ -83,6 +86,8 @@ def allows(operation: Operation, record: TaskRecord) -> machine.Rule | None:
 
 def reply_operation(reply: AgentReply) -> Operation:
     """Which operation an Agent's reply asks for."""
+    if reply.outcome is ReplyOutcome.ACCEPTED:
+        return Operation.ACCEPT
     succeeded = reply.outcome is ReplyOutcome.SUCCEEDED
     if reply.compensating:
         return Operation.COMPENSATION_SUCCEEDED if succeeded else Operation.COMPENSATION_FAILED
@@ -460,8 +465,13 @@ def apply_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision
     if state.current_step != reply.step_index or state.attempt != reply.attempt:
         return REFUSED
     operation = reply_operation(reply)
-    if allows(operation, record) is None:
+    rule = allows(operation, record)
+    if rule is None:
         return REFUSED
+    if not rule.changes:
+        return UNCHANGED
+    if operation is Operation.ACCEPT:
+        return _accepted(record, ctx)
     if operation is Operation.STEP_SUCCEEDED:
         return _step_succeeded(record, ctx, reply.result)
     if operation is Operation.STEP_FAILED:
@@ -469,6 +479,20 @@ def apply_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision
     if operation is Operation.COMPENSATION_SUCCEEDED:
         return _compensation_succeeded(record, ctx)
     return _compensation_failed(record, ctx, reply.error or "compensation failed")
+
+
+def _accepted(record: TaskRecord, ctx: Context) -> Decision:
+    """The step's service took the call and answers later: the step waits for its callback until its
+    CompleteBy (past it, the Supervisor's policy applies as for any step: the same idempotency key again,
+    then Error)."""
+    state = record.state
+    step = record.steps[state.current_step]
+    step.status = StepStatus.WAITING
+    state.process_state = ProcessState.WAITING
+    state.waiting_for, state.wait_until = CALLBACK, step.complete_by
+    _touch(record, ctx)
+    detail = f"callback until {step.complete_by.isoformat() if step.complete_by else '?'}"
+    return _moved(status(record, ctx, StatusEvent.WAITING, step=step.name, detail=detail))
 
 
 def step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> Decision:
@@ -678,7 +702,7 @@ def recover_expired(
         return Decision(
             Outcome.KICKED, (command(state.order_id, kind, "supervisor: kick lost", new_id=ctx.new_id),)
         )
-    if state.process_state is ProcessState.WAITING:
+    if state.process_state is ProcessState.WAITING and state.waiting_for != CALLBACK:
         return _wait_expired(record, ctx)
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
@@ -740,7 +764,7 @@ def _give_back(record: TaskRecord, ctx: Context, at: datetime, reason: str, outc
     state.held_until = None
     state.next_attempt_at = at
     state.complete_by = at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
-    if state.process_state is ProcessState.PROCESSING:
+    if state.process_state in (ProcessState.PROCESSING, ProcessState.WAITING):
         state.process_state = ProcessState.PENDING
         kind = CommandKind.START
     else:
@@ -797,12 +821,20 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
     if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
         state.phase = Phase.COMPENSATE
         return _finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+    # A call whose service answers later can land until its CompleteBy, as a running one can.
+    answering = [
+        s.complete_by
+        for i, s in enumerate(record.steps)
+        if s.status is StepStatus.WAITING and ctx.steps[i].calls and s.complete_by
+    ]
     for step in record.steps:
         if step.status is StepStatus.WAITING:
-            # A wait has had no effect and never will: it ends here, and nothing undoes it.
+            # A wait ends here. A timer or an approval had no effect; a call whose service answers later
+            # may have, and is undone like a running step, once its answer can no longer come.
             step.status = StepStatus.FAILED
             step.last_error = "cancelled while waiting"
     running = [s.complete_by for s in record.steps if s.status is StepStatus.RUNNING and s.complete_by]
+    running += answering
     resume_at = max([ctx.now, *(settled(complete_by, ctx) for complete_by in running)])
     state.phase = Phase.COMPENSATE
     state.process_state = ProcessState.COMPENSATING
@@ -897,7 +929,10 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
     if _on_current_step(Operation.SKIP_STEP, record, index) is None:
         return REFUSED
     step = record.steps[index]
-    if step.status is StepStatus.RUNNING and step.complete_by is not None:
+    in_flight = step.status is StepStatus.RUNNING or (
+        step.status is StepStatus.WAITING and ctx.steps[index].calls
+    )
+    if in_flight and step.complete_by is not None:
         wait = settled(step.complete_by, ctx)
         step.undo_not_before = wait if wait > ctx.now else None
     step.status = StepStatus.COMPLETED

@@ -12,6 +12,7 @@ from engine import queues
 from engine.agent import Agent, PermanentError, TransientError
 from engine.breaker import BreakerState, CircuitBreaker, MemoryBreakerStore
 from engine.clock import ManualClock
+from engine.errors import Accepted
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome
 from engine.workflow import RetryPolicy
 from tests.engine.fakes import RecordingSender
@@ -93,6 +94,16 @@ async def test_a_permanent_fault_is_reported_at_once() -> None:
     reply = await agent.handle(request(clock))
     assert reply is not None and reply.outcome is ReplyOutcome.FAILED and reply.error == "card declined"
     assert len(action.timeouts) == 1 and len(sender.sent) == 1
+
+
+async def test_a_call_the_service_accepted_to_answer_later_is_reported_as_accepted_and_not_retried() -> None:
+    clock = ManualClock()
+    action = Scripted(clock, [TransientError("503"), Accepted()])
+    agent, sender = make(clock, action)
+    reply = await agent.handle(request(clock))
+    assert reply is not None and reply.outcome is ReplyOutcome.ACCEPTED and reply.result == {}
+    assert len(action.timeouts) == 2 and len(sender.sent) == 1
+    assert agent.breaker._failures == 0, "an accepted call is a healthy answer: the transient one is forgotten"
 
 
 async def test_per_call_timeout_never_exceeds_the_time_left() -> None:

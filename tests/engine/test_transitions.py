@@ -242,7 +242,8 @@ def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState,
             if supervisor and transitions.allows(Operation.KICK, after):  # it picks kick itself
                 operation = Operation.KICK
             elif supervisor and after.state.process_state is ProcessState.WAITING:  # and a wait's own
-                operation = Operation.REWAKE if isinstance(wait, Timer) else Operation.DEADLINE
+                kinds = {"timer": Operation.REWAKE, "approval": Operation.DEADLINE}
+                operation = kinds.get(after.state.waiting_for or "", Operation.EXPIRE)
             elif operation is None:
                 operation = Operation.EXPIRE
             rule = transitions.allows(operation, after)
@@ -273,6 +274,7 @@ def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
         (Operation.CLAIM, ProcessState.PENDING, ProcessState.COMPENSATED),
         (Operation.CLAIM, ProcessState.COMPENSATING, ProcessState.COMPENSATED),
         (Operation.STEP_FAILED, ProcessState.PROCESSING, ProcessState.COMPENSATED),
+        (Operation.STEP_FAILED, ProcessState.WAITING, ProcessState.COMPENSATED),
     }, unused
 
 

@@ -386,3 +386,79 @@ async def test_an_approval_is_audited_with_who_and_why() -> None:
     assert (entry.step_state_before, entry.step_state_after) == (StepStatus.WAITING, StepStatus.COMPLETED)
     with pytest.raises(InvalidState):
         await actors.tasks.reject("o-1", "review", Action(actor="bob"))
+
+
+# ---- a service that answers later (202 Accepted, then a callback) --------------------------------------
+def accepted(definition: WorkflowDefinition) -> tuple[TaskRecord, Decision]:
+    """Claimed, and the first step's service took the call to answer later."""
+    record = submitted(definition)
+    transitions.claim(record, ctx(definition))
+    reply = AgentReply(order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.ACCEPTED)
+    return record, transitions.apply_reply(record, ctx(definition, T0 + timedelta(seconds=1)), reply)
+
+
+def test_an_accepted_call_waits_for_its_callback_and_its_outcome_is_applied_once() -> None:
+    definition = workflow()
+    record, decision = accepted(definition)
+    state = record.state
+    assert (state.process_state, state.waiting_for) == (ProcessState.WAITING, "callback")
+    assert state.wait_until == record.steps[0].complete_by == state.complete_by == T0 + timedelta(seconds=10)
+    assert [s.event for s in bodies(decision, StatusMessage)] == [StatusEvent.WAITING]
+    # An outcome for another attempt is fenced out; the one for this dispatch is applied, once.
+    stale = AgentReply(order_id="o-1", step_index=0, attempt=2, outcome=ReplyOutcome.SUCCEEDED)
+    assert transitions.apply_reply(record, ctx(definition), stale).outcome is Outcome.REFUSED
+    outcome = AgentReply(
+        order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.SUCCEEDED, result={"a": 1}
+    )
+    done = transitions.apply_reply(record, ctx(definition), outcome)
+    assert [r.step for r in bodies(done, AgentRequest)] == ["charge"] and record.steps[0].result == {"a": 1}
+    assert transitions.apply_reply(record, ctx(definition), outcome).outcome is Outcome.REFUSED
+    assert state.waiting_for is None
+
+
+def test_a_refused_callback_undoes_the_order_and_a_late_accept_changes_nothing() -> None:
+    definition = workflow()
+    record, _ = accepted(definition)
+    again = AgentReply(order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.ACCEPTED)
+    assert transitions.apply_reply(record, ctx(definition), again).outcome is Outcome.REFUSED
+    refused = AgentReply(
+        order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.FAILED, error="declined"
+    )
+    undo = transitions.apply_reply(record, ctx(definition), refused)
+    assert record.state.process_state is ProcessState.COMPENSATING
+    assert [(r.step, r.compensating) for r in bodies(undo, AgentRequest)] == [("reserve", True)]
+    # The undo's service may answer later too: nothing to record, its callback finishes the undo.
+    later = AgentReply(
+        order_id="o-1", step_index=0, attempt=1, compensating=True, outcome=ReplyOutcome.ACCEPTED
+    )
+    assert transitions.apply_reply(record, ctx(definition), later).outcome is Outcome.UNCHANGED
+    finished = AgentReply(
+        order_id="o-1", step_index=0, attempt=1, compensating=True, outcome=ReplyOutcome.SUCCEEDED
+    )
+    transitions.apply_reply(record, ctx(definition), finished)
+    assert record.state.process_state is ProcessState.COMPENSATED
+
+
+def test_no_callback_by_complete_by_is_a_failure_the_supervisor_retries_with_the_same_key() -> None:
+    definition = workflow()
+    record, _ = accepted(definition)
+    late = ctx(definition, T0 + timedelta(seconds=11))
+    retried = transitions.recover_expired(record, late)
+    assert retried.outcome is Outcome.RETRIED
+    assert record.state.process_state is ProcessState.PENDING and record.steps[0].failures == 1
+    claimed = transitions.claim(record, ctx(definition, T0 + timedelta(seconds=20)))
+    (request,) = bodies(claimed, AgentRequest)
+    assert (request.attempt, request.idempotency_key) == (2, "o-1:reserve")
+
+
+def test_a_cancel_while_a_callback_is_awaited_undoes_the_step_once_its_answer_can_no_longer_come() -> None:
+    definition = workflow()
+    record, _ = accepted(definition)
+    cancelled = transitions.cancel(record, ctx(definition, T0 + timedelta(seconds=2)))
+    (resume,) = bodies(cancelled, SchedulerCommand)
+    assert resume.kind is CommandKind.RESUME
+    # Its CompleteBy (10 s) plus the grace (1 s): the undo cannot overtake a late apply.
+    assert record.state.next_attempt_at == T0 + timedelta(seconds=11)
+    assert record.steps[0].status is StepStatus.FAILED
+    undo = transitions.claim(record, ctx(definition, T0 + timedelta(seconds=11)))
+    assert [(r.step, r.compensating) for r in bodies(undo, AgentRequest)] == [("reserve", True)]
