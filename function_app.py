@@ -242,7 +242,8 @@ async def openapi(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
 @_api("console", "GET")
 async def console(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """The operator console: one HTML page over this API, with action buttons for an operator only."""
-    page = console_page(_headers(req), can_act=Role.OPERATOR in caller.roles)
+    roles = caller.roles
+    page = console_page(_headers(req), can_act=Role.OPERATOR in roles, can_approve=Role.APPROVER in roles)
     return _page(page.status, page.body, page.headers)
 
 

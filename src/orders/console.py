@@ -6,9 +6,11 @@ from anywhere else (not even ``/favicon.ico``: its icon is an empty ``data:`` on
 Content-Security-Policy allows exactly that: the inline style and script by their SHA-256 (nothing
 injected into the page could run), calls to this origin only, no frames, no forms posting elsewhere.
 The page holds no secret and no key ever appears in its address: its calls carry what the browser
-already has, the session cookie of App Service authentication (same origin). It comes in two variants,
-for a caller who may act (operator) and for one who may only read, which shows no action buttons; the
-API refuses an action to a reader either way. A browser that is not signed in gets :data:`SIGN_IN`.
+already has, the session cookie of App Service authentication (same origin). It comes in three variants:
+for a caller who may act (operator); for an approver, who may approve or reject a step that waits for an
+approval and sees no other action; and for one who may only read, which shows no action buttons. The API
+refuses an action to a caller without its role either way. A browser that is not signed in gets
+:data:`SIGN_IN`.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def _build(can_act: bool) -> Page:
+# What <body data-actions> tells the page: every action (operator), approve and reject only (approver),
+# none (reader).
+ACTS, APPROVES, READS = "on", "approve", "off"
+
+
+def _build(actions: str) -> Page:
     template = (STATIC / "console.html").read_text(encoding="utf-8")
-    template = template.replace("<body>", f'<body data-actions="{"on" if can_act else "off"}">', 1)
+    template = template.replace("<body>", f'<body data-actions="{actions}">', 1)
     style = (STATIC / "console.css").read_text(encoding="utf-8")
     script = (STATIC / "console.js").read_text(encoding="utf-8")
     html = template.replace("{{style}}", style).replace("{{script}}", script)
@@ -68,8 +75,9 @@ def _build(can_act: bool) -> Page:
     return Page(200, body, headers)
 
 
-PAGE = _build(can_act=True)
-READ_ONLY_PAGE = _build(can_act=False)
+PAGE = _build(ACTS)
+APPROVER_PAGE = _build(APPROVES)
+READ_ONLY_PAGE = _build(READS)
 LOGIN_PATH = "/.auth/login/aad?post_login_redirect_uri=/api/console"
 SIGN_IN = Page(
     401,
@@ -87,10 +95,11 @@ SIGN_IN = Page(
 )
 
 
-def console(headers: Mapping[str, str], can_act: bool = True) -> Page:
-    """``GET /api/console`` (``headers`` with lower-case names): the page for a caller who may act or
-    only read, or 304 when the browser's copy (``If-None-Match``) is that one and current."""
-    page = PAGE if can_act else READ_ONLY_PAGE
+def console(headers: Mapping[str, str], can_act: bool = True, can_approve: bool = False) -> Page:
+    """``GET /api/console`` (``headers`` with lower-case names): the page for a caller who may act, who
+    may approve (and not act), or who may only read; or 304 when the browser's copy (``If-None-Match``)
+    is that one and current."""
+    page = PAGE if can_act else APPROVER_PAGE if can_approve else READ_ONLY_PAGE
     tags = {t.strip() for t in headers.get("if-none-match", "").split(",")}
     if page.headers["ETag"] in tags:
         return Page(304, b"", {k: v for k, v in page.headers.items() if k in ("ETag", "Cache-Control")})

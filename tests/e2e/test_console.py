@@ -2,7 +2,8 @@
 (``orders-devhost --auth roles``): a person signs in at the sign-in page, as with App Service
 authentication, and the page works with that session; an operator can act, a reader sees no actions but
 everything else: an order's input, a step left out by its condition with its reason, the values steps
-returned, and the declared workflows with their input fields.
+returned, and the declared workflows with their input fields. An order that waits for an approval is shown
+with its deadline; an approver approves it in the page, and sees no other action.
 
 The browser is Debian's ``chromium`` driven through its ``chromedriver``; without them these tests are
 skipped (``apt-get install chromium chromium-driver``). ``CONSOLE_SCREENSHOT=docs/console.png`` saves
@@ -30,7 +31,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
-from engine.workflow import StepDefinition, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, WorkflowDefinition
 from orders.catalog import CATALOG
 from tests.e2e.conftest import (
     FIRST_STEP,
@@ -48,13 +49,20 @@ from tests.support import wait_for
 HANG = {"hangRate": 1, "hangMs": 60_000}
 FIRST = FIRST_STEP.name  # the step an order hangs at: its service hangs
 ROOT = Path(__file__).resolve().parents[2]
+# The approvals' deadlines (FAST_SETTINGS has seconds: too short for a person in a browser, or a test).
+REVIEW = {
+    step.wait.setting: "120"
+    for workflow in WORKFLOWS
+    for step in workflow.steps
+    if isinstance(step.wait, Approval) and step.wait.setting
+}
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """This module's stack enforces the roles, as Azure does; its ``api`` client acts as the operator
     (``calm`` from conftest builds on it)."""
-    running = start_stack(tmp_path_factory.mktemp("devhost"), workers=2, auth="roles")
+    running = start_stack(tmp_path_factory.mktemp("devhost"), workers=2, auth="roles", extra_env=REVIEW)
     try:
         yield running
     finally:
@@ -180,6 +188,101 @@ def submit_example(stack: LocalStack, workflow: WorkflowDefinition, example: dic
     return order_id
 
 
+def awaiting_approval() -> tuple[WorkflowDefinition, dict[str, Any], StepDefinition]:
+    """A declared example input whose order waits for a person's approval, and the step that waits (here:
+    fulfilment's order above 1000 and its fraud review)."""
+    for workflow in WORKFLOWS:
+        for example in workflow.examples():
+            for step in runs_on(workflow, example):
+                if isinstance(step.wait, Approval):
+                    return workflow, example, step
+    pytest.skip("no declared example input waits for an approval")
+
+
+def waiting_for_approval(stack: LocalStack) -> tuple[dict[str, Any], StepDefinition]:
+    """An order submitted and waiting for its approval (before any fault: its first steps must run), and
+    the step that waits."""
+    workflow, example, step = awaiting_approval()
+    order_id = submit_example(stack, workflow, example)
+    order = stack.wait_state(
+        order_id,
+        lambda o: o["processState"] == "Waiting" and o["waitingFor"] == "approval",
+        timeout=30,
+        what="the wait for an approval",
+    )
+    assert order["waitUntil"] and [s["name"] for s in order["steps"] if s["state"] == "Waiting"] == [
+        step.name
+    ]
+    return order, step
+
+
+def approval_rows(browser: WebDriver, order_id: str) -> list[WebElement]:
+    """The order's row among those waiting for approval (none while it is not there)."""
+    return browser.find_elements(By.CSS_SELECTOR, f'#approvals tr[data-order="{order_id}"]')
+
+
+def see_the_wait(browser: WebDriver, order: dict[str, Any]) -> None:
+    """The order is listed as waiting for approval with its deadline ticking, and in flight as Waiting
+    with what it waits for and until when."""
+    [row] = wait_for(lambda: approval_rows(browser, order["orderId"]), timeout=15, what="the approval's row")
+    assert "Waiting" in row.find_element(By.CSS_SELECTOR, ".state-Waiting").text
+    clock = row.find_element(By.CSS_SELECTOR, "time[data-deadline]")
+    assert clock.get_attribute("datetime") == order["waitUntil"] and clock.text.endswith("left"), clock.text
+    flight = browser.find_element(By.CSS_SELECTOR, f'#inflight tr[data-order="{order["orderId"]}"]')
+    assert flight.find_element(By.CSS_SELECTOR, ".state-Waiting").text == "Waiting"
+    waits = flight.find_element(By.CSS_SELECTOR, 'td.waits [data-waiting-for="approval"]')
+    assert waits.text.startswith("approval by ") and waits.text.endswith("left"), waits.text
+
+
+# The page's fetch, answering for one made-up order (arguments[0]) in Error whose approval's deadline has
+# passed: listed first among the orders in Error, and read by its id (with no audit).
+OVERDUE_STUB = """
+const order = arguments[0];
+const real = window.fetch;
+const json = (body) => new Response(JSON.stringify(body),
+  { status: 200, headers: { "content-type": "application/json", etag: '"stub"' } });
+window.fetch = async (url, init) => {
+  const { pathname, search } = new URL(url, location.href);
+  if (pathname.endsWith(`/orders/${order.orderId}`)) return json(order);
+  if (pathname.endsWith(`/orders/${order.orderId}/audit`)) return json({ items: [] });
+  const answer = await real(url, init);
+  if (!pathname.endsWith("/orders") || !search.includes("processState=Error")) return answer;
+  const page = await answer.json();
+  const { steps, input, ...summary } = order;
+  return json({ ...page, items: [summary, ...page.items] });
+};
+"""
+
+
+def see_an_overdue_approval(browser: WebDriver, waiting: dict[str, Any], step: str) -> None:
+    """An order in Error whose approval's deadline passed (an approval declared ``on_deadline="error"``;
+    the declared workflows have none, so the page's fetch makes one up from a waiting order) is listed
+    in Error and among the approvals as overdue, and can still be approved."""
+    order = {
+        **waiting,
+        "orderId": f"o-overdue-{uuid.uuid4().hex[:6]}",
+        "processState": "Error",
+        "waitUntil": "2020-01-01T00:00:00+00:00",
+        "lastError": f"{step}: no approval by its deadline",
+    }
+    browser.execute_script(OVERDUE_STUB, order)
+    browser.find_element(By.ID, "refresh").click()
+    [row] = wait_for(lambda: approval_rows(browser, order["orderId"]), timeout=10, what="the overdue row")
+    assert row.find_element(By.CSS_SELECTOR, ".state-Error").text == "Error"
+    assert row.find_element(By.CSS_SELECTOR, "time.overdue").text.endswith("overdue")
+    error = browser.find_element(By.CSS_SELECTOR, f'#errors tr[data-order="{order["orderId"]}"] td.waits')
+    assert error.text.startswith("approval by ") and error.text.endswith("overdue"), error.text
+    open_order(browser, order["orderId"])
+    summary = browser.find_element(By.ID, "order-summary")
+    assert summary.find_element(By.CSS_SELECTOR, "[data-overdue]").text.startswith("overdue")
+    assert browser.find_elements(By.CSS_SELECTOR, f'button[aria-label="Approve step {step}"]')
+
+
+def buttons(browser: WebDriver) -> list[str]:
+    """What the page's buttons say (their accessible names)."""
+    return [b.get_attribute("aria-label") or b.text for b in browser.find_elements(By.TAG_NAME, "button")]
+
+
 def look(element: WebElement) -> tuple[str, ...]:
     """How a state reads on screen: its colour, font style and weight, and border."""
     return tuple(
@@ -189,7 +292,8 @@ def look(element: WebElement) -> tuple[str, ...]:
 
 def see_the_workflows(browser: WebDriver) -> None:
     """The Workflows panel lists each declared workflow's current version with its input fields: every
-    required one as required, and every input field a condition reads."""
+    required one as required, and every input field a condition reads (what the input model derives from
+    them is no input field)."""
     wait_for(
         lambda: browser.find_elements(By.CSS_SELECTOR, "#workflows article[data-workflow]"),
         timeout=10,
@@ -213,7 +317,9 @@ def see_the_workflows(browser: WebDriver) -> None:
             assert alias in rows, (workflow.name, alias, rows)
             assert ("optional" if not field.is_required() else "required") in rows[alias]
         read = {p.removeprefix("input.") for s in workflow.steps if s.when for p in s.when.fields()}
-        assert {p for p in read if not p.startswith("results.")} <= set(rows), (read, rows)
+        # What the input model derives (fulfilment's total) is stored with the input, but no client sends it.
+        derived = set(workflow.input.model_computed_fields)
+        assert {p for p in read if not p.startswith("results.")} - derived <= set(rows), (read, rows)
 
 
 def see_left_out_steps(
@@ -239,6 +345,9 @@ def see_left_out_steps(
             assert step["state"] == "LeftOut" and step["result"] is None, step
             assert definition.when is not None and definition.when.describe() in step["reason"], step
             assert row.find_element(By.CSS_SELECTOR, "td.reason").text == step["reason"]
+            continue
+        if definition.wait is not None:  # a wait that ended: it called nothing and returned nothing
+            assert step["state"] == "Completed" and not step["result"], step
             continue
         # A step that ran shows every value its service declares it returns, as the API gives them.
         assert step["state"] == "Completed" and set(step["result"] or {}) == set(returns(definition)), step
@@ -311,7 +420,8 @@ def test_order_counts_count_the_stacks_orders(stack: LocalStack) -> None:
 # ---- in the browser ----------------------------------------------------------------------------------
 @pytest.mark.usefixtures("calm")
 def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(**{FIRST_STEP.agent: HANG})
+    waiting, review = waiting_for_approval(stack)
+    stack.faults(**{FIRST_STEP.call_agent: HANG})
     failed = stack.submit()  # three timeouts of its first step: Error
     stack.wait_state(failed, lambda o: o["processState"] == "Error", timeout=90, what="the order in Error")
     hung = stack.submit()
@@ -331,7 +441,8 @@ def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, bro
         r.find_element(By.TAG_NAME, "th").text: r.find_element(By.TAG_NAME, "td").text
         for r in browser.find_elements(By.CSS_SELECTOR, "#counts tbody tr")
     }
-    assert int(counts["Error"]) >= 1 and int(counts["Processing"]) >= 1
+    assert int(counts["Error"]) >= 1 and int(counts["Processing"]) >= 1 and int(counts["Waiting"]) >= 1
+    see_the_wait(browser, waiting)
     # One row per agent, in workflow order, each with a state the API knows.
     breakers = browser.find_elements(By.CSS_SELECTOR, "#breakers tbody tr")
     assert [r.find_element(By.TAG_NAME, "th").text for r in breakers] == [
@@ -348,11 +459,13 @@ def test_the_console_shows_running_and_failed_orders_live(stack: LocalStack, bro
             browser.set_window_size(1400, min(int(height) + 120, 3000))
         assert browser.save_screenshot(str(ROOT / target))
     assert problems(browser) == []
+    approved = stack.act(waiting["orderId"], f"steps/{review.name}/approve")  # its review done: it ends
+    assert approved.status_code == 202, approved.text
 
 
 @pytest.mark.usefixtures("calm")
 def test_an_action_confirmed_in_the_page_changes_the_order(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(**{FIRST_STEP.agent: HANG})
+    stack.faults(**{FIRST_STEP.call_agent: HANG})
     order_id = stack.submit()
     before = held(stack, order_id)["steps"][0]["completeBy"]
     open_console(browser, stack)
@@ -382,7 +495,7 @@ def test_an_action_confirmed_in_the_page_changes_the_order(stack: LocalStack, br
 
 @pytest.mark.usefixtures("calm")
 def test_a_stale_page_is_told_to_reload_and_changes_nothing(stack: LocalStack, browser: WebDriver) -> None:
-    stack.faults(**{FIRST_STEP.agent: HANG})
+    stack.faults(**{FIRST_STEP.call_agent: HANG})
     order_id = stack.submit()
     held(stack, order_id)
     open_console(browser, stack)
@@ -427,7 +540,7 @@ def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebD
     if found:
         finished = stack.wait_terminal(submit_example(stack, found[0], found[1]))
         assert finished["processState"] == "Processed", finished
-    stack.faults(**{FIRST_STEP.agent: HANG})
+    stack.faults(**{FIRST_STEP.call_agent: HANG})
     order_id = stack.submit()
     held(stack, order_id)
     message = dead_lettered(stack, poison(stack, {"garbage": True}))
@@ -468,3 +581,64 @@ def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebD
     assert forged.status_code == 403
     assert stack.order(order_id)["processState"] == "Processing"
     stack.act(order_id, "cancel")
+
+
+@pytest.mark.usefixtures("calm")
+def test_an_approver_approves_in_the_page_and_a_reader_cannot(stack: LocalStack, browser: WebDriver) -> None:
+    order, review = waiting_for_approval(stack)
+    order_id = order["orderId"]
+    # A reader sees what waits, until when, and no way to decide it.
+    open_console(browser, stack, role="reader")
+    see_the_wait(browser, order)
+    open_order(browser, order_id)
+    summary = browser.find_element(By.ID, "order-summary").text
+    assert "Waiting for" in summary and f"an approval (step {review.name})" in summary, summary
+    row = browser.find_element(By.CSS_SELECTOR, f'#order-steps tr[data-step="{review.name}"]')
+    assert row.find_element(By.CSS_SELECTOR, ".state-Waiting").text == "Waiting"
+    assert row.find_element(By.CSS_SELECTOR, "time[data-deadline]").text.endswith("left")
+    assert browser.find_elements(By.CSS_SELECTOR, "#order-steps button") == []
+    assert not [b for b in buttons(browser) if b.startswith(("Approve", "Reject"))]
+    assert browser.find_elements(By.ID, "confirm") == []
+    assert problems(browser) == []
+    session = "; ".join(f"{c['name']}={c['value']}" for c in browser.get_cookies())
+    etag = stack.api.get(f"/api/orders/{order_id}").headers["etag"]
+    forged = httpx.post(
+        f"{stack.devhost.api_url}/api/orders/{order_id}/steps/{review.name}/approve",
+        headers={"cookie": session, "if-match": etag},
+        timeout=10,
+    )
+    assert forged.status_code == 403
+
+    # An approver: Approve and Reject on the step that waits, none of the operator's other actions.
+    browser.delete_all_cookies()
+    open_console(browser, stack, role="approver")
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-actions") == "approve"
+    see_the_wait(browser, order)
+    open_order(browser, order_id)
+    steps = browser.find_element(By.ID, "order-steps")
+    shown = [b.get_attribute("aria-label") for b in steps.find_elements(By.TAG_NAME, "button")]
+    assert shown == [f"Approve step {review.name}", f"Reject step {review.name}"], shown
+    assert not [
+        b for b in buttons(browser) if b.split(" ")[0] in {"Retry", "Extend", "Skip", "Replay", "Resubmit"}
+    ]
+    for gone in ("order-resubmit", "order-cancel"):
+        assert browser.find_elements(By.ID, gone) == [], gone
+    browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Approve step {review.name}"]').click()
+    confirm(browser, note="reviewed: a known customer")
+    wait_for(
+        lambda: "done" in status(browser), timeout=10, what=f"the approval's answer, not {status(browser)!r}"
+    )
+    [approve] = [e for e in audit(stack, order_id) if e["action"] == "approve"]
+    assert approve["note"] == "reviewed: a known customer" and approve["step"] == review.name
+    assert approve["actor"].startswith("user:approver (devhost) oid:")  # the signed-in person
+    # The page reloaded the order: the review done, nothing left to approve.
+    wait_for(
+        lambda: steps.find_elements(By.CSS_SELECTOR, f'tr[data-step="{review.name}"] .state-Completed'),
+        timeout=5,
+        what="the review shown done",
+    )
+    assert steps.find_elements(By.TAG_NAME, "button") == []
+    assert stack.wait_terminal(order_id)["processState"] == "Processed"
+    assert problems(browser) == []
+    see_an_overdue_approval(browser, order, review.name)
+    assert problems(browser) == []

@@ -103,7 +103,7 @@ async def test_a_call_the_service_accepted_to_answer_later_is_reported_as_accept
     reply = await agent.handle(request(clock))
     assert reply is not None and reply.outcome is ReplyOutcome.ACCEPTED and reply.result == {}
     assert len(action.timeouts) == 2 and len(sender.sent) == 1
-    assert agent.breaker._failures == 0, "an accepted call is a healthy answer: the transient one is forgotten"
+    assert agent.breaker._failures == 0, "an accepted call is a healthy answer: the 503 is forgotten"
 
 
 async def test_per_call_timeout_never_exceeds_the_time_left() -> None:

@@ -238,7 +238,6 @@ def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState,
             after = record.model_copy(deep=True)
             before = after.model_dump()
             supervisor = operation in (None, Operation.HOLD, Operation.RELEASE)
-            wait = workflow.steps[after.state.current_step].wait
             if supervisor and transitions.allows(Operation.KICK, after):  # it picks kick itself
                 operation = Operation.KICK
             elif supervisor and after.state.process_state is ProcessState.WAITING:  # and a wait's own

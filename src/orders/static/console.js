@@ -1,15 +1,19 @@
 "use strict";
 // The operator console. Everything it shows comes from the HTTP API of the same app, called with what
 // the browser already holds (the session cookie of App Service authentication): no key, no address
-// carrying one. The server says in <body data-actions> whether this caller may act; a reader's page
-// has no action buttons (and the API would refuse the actions anyway).
+// carrying one. The server says in <body data-actions> whether this caller may act ("on": an operator),
+// only approve or reject what waits for an approval ("approve": an approver), or only read ("off"); a
+// reader's page has no action buttons, an approver's only Approve and Reject (and the API would refuse
+// the other actions anyway).
 (() => {
   const CAN_ACT = document.body.dataset.actions === "on";
+  const CAN_APPROVE = CAN_ACT || document.body.dataset.actions === "approve";
   const BASE = location.pathname.replace(/[^/]*$/, ""); // the page is /api/console: calls go to /api/...
   const REFRESH_MS = 4000;
   const SLOW_EVERY = 4; // counts and dead letters cost more to read: every fourth refresh
-  const IN_FLIGHT = ["Pending", "Processing", "Compensating"];
+  const IN_FLIGHT = ["Pending", "Processing", "Waiting", "Compensating"];
   const MAX_IN_FLIGHT = 25;
+  const MAX_APPROVALS = 100;
   const STALE = "The order changed since you loaded it; reload. (It has been reloaded below.)";
 
   const $ = (id) => document.getElementById(id);
@@ -17,6 +21,7 @@
   let tick = 0;
   let timer = null;
   let refreshing = false;
+  let listings = new Map(); // this refresh's listings by query: tables that read the same one share it
 
   // ---- helpers -------------------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -64,6 +69,18 @@
   const enc = encodeURIComponent;
   const message = (reply) => (reply.data && reply.data.error ? reply.data.error.message : `HTTP ${reply.status}`);
   const when = (iso) => (iso ? new Date(iso).toLocaleTimeString() : "");
+  // A time that may be days away (a wait's): with its date unless it is today.
+  const dated = (iso) => {
+    if (!iso) return "";
+    const at = new Date(iso);
+    return at.toDateString() === new Date().toDateString() ? at.toLocaleTimeString() : at.toLocaleString();
+  };
+
+  // One page of orders in a state (``query`` after "orders?"), read once per refresh.
+  function listing(query) {
+    if (!listings.has(query)) listings.set(query, call("GET", `orders?${query}`));
+    return listings.get(query);
+  }
 
   function stateCell(value) {
     return el("span", { class: `state-${value}`, text: value });
@@ -93,6 +110,20 @@
     const now = Date.now();
     document.querySelectorAll("[data-deadline]").forEach((node) => paint(node, now));
   }
+
+  // What a Waiting order waits for and until when (an approval's deadline, a timer's time), ticking; an
+  // approval past its deadline (its order in Error) reads overdue.
+  function waitFor(o) {
+    if (!o.waitingFor) return el("span", { text: "-" });
+    const until = o.waitingFor === "approval" ? "by" : "at";
+    return el("span", { class: "wait", "data-waiting-for": o.waitingFor },
+      el("span", { class: "step", text: `${o.waitingFor} ${until} ${dated(o.waitUntil)}` }),
+      el("span", { class: "step" }, countdown(o.waitUntil)));
+  }
+
+  // Whether ``step`` of ``order`` is its current step and waits for a person's approval (in Error too,
+  // once its deadline passed): the one an approver may approve or reject.
+  const awaitsApproval = (order, step) => order.waitingFor === "approval" && step.state === "Waiting";
 
   function fill(tbody, rows, empty, columns) {
     tbody.replaceChildren(...rows);
@@ -161,6 +192,7 @@
       ["Locked by", order.lockedBy || "-"],
       ["Time left", countdown(order.completeBy)],
       ["Held by a breaker until", order.heldUntil ? when(order.heldUntil) : "-"],
+      ...(order.waitingFor ? waitFacts(order) : []),
       ["Created", when(order.createdAt)],
       ["Updated", when(order.updatedAt)],
       ["Last error", order.lastError || "-"],
@@ -169,7 +201,7 @@
     // The order's input as stored: what its steps' bodies and conditions read.
     $("order-input-box").hidden = order.input === undefined;
     $("order-input").textContent = order.input === undefined ? "" : JSON.stringify(order.input, null, 2);
-    const live = (s) => s.state === "Running" || s.state === "Compensating";
+    const live = (s) => s.state === "Running" || s.state === "Compensating" || s.state === "Waiting";
     const steps = order.steps.map((step) => el("tr", { "data-step": step.name, class: `step-${step.state}` },
       el("th", { scope: "row", text: step.name }),
       el("td", {}, stateCell(step.state)),
@@ -179,12 +211,14 @@
       el("td", { class: "reason", text: step.reason || "" }),
       el("td", { class: "result" }, ...resultValues(step.result)),
       el("td", { text: step.lastError || "" }),
-      CAN_ACT ? el("td", {},
-        stepButton(step.name, "retry", "Retry"),
-        stepButton(step.name, "extend", "Extend"),
-        stepButton(step.name, "skip", "Skip")) : null,
+      CAN_APPROVE ? el("td", {},
+        CAN_ACT ? stepButton(step.name, "retry", "Retry") : null,
+        CAN_ACT ? stepButton(step.name, "extend", "Extend") : null,
+        CAN_ACT ? stepButton(step.name, "skip", "Skip") : null,
+        awaitsApproval(order, step) ? stepButton(step.name, "approve", "Approve") : null,
+        awaitsApproval(order, step) ? stepButton(step.name, "reject", "Reject") : null) : null,
     ));
-    fill($("order-steps").tBodies[0], steps, "no steps", CAN_ACT ? 9 : 8);
+    fill($("order-steps").tBodies[0], steps, "no steps", CAN_APPROVE ? 9 : 8);
     const events = [{ at: order.createdAt, actor: "", action: "submitted", processStateAfter: "Pending" }, ...audit];
     const rows = events.map((e) => el("tr", {},
       el("td", { text: new Date(e.at).toLocaleString() }),
@@ -197,6 +231,24 @@
       el("td", { text: e.detail || "" }),
     ));
     fill($("order-timeline").tBodies[0], rows, "nothing yet", 8);
+  }
+
+  // What the order waits for, until when, and (an approval in Error) that its deadline has passed.
+  function waitFacts(order) {
+    const approval = order.waitingFor === "approval";
+    const step = order.steps.find((s) => s.state === "Waiting");
+    const what = approval ? "an approval" : "a timer";
+    const facts = [
+      ["Waiting for", el("span", { "data-waiting-for": order.waitingFor, text: step ? `${what} (step ${step.name})` : what })],
+      [approval ? "Deadline" : "Until", el("span", {}, `${dated(order.waitUntil)} (`, countdown(order.waitUntil), ")")],
+    ];
+    if (approval && order.processState === "Error") {
+      facts.push(["Approval", el("span", {
+        class: "overdue", "data-overdue": "",
+        text: "overdue: its deadline passed and the order is in Error; it can still be approved or rejected",
+      })]);
+    }
+    return facts;
   }
 
   // The values a step's service returned, passed on to later steps: one "name: value" line each.
@@ -219,6 +271,8 @@
     skip: "Mark this step done by hand; the order then continues with the next step.",
     resubmit: "Send this order in Error back to Pending.",
     cancel: "Undo every step that may have had an effect.",
+    approve: "Approve what this step waits for: the order goes on with its next step.",
+    reject: "Reject it: the order is undone (every step that may have had an effect).",
   };
 
   async function act(path, title, verb) {
@@ -248,17 +302,23 @@
   async function loadCounts() {
     const reply = await call("GET", "order-counts");
     if (reply.status !== 200) throw new Error(`counts: ${message(reply)}`);
-    const rows = reply.data.items.map((i) => el("tr", {},
+    const number = (count) => (reply.data.atLeast ? `${count}+` : count);
+    // The Waiting orders by what they wait for, under Waiting (when the API says).
+    const kinds = (state) => (state === "Waiting" ? reply.data.waiting || [] : []).map((w) => el("tr",
+      { class: "sub", "data-waiting-for": w.waitingFor },
+      el("th", { scope: "row", text: `for ${w.waitingFor}` }),
+      el("td", { class: "num", text: number(w.count) })));
+    const rows = reply.data.items.flatMap((i) => [el("tr", {},
       el("th", { scope: "row" }, stateCell(i.processState)),
-      el("td", { class: "num", text: reply.data.atLeast ? `${i.count}+` : i.count }),
-    ));
+      el("td", { class: "num", text: number(i.count) }),
+    ), ...kinds(i.processState)]);
     fill($("counts").tBodies[0], rows, "none", 2);
     $("counts-note").textContent = reply.data.atLeast ? "Counting stopped at its limit: at least these many." : "";
   }
 
   async function loadInFlight() {
     const pages = await Promise.all(IN_FLIGHT.map((state) =>
-      call("GET", `orders?processState=${state}&pageSize=${MAX_IN_FLIGHT}`)));
+      listing(`processState=${state}&pageSize=${MAX_IN_FLIGHT}`)));
     const summaries = pages.flatMap((p) => (p.status === 200 ? p.data.items : [])).slice(0, MAX_IN_FLIGHT);
     const more = pages.some((p) => p.status === 200 && p.data.continuationToken);
     const orders = (await Promise.all(summaries.map((s) => call("GET", `orders/${enc(s.orderId)}`))))
@@ -270,6 +330,7 @@
       el("th", { scope: "col", text: "Order" }), el("th", { scope: "col", text: "Workflow" }),
       el("th", { scope: "col", text: "State" }),
       el("th", { scope: "col", text: "Failures" }), el("th", { scope: "col", text: "Time left" }),
+      el("th", { scope: "col", text: "Waits for" }),
       ...Array.from({ length: width }, (_, i) => el("th", { scope: "col", text: `Step ${i + 1}` }))));
     const rows = orders.map((o) => el("tr", { "data-order": o.orderId },
       el("th", { scope: "row" }, openButton(o.orderId)),
@@ -277,28 +338,55 @@
       el("td", {}, stateCell(o.processState)),
       el("td", { class: "num", text: o.failureCount }),
       el("td", {}, countdown(o.completeBy), o.heldUntil ? el("span", { class: "step", text: "held: breaker open" }) : null),
+      el("td", { class: "waits" }, waitFor(o)),
       ...o.steps.map((s) => el("td", { "data-step": s.name, title: s.reason },
         el("span", { class: "step", text: s.name }),
         el("span", { class: "step" }, stateCell(s.state)),
         el("span", { class: "step", text: `attempts ${s.attempts}` }),
-        s.state === "Running" || s.state === "Compensating" ? el("span", { class: "step" }, countdown(s.completeBy)) : null)),
+        ["Running", "Compensating", "Waiting"].includes(s.state) ? el("span", { class: "step" }, countdown(s.completeBy)) : null)),
     ));
-    fill($("inflight").tBodies[0], rows, "No order is in flight.", 5 + width);
+    fill($("inflight").tBodies[0], rows, "No order is in flight.", 6 + width);
     $("inflight-note").textContent = more || summaries.length >= MAX_IN_FLIGHT
       ? `Showing the first ${orders.length}; open any order by id above.` : "";
   }
 
   async function loadErrors() {
-    const reply = await call("GET", `orders?processState=Error&pageSize=${MAX_IN_FLIGHT}`);
+    const reply = await listing(`processState=Error&pageSize=${MAX_IN_FLIGHT}`);
     if (reply.status !== 200) throw new Error(`orders in Error: ${message(reply)}`);
     const rows = reply.data.items.map((o) => el("tr", { "data-order": o.orderId },
       el("th", { scope: "row" }, openButton(o.orderId)),
       el("td", { class: "num", text: o.failureCount }),
       el("td", { text: o.lastError || "" }),
+      el("td", { class: "waits" }, waitFor(o)),
       el("td", { text: when(o.updatedAt) }),
     ));
-    fill($("errors").tBodies[0], rows, "No order is in Error.", 4);
+    fill($("errors").tBodies[0], rows, "No order is in Error.", 5);
     $("errors-note").textContent = reply.data.continuationToken ? `Showing the first ${rows.length}.` : "";
+  }
+
+  // What waits for a person: the Waiting orders that wait for an approval (the API filters them where it
+  // can; the page filters again), and those of the orders in Error listed above whose approval's deadline
+  // passed. Soonest deadline first.
+  async function loadApprovals() {
+    const [waiting, errors] = await Promise.all([
+      listing(`processState=Waiting&waitingFor=approval&pageSize=${MAX_APPROVALS}`),
+      listing(`processState=Error&pageSize=${MAX_IN_FLIGHT}`),
+    ]);
+    if (waiting.status !== 200) throw new Error(`orders waiting for approval: ${message(waiting)}`);
+    const errored = errors.status === 200 ? errors.data.items : [];
+    const orders = [...waiting.data.items, ...errored].filter((o) => o.waitingFor === "approval")
+      .sort((a, b) => Date.parse(a.waitUntil) - Date.parse(b.waitUntil));
+    const rows = orders.map((o) => el("tr", { "data-order": o.orderId },
+      el("th", { scope: "row" }, openButton(o.orderId)),
+      el("td", { text: `${o.workflow} v${o.workflowVersion}` }),
+      el("td", {}, stateCell(o.processState)),
+      el("td", { text: dated(o.waitUntil) }),
+      el("td", {}, countdown(o.waitUntil)),
+    ));
+    fill($("approvals").tBodies[0], rows, "Nothing waits for an approval.", 5);
+    const more = waiting.data.continuationToken || (errors.status === 200 && errors.data.continuationToken);
+    $("approvals-note").textContent = more
+      ? "More orders wait than one page holds: these are among the first ones listed." : "";
   }
 
   async function loadBreakers() {
@@ -462,7 +550,8 @@
     clearTimeout(timer);
     const slow = tick % SLOW_EVERY === 0;
     tick += 1;
-    const parts = [loadInFlight(), loadErrors(), loadBreakers()];
+    listings = new Map();
+    const parts = [loadInFlight(), loadErrors(), loadApprovals(), loadBreakers()];
     if (slow) parts.push(loadCounts(), loadDeadLetters());
     const results = await Promise.allSettled(parts);
     const failed = results.filter((r) => r.status === "rejected").map((r) => r.reason.message);
@@ -474,7 +563,9 @@
   }
 
   if (!CAN_ACT) {
-    // Read only: no action controls at all, not even disabled ones.
+    // Read only: no action controls at all, not even disabled ones. An approver keeps what approving
+    // and rejecting need (the steps' action column, the confirmation), and nothing else.
+    if (CAN_APPROVE) document.querySelectorAll("[data-approves]").forEach((node) => node.removeAttribute("data-acts"));
     document.querySelectorAll("[data-acts]").forEach((node) => node.remove());
   }
   $("refresh").addEventListener("click", () => { tick = 0; refresh(); });
