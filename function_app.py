@@ -31,6 +31,7 @@ from orders import access
 from orders.access import AccessSettings, Caller, Role
 from orders.api import Call, OrdersApi, Reply, error
 from orders.breakers import BreakersApi
+from orders.callbacks import Callbacks, Refused
 from orders.catalog import CATALOG, SERVICES
 from orders.console import SIGN_IN
 from orders.console import console as console_page
@@ -38,6 +39,7 @@ from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
 from orders.runtime import runtime
 from orders.services.declaration import ServiceDefinition
+from orders.settings import callback_secrets
 from orders.telemetry_setup import configure_telemetry
 
 configure_telemetry()
@@ -62,6 +64,7 @@ async def _breakers() -> BreakerStore:
 api = OrdersApi(_tasks)
 breakers = BreakersApi(CATALOG.agents, _breakers)
 dead_letters = DeadLettersApi(_dead_letters, tuple(queues.all_queues(CATALOG.agents)))
+callbacks = Callbacks(SERVICES, callback_secrets(), _tasks)
 SB = "ServiceBusConnection"
 
 
@@ -245,6 +248,15 @@ async def console(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     roles = caller.roles
     page = console_page(_headers(req), can_act=Role.OPERATOR in roles, can_approve=Role.APPROVER in roles)
     return _page(page.status, page.body, page.headers)
+
+
+@_api("callbacks/{service}", "POST")
+async def service_callback(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+    """A service that took a call to answer later sends the outcome (signed with its callback secret)."""
+    taken = await callbacks.receive(req.route_params["service"], _headers(req), req.get_body())
+    if isinstance(taken, Refused):
+        return _respond(error(taken.status, taken.code, taken.message))
+    return _respond(Reply(202, {"accepted": True, "outcome": taken.reply.outcome.value}))
 
 
 @_api("health", "GET")

@@ -258,6 +258,8 @@ output SERVICE_API_ENDPOINTS array = [
   api.outputs.url
 ]
 output SERVICE_API_URI string = api.outputs.url
+// The app settings the predeploy hook makes once, a secret per service that answers later (catalog.json).
+output CALLBACK_SECRET_SETTINGS string = api.outputs.callbackSecretSettings
 output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applicationInsightsConnectionString
 output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = messaging.outputs.fullyQualifiedNamespace
 output STATE_STORE_ENDPOINT string = storage.outputs.tableEndpoint

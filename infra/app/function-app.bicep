@@ -266,3 +266,6 @@ output simulatorsEnabled bool = useSimulators
 
 @description('Whether App Service authentication (Microsoft Entra ID) is configured.')
 output authenticationEnabled bool = !empty(authClientId)
+
+@description('The app settings holding a callback secret, one per service that answers later (catalog.json), comma-separated: the predeploy hook makes each once.')
+output callbackSecretSettings string = join(loadJsonContent('catalog.json').callbackSecrets, ',')

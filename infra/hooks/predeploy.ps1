@@ -1,6 +1,6 @@
 # azd `predeploy` hook on Windows (azure.yaml): the same as predeploy.sh. Makes sure the Function App has
 # its submission key, the app setting SUBMISSION_KEY with which a storefront submits and reads orders
-# (the API's submitter role, and only that), once: the site module keeps the settings it does not set
+# (the API's submitter role, and only that), and each callback secret (<SERVICE>_CALLBACK_SECRET), once: the site module keeps the settings it does not set
 # (retainCurrentAppSettings), so the key survives every deployment, and no deployment parameter, output
 # or azd variable ever holds it.
 #
@@ -24,25 +24,35 @@ if (-not $env:AZURE_RESOURCE_GROUP) { Fail 'AZURE_RESOURCE_GROUP is not set: run
 if (-not $env:AZURE_FUNCTION_APP_NAME) { Fail 'AZURE_FUNCTION_APP_NAME is not set: run azd provision first' }
 $app = $env:AZURE_FUNCTION_APP_NAME
 
-$existing = az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app `
-    --query "[?name=='SUBMISSION_KEY'].value | [0]" -o tsv
-if ($LASTEXITCODE -ne 0) { Fail "could not read the app settings of $app" }
-if ($existing) {
-    Write-Host "predeploy: $app has its submission key"
-    exit 0
+# One setting at a time: read it, and make it only if the app has none. The submission key, then the
+# callback secret of each service that answers later (CALLBACK_SECRET_SETTINGS, a main.bicep output
+# from infra/app/catalog.json, comma-separated): the service signs its callbacks with it.
+function Set-Once([string] $name) {
+    $existing = az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app `
+        --query "[?name=='$name'].value | [0]" -o tsv
+    if ($LASTEXITCODE -ne 0) { Fail "could not read the app settings of $app" }
+    if ($existing) {
+        Write-Host "predeploy: $app has its $name"
+        return
+    }
+    # 32 random bytes as hex; the value goes to az in a file, never as an argument.
+    $bytes = [System.Security.Cryptography.RandomNumberGenerator]::GetBytes(32)
+    $key = -join ($bytes | ForEach-Object { $_.ToString('x2') })
+    $settings = New-TemporaryFile
+    try {
+        "[{""name"": ""$name"", ""value"": ""$key"", ""slotSetting"": false}]" | Set-Content -Path $settings -NoNewline
+        az functionapp config appsettings set -g $env:AZURE_RESOURCE_GROUP -n $app --settings "@$settings" -o none
+        if ($LASTEXITCODE -ne 0) { Fail "could not set the $name of $app" }
+    } finally {
+        Remove-Item -Force $settings
+    }
+    Write-Host "predeploy: made the $name of $app; read it with"
+    Write-Host "  az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app --query ""[?name=='$name'].value | [0]"" -o tsv"
 }
 
-# 32 random bytes as hex; the value goes to az in a file, never as an argument.
-$bytes = [System.Security.Cryptography.RandomNumberGenerator]::GetBytes(32)
-$key = -join ($bytes | ForEach-Object { $_.ToString('x2') })
-$settings = New-TemporaryFile
-try {
-    "[{""name"": ""SUBMISSION_KEY"", ""value"": ""$key"", ""slotSetting"": false}]" | Set-Content -Path $settings -NoNewline
-    az functionapp config appsettings set -g $env:AZURE_RESOURCE_GROUP -n $app --settings "@$settings" -o none
-    if ($LASTEXITCODE -ne 0) { Fail "could not set the submission key of $app" }
-} finally {
-    Remove-Item -Force $settings
+Set-Once 'SUBMISSION_KEY'
+foreach ($name in ("$env:CALLBACK_SECRET_SETTINGS" -split ',' | Where-Object { $_ })) {
+    if ($name -notmatch '^[A-Z0-9_]+$') { Fail "CALLBACK_SECRET_SETTINGS holds $name, which is not a setting name" }
+    Set-Once $name
 }
-Write-Host "predeploy: made the submission key of $app; a storefront reads it with"
-Write-Host "  az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app --query ""[?name=='SUBMISSION_KEY'].value | [0]"" -o tsv"
 exit 0

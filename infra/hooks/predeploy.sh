@@ -1,7 +1,7 @@
 #!/bin/sh
 # azd `predeploy` hook (azure.yaml): makes sure the Function App has its submission key, the app setting
 # SUBMISSION_KEY with which a storefront submits and reads orders (the API's submitter role, and only
-# that). It is made once, here, not in Bicep: the site module keeps the settings it does not set
+# that), and the callback secret of each service that answers later (<SERVICE>_CALLBACK_SECRET). It is made once, here, not in Bicep: the site module keeps the settings it does not set
 # (retainCurrentAppSettings), so the key a storefront holds survives every deployment, and no deployment
 # parameter, output or azd variable ever holds it. Rotating it: docs/deploying.md.
 #
@@ -24,23 +24,38 @@ command -v az >/dev/null 2>&1 \
 [ -n "${AZURE_FUNCTION_APP_NAME:-}" ] || fail "AZURE_FUNCTION_APP_NAME is not set: run azd provision first"
 app=$AZURE_FUNCTION_APP_NAME
 
-existing=$(az functionapp config appsettings list -g "$AZURE_RESOURCE_GROUP" -n "$app" \
-  --query "[?name=='SUBMISSION_KEY'].value | [0]" -o tsv) \
-  || fail "could not read the app settings of $app"
-if [ -n "$existing" ]; then
-  echo "predeploy: $app has its submission key"
-  exit 0
-fi
+# One setting at a time: read it, and make it only if the app has none. The submission key, then the
+# callback secret of each service that answers later (CALLBACK_SECRET_SETTINGS, a main.bicep output
+# from infra/app/catalog.json, comma-separated): the service signs its callbacks with it.
+make_once() {
+  name=$1
+  existing=$(az functionapp config appsettings list -g "$AZURE_RESOURCE_GROUP" -n "$app" \
+    --query "[?name=='$name'].value | [0]" -o tsv) \
+    || fail "could not read the app settings of $app"
+  if [ -n "$existing" ]; then
+    echo "predeploy: $app has its $name"
+    return 0
+  fi
+  # 32 random bytes as hex; the value goes to az in a file readable by this user only, never as an
+  # argument (which every local user could read in the process list).
+  key=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  [ "${#key}" -eq 64 ] || fail "could not draw a random key"
+  settings=$(umask 077 && mktemp)
+  printf '[{"name": "%s", "value": "%s", "slotSetting": false}]\n' "$name" "$key" >"$settings"
+  if ! az functionapp config appsettings set -g "$AZURE_RESOURCE_GROUP" -n "$app" \
+    --settings "@$settings" -o none; then
+    rm -f "$settings"
+    fail "could not set the $name of $app"
+  fi
+  rm -f "$settings"
+  echo "predeploy: made the $name of $app; read it with"
+  echo "  az functionapp config appsettings list -g $AZURE_RESOURCE_GROUP -n $app --query \"[?name=='$name'].value | [0]\" -o tsv"
+}
 
-# 32 random bytes as hex; the value goes to az in a file readable by this user only, never as an argument
-# (which every local user could read in the process list).
-key=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-[ "${#key}" -eq 64 ] || fail "could not draw a random key"
-umask 077
-settings=$(mktemp)
-trap 'rm -f "$settings"' EXIT
-printf '[{"name": "SUBMISSION_KEY", "value": "%s", "slotSetting": false}]\n' "$key" >"$settings"
-az functionapp config appsettings set -g "$AZURE_RESOURCE_GROUP" -n "$app" --settings "@$settings" -o none \
-  || fail "could not set the submission key of $app"
-echo "predeploy: made the submission key of $app; a storefront reads it with"
-echo "  az functionapp config appsettings list -g $AZURE_RESOURCE_GROUP -n $app --query \"[?name=='SUBMISSION_KEY'].value | [0]\" -o tsv"
+make_once SUBMISSION_KEY
+for name in $(echo "${CALLBACK_SECRET_SETTINGS:-}" | tr ',' ' '); do
+  case $name in
+    *[!A-Z0-9_]* | "") fail "CALLBACK_SECRET_SETTINGS holds $name, which is not a setting name" ;;
+  esac
+  make_once "$name"
+done

@@ -60,7 +60,9 @@ APP_ROLES: Final = {
 }
 
 ANYONE: Final = "anyone"  # no credential needed (liveness only)
-Rule = frozenset[Role] | Literal["anyone"]
+# No role: the request carries its own proof, checked by its handler (a service's signed callback).
+SIGNED: Final = "signed"
+Rule = frozenset[Role] | Literal["anyone", "signed"]
 
 _SUBMIT = frozenset({Role.SUBMITTER, Role.OPERATOR})
 _STOREFRONT_READ = frozenset({Role.SUBMITTER, Role.READER, Role.APPROVER, Role.OPERATOR})
@@ -91,6 +93,7 @@ ROUTES: Final[dict[tuple[str, str], Rule]] = {
     ("GET", "/api/openapi.json"): _READ,
     ("GET", "/api/console"): _READ,
     ("GET", "/api/health"): ANYONE,
+    ("POST", "/api/callbacks/{service}"): SIGNED,
 }
 
 
@@ -167,7 +170,7 @@ class Refusal:
 
 def check(allowed: Rule, caller: Caller | None) -> Refusal | None:
     """None if ``caller`` may call a route with rule ``allowed``, else the refusal."""
-    if allowed == ANYONE:
+    if isinstance(allowed, str):  # anyone, or a signed request its handler checks
         return None
     if caller is None:
         return Refusal(
@@ -185,6 +188,10 @@ def check(allowed: Rule, caller: Caller | None) -> Refusal | None:
 def roles_table() -> list[tuple[str, str, str]]:
     """(METHOD, path, roles) per route, for the documentation."""
     return [
-        (method, path, "anyone" if allowed == ANYONE else ", ".join(r for r in Role if r in allowed))
+        (
+            method,
+            path,
+            allowed if isinstance(allowed, str) else ", ".join(r for r in Role if r in allowed),
+        )
         for (method, path), allowed in ROUTES.items()
     ]

@@ -112,6 +112,9 @@ def bicep_catalog(services: Sequence[ServiceDefinition], catalog: WorkflowCatalo
         # The app settings the waits name, each with its declared duration in seconds (the app's value
         # in Azure; the devhost sets short ones).
         "waits": wait_settings(catalog),
+        # The settings holding the callback secrets of the services that answer later: the predeploy
+        # hook makes each once (infra/hooks/predeploy.sh), so the services' secrets survive deployments.
+        "callbackSecrets": [s.callback_secret_setting for s in services if s.callback_secret_setting],
     }
 
 

@@ -26,9 +26,10 @@ from engine.state import ProcessState
 from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
 from . import access
-from .access import ANYONE, Role, Rule
+from .access import ANYONE, SIGNED, Role, Rule
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_PAGE_SIZE
 from .breakers import BreakerList
+from .callbacks import CallbackBody
 from .catalog import CATALOG
 from .deadletters import (
     MAX_SEQUENCE_NUMBER,
@@ -399,6 +400,45 @@ OPERATIONS: tuple[Operation, ...] = (
         answers={200: Answer("alive", Health)},
     ),
     Operation(
+        "post",
+        "/callbacks/{service}",
+        "service_callback",
+        "A service that took a call to answer later (202) sends its outcome",
+        "service",
+        (
+            Param(
+                "service",
+                "path",
+                {"type": "string", "pattern": ID_PATTERN},
+                description="the service: one whose resources are declared asynchronous",
+            ),
+            Param(
+                "Callback-Timestamp",
+                "header",
+                {"type": "string", "pattern": "^[0-9]{1,12}$"},
+                description="when it was sent, in Unix seconds; more than 300 s off is refused as stale",
+            ),
+            Param(
+                "Callback-Signature",
+                "header",
+                {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+                description="sha256= and the hex HMAC-SHA256 of '<timestamp>.<body>' with the service's "
+                "callback secret (<SERVICE>_CALLBACK_SECRET)",
+            ),
+        ),
+        CallbackBody,
+        True,
+        {
+            202: Answer(
+                "taken: the Scheduler applies the outcome to the dispatch it answers", free_form=True
+            ),
+            400: _error("the body is not a callback, or its context is not one this app sent"),
+            401: _error("unsigned, a wrong signature, or a stale timestamp: nothing was changed"),
+            404: _error("no such service taking callbacks, or no such order"),
+            409: _error("the order does not wait for this callback (late, duplicated, another attempt)"),
+        },
+    ),
+    Operation(
         "get",
         "/openapi.json",
         "openapi",
@@ -585,6 +625,10 @@ def build(catalog: WorkflowCatalog) -> dict[str, Any]:
         allowed = op.allowed
         if allowed == ANYONE:
             entry["security"] = []
+        elif allowed == SIGNED:
+            # No role: the request proves itself (a callback's signature, checked by its handler).
+            entry["security"] = []
+            entry["x-roles"] = []
         else:
             roles = [r.value for r in Role if r in allowed]
             entry["x-roles"] = roles

@@ -138,3 +138,20 @@ def _wait_seconds(source: Mapping[str, str]) -> dict[str, float]:
             raise RuntimeError(f"invalid app settings: {name} must be a number of seconds, 0 or more")
         found[name] = seconds
     return found
+
+
+# One secret per service whose resources answer later: their callbacks are signed with it. Like
+# SUBMISSION_KEY, made once in Azure by the predeploy hook (never a Bicep parameter or output), by the
+# devhost locally; not among SETTING_NAMES, which Bicep sets.
+CALLBACK_SECRET_SETTINGS = {
+    service.name: service.callback_secret_setting for service in SERVICES if service.callback_secret_setting
+}
+
+
+def callback_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The callback secret of each service that answers later, where set (a service without one gets its
+    callbacks refused: 404)."""
+    source = os.environ if environ is None else environ
+    return {
+        name: source[setting] for name, setting in CALLBACK_SECRET_SETTINGS.items() if source.get(setting)
+    }

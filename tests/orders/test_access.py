@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orders import access, openapi
-from orders.access import ANYONE, AccessSettings, Caller, Role, authenticate, check
+from orders.access import ANYONE, SIGNED, AccessSettings, Caller, Role, authenticate, check
 from orders.identity import principal_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +52,16 @@ def test_every_documented_route_has_a_rule_and_every_rule_a_documented_route() -
 
 
 def test_each_role_has_its_routes() -> None:
-    submitter = {route for route, rule in access.ROUTES.items() if rule != ANYONE and Role.SUBMITTER in rule}
+    submitter = {
+        route for route, rule in access.ROUTES.items() if not isinstance(rule, str) and Role.SUBMITTER in rule
+    }
     assert submitter == {("POST", "/api/orders"), ("GET", "/api/orders/{orderId}")}
     for (method, path), rule in access.ROUTES.items():
         if rule == ANYONE:
             assert (method, path) == ("GET", "/api/health")
+            continue
+        if rule == SIGNED:  # no role can send a service's callback: only its signature counts
+            assert (method, path) == ("POST", "/api/callbacks/{service}")
             continue
         assert Role.OPERATOR in rule, path  # the operator may do everything
         assert (Role.READER in rule) == (method == "GET"), (method, path)  # a reader every GET, no POST
@@ -68,6 +73,8 @@ def test_the_documentation_names_each_operations_roles_from_the_mapping() -> Non
         rule = access.rule(op.method, f"/api{op.path}")
         if rule == ANYONE:
             assert "x-roles" not in entry and entry["security"] == []
+        elif rule == SIGNED:
+            assert entry["x-roles"] == [] and entry["security"] == []
         else:
             assert set(entry["x-roles"]) == {r.value for r in rule}
             schemes = {name for requirement in entry["security"] for name in requirement}
@@ -217,7 +224,7 @@ def probe(platform: bool) -> dict[str, Any]:
 def test_every_route_of_the_app_is_behind_the_check() -> None:
     without, platform = probe(platform=False), probe(platform=True)
     for (method, path), rule in access.ROUTES.items():
-        if rule == ANYONE:
+        if isinstance(rule, str):  # anyone; or signed, which its handler checks (test_callbacks)
             continue
         assert without[f"{method} {path} none"] == 401, path
         assert without[f"{method} {path} forged"] == 401, path  # the platform did not set it
@@ -239,6 +246,8 @@ def test_the_documented_table_of_who_may_call_what_is_the_mapping() -> None:
         method, path = route.strip("`").split(" ", 1)
         if cells[0].startswith("anyone"):
             documented[(method, path)] = ANYONE
+        elif cells[0].startswith("signed"):
+            documented[(method, path)] = SIGNED
         else:
             documented[(method, path)] = frozenset(
                 role for role, cell in zip(Role, cells, strict=True) if cell == "yes"

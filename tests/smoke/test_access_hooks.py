@@ -70,7 +70,8 @@ def test_the_windows_variants_do_the_same_steps() -> None:
     predeploy = (HOOKS / "predeploy.ps1").read_text()
     for needle in (
         "$env:SUBMISSION_KEY_SETUP -eq 'skip'",
-        "az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app",
+        "az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app `",
+        "$env:CALLBACK_SECRET_SETTINGS",
         "[System.Security.Cryptography.RandomNumberGenerator]::GetBytes(32)",
         'az functionapp config appsettings set -g $env:AZURE_RESOURCE_GROUP -n $app --settings "@$settings"',
         "Remove-Item -Force $settings",
@@ -91,7 +92,7 @@ def test_the_windows_variants_do_the_same_steps() -> None:
         assert needle in registration, needle
     # The same role ids in both: updating the roles of an existing registration must not change them.
     ids = re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", shell)
-    assert len(set(ids)) == 2 and all(i in registration for i in ids)
+    assert len(set(ids)) == len(APP_ROLES) and all(i in registration for i in ids)
     for role in APP_ROLES:
         assert role in shell and role in registration
 
@@ -142,6 +143,30 @@ def test_an_app_without_one_gets_a_random_key_through_a_private_file(tmp_path: P
     again = run(PREDEPLOY, tmp_path, AZD_OUTPUTS)  # a second key each time: drawn at random
     assert again.returncode == 0
     assert json.loads(copy.read_text())[0]["value"] != setting["value"]
+
+
+def test_each_callback_secret_is_made_once_like_the_key(tmp_path: Path) -> None:
+    az = fake_cli(
+        tmp_path,
+        "az",
+        [
+            ("name=='SUBMISSION_KEY'", "existing-key", 0),
+            ("name=='PAYMENT_CALLBACK_SECRET'", "", 0),
+            ("name=='SHOP_CALLBACK_SECRET'", "kept", 0),
+            ("appsettings set", "", 0),
+        ],
+    )
+    env = {**AZD_OUTPUTS, "CALLBACK_SECRET_SETTINGS": "PAYMENT_CALLBACK_SECRET,SHOP_CALLBACK_SECRET"}
+    result = run(PREDEPLOY, tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    made = calls(az)
+    assert [c for c in made if "appsettings set" in c] == [made[2]], made  # the missing one only
+    assert (
+        "has its SHOP_CALLBACK_SECRET" in result.stdout
+        and "made the PAYMENT_CALLBACK_SECRET" in result.stdout
+    )
+    bad = run(PREDEPLOY, tmp_path, {**AZD_OUTPUTS, "CALLBACK_SECRET_SETTINGS": "x;rm"})
+    assert bad.returncode == 1 and "not a setting name" in bad.stderr
 
 
 def test_skip_and_failures(tmp_path: Path) -> None:

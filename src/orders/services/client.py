@@ -19,14 +19,22 @@ import httpx
 from pydantic import ValidationError
 
 from engine.agent import Action
-from engine.errors import PermanentError, TransientError
-from engine.messages import AgentRequest
+from engine.errors import Accepted, PermanentError, TransientError
+from engine.messages import AgentRequest, callback_context
 
 from .declaration import Document, Resource, ServiceDefinition
 
 _TRANSIENT_STATUS = {408, 429}
 SIMULATORS_KEY_HEADER = "x-simulators-key"
+# Where a service that answers later sends the outcome, and what it sends back with it (orders.callbacks).
+CALLBACK_URL_HEADER = "Callback-Url"
+CALLBACK_CONTEXT_HEADER = "Callback-Context"
 CONNECTIONS = 300
+
+
+def callback_path(service: str) -> str:
+    """The app's route a service that answers later sends its outcome to."""
+    return f"/api/callbacks/{service}"
 
 
 def apply_path(service: ServiceDefinition, resource: Resource) -> str:
@@ -48,8 +56,11 @@ class RemoteServices:
         urls: dict[str, str],
         client: httpx.AsyncClient | None = None,
         keys: dict[str, str] | None = None,
+        callback_base: str = "",
     ) -> None:
         self.services = {s.name: s for s in services}
+        # The app's own address, for the callback URL of a service that answers later ("" relative).
+        self.callback_base = callback_base.rstrip("/")
         self.urls = {name: url.rstrip("/") for name, url in urls.items()}
         self._keys = {name: key for name, key in (keys or {}).items() if key}
         # One pooled client per process (and event loop); the per-call timeout is set on each request.
@@ -60,10 +71,20 @@ class RemoteServices:
         )
 
     async def _call(
-        self, service: str, path: str, request: AgentRequest, timeout: float, body: dict[str, Any]
+        self,
+        service: str,
+        path: str,
+        request: AgentRequest,
+        timeout: float,
+        body: dict[str, Any],
+        asynchronous: bool = False,
     ) -> dict[str, Any]:
         url = f"{self.urls[service]}{path}"
         headers = {"Idempotency-Key": request.idempotency_key}
+        if asynchronous:
+            # The service may answer 202 and send the outcome here later, with this context in it.
+            headers[CALLBACK_URL_HEADER] = f"{self.callback_base}{callback_path(service)}"
+            headers[CALLBACK_CONTEXT_HEADER] = callback_context(request)
         if service in self._keys:
             headers[SIMULATORS_KEY_HEADER] = self._keys[service]
         try:
@@ -83,6 +104,8 @@ class RemoteServices:
             raise TransientError(f"{service}: HTTP {response.status_code}")
         if response.status_code >= 400:
             raise PermanentError(f"{service}: {_reason(response)}")
+        if response.status_code == 202 and asynchronous:
+            raise Accepted(service)
         try:
             return dict(response.json())
         except ValueError as exc:
@@ -93,8 +116,8 @@ class RemoteServices:
 
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             body = request_body(service.name, resource, False, request)
-            answer = await self._call(service.name, path, request, timeout, body)
-            return _declared_result(service, resource, answer)
+            answer = await self._call(service.name, path, request, timeout, body, resource.asynchronous)
+            return declared_result(service, resource, answer)
 
         return run
 
@@ -102,7 +125,7 @@ class RemoteServices:
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             path = undo_path(service, resource, request.idempotency_key)
             body = request_body(service.name, resource, True, request)
-            await self._call(service.name, path, request, timeout, body)
+            await self._call(service.name, path, request, timeout, body, resource.asynchronous)
             return {}
 
         return run
@@ -149,9 +172,7 @@ def request_body(service: str, resource: Resource, undoes: bool, request: AgentR
         raise PermanentError(f"{service}: the request cannot be encoded: {exc}") from exc
 
 
-def _declared_result(
-    service: ServiceDefinition, resource: Resource, answer: dict[str, Any]
-) -> dict[str, Any]:
+def declared_result(service: ServiceDefinition, resource: Resource, answer: dict[str, Any]) -> dict[str, Any]:
     """The declared result values of an apply call's answer: what is passed on, nothing else."""
     if resource.result is None:
         return {}

@@ -132,6 +132,10 @@ class Resource(Declared):
     ``result`` declares the values an apply call's answer carries (a charge id, a tracking number): the
     agent passes exactly these on, and a later step's body, or this one's undo, may read them. The undo
     call's body is ``undo_body`` if declared, else the order's id and this resource's own result values.
+
+    ``asynchronous``: the service may answer an apply or an undo with 202 Accepted and send the outcome
+    later to the app's callback route (``POST /api/callbacks/<service>``), signed with the service's
+    callback secret; the step waits for it until its ``CompleteBy`` (see ``orders.callbacks``).
     """
 
     # Declared: unknown fields are kept, and refused by the service that holds the resource, naming itself.
@@ -146,6 +150,7 @@ class Resource(Declared):
     applied: str
     undone: str | None = None
     rejection: str
+    asynchronous: bool = False
 
     @model_validator(mode="after")
     def _undo_complete(self) -> Resource:
@@ -205,6 +210,14 @@ class ServiceDefinition(BaseModel):
     def url_setting(self) -> str:
         """The app setting that holds the service's base URL, e.g. ``INVENTORY_SERVICE_URL``."""
         return re.sub(r"[^A-Z0-9]", "_", self.name.upper()) + self.URL_SETTING_SUFFIX
+
+    @property
+    def callback_secret_setting(self) -> str | None:
+        """The app setting holding the secret its callbacks are signed with, e.g.
+        ``PAYMENT_CALLBACK_SECRET``; None for a service that always answers at once."""
+        if not any(r.asynchronous for r in self.resources):
+            return None
+        return re.sub(r"[^A-Z0-9]", "_", self.name.upper()) + "_CALLBACK_SECRET"
 
     @property
     def function_name(self) -> str:

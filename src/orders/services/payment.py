@@ -30,6 +30,8 @@ SERVICE = ServiceDefinition(
             applied="charged",
             undone="refunded",
             rejection="card declined",
+            # A card payment may need the cardholder (3-D Secure): the provider answers later.
+            asynchronous=True,
         ),
         Resource(
             collection="credits",

@@ -1,0 +1,192 @@
+"""Callbacks: the outcome of a call a service took to answer later (202 Accepted), sent to the app.
+
+A resource declared ``asynchronous`` (``orders.services.declaration.Resource``) may answer an apply or an
+undo with 202. Its Agent's request carried two headers: ``Callback-Url`` (this route,
+``POST /api/callbacks/<service>``) and ``Callback-Context`` (which dispatch it was: order, step, phase and
+attempt, see ``engine.messages.callback_context``). The service later posts::
+
+    {"context": "<the Callback-Context>", "outcome": "done" | "refused", "result": {...}, "reason": "..."}
+
+with ``Callback-Timestamp`` (Unix seconds) and ``Callback-Signature: sha256=<hex>``, the HMAC-SHA256 of
+``<timestamp>.<body>`` with the service's callback secret (the app setting ``<SERVICE>_CALLBACK_SECRET``).
+
+What is refused, changing nothing: a service with no callbacks (404); no signature, a wrong one, or a
+timestamp more than :data:`TOLERANCE_SECONDS` away from now (401, so a captured callback cannot be
+replayed later); a body that is not one (400); a context that is not the dispatch the order waits for now:
+a late, duplicated or out-of-order callback, one for an earlier attempt, or for a step the order has left
+(409). An accepted callback becomes the Agent's reply it stands for, on the Scheduler's reply queue, with a
+message id of its own dispatch (duplicates sent at once are one message to the broker), and the Scheduler
+applies it fenced by step and attempt as any reply: whatever races it, its outcome is applied once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine import queues
+from engine.errors import EngineError, NotFound, PermanentError
+from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
+from engine.ports import MessageSender
+from engine.state import StepStatus
+from engine.tasks import TaskService
+
+from .services.client import declared_result
+from .services.declaration import ServiceDefinition
+
+TIMESTAMP_HEADER = "callback-timestamp"
+SIGNATURE_HEADER = "callback-signature"
+# How far a callback's timestamp may be from the app's clock: past it the callback is stale (a replay).
+TOLERANCE_SECONDS = 300
+_PREFIX = "sha256="
+
+
+class CallbackBody(BaseModel):
+    """What a service that answered later sends."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: str = Field(min_length=1, max_length=200, description="the request's Callback-Context")
+    outcome: Literal["done", "refused"]
+    result: dict[str, Any] = Field(default_factory=dict, description="an apply's declared result values")
+    reason: str | None = Field(default=None, max_length=1000, description="why it was refused")
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """The ``Callback-Signature`` of ``body`` sent at ``timestamp`` (Unix seconds, as sent)."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return _PREFIX + digest
+
+
+def signed_headers(secret: str, body: bytes, now: float | None = None) -> dict[str, str]:
+    """The headers a service sends with a callback (what the simulators send)."""
+    timestamp = str(int(time.time() if now is None else now))
+    return {
+        "Content-Type": "application/json",
+        "Callback-Timestamp": timestamp,
+        "Callback-Signature": signature(secret, timestamp, body),
+    }
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a callback is refused: a status and a message (nothing was changed)."""
+
+    status: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A callback taken: the reply it became."""
+
+    reply: AgentReply
+
+
+def verify(headers: Mapping[str, str], body: bytes, secret: str, now: float) -> Refused | None:
+    """None if ``body`` is signed with ``secret`` at a time within :data:`TOLERANCE_SECONDS` of ``now``."""
+    timestamp = headers.get(TIMESTAMP_HEADER, "")
+    sent = headers.get(SIGNATURE_HEADER, "")
+    if not timestamp.isdigit() or not sent.startswith(_PREFIX):
+        return Refused(401, "Unauthorized", "sign the callback: Callback-Timestamp and Callback-Signature")
+    if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
+        return Refused(
+            401, "Unauthorized", f"the callback's timestamp is more than {TOLERANCE_SECONDS} s off"
+        )
+    # Constant time: how long a comparison takes must not tell how much of a guess was right.
+    if not hmac.compare_digest(sent.encode(), signature(secret, timestamp, body).encode()):
+        return Refused(401, "Unauthorized", "the callback's signature does not match")
+    return None
+
+
+class Callbacks:
+    """Takes services' callbacks: checks them, then hands each to the Scheduler as the reply it stands for."""
+
+    def __init__(
+        self,
+        services: tuple[ServiceDefinition, ...],
+        secrets: Mapping[str, str],
+        tasks: Callable[[], Awaitable[TaskService]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.services = {s.name: s for s in services if s.callback_secret_setting}
+        self.secrets = {name: secret for name, secret in secrets.items() if secret}
+        self._tasks = tasks
+        self._clock = clock
+
+    async def receive(self, service: str, headers: Mapping[str, str], body: bytes) -> Taken | Refused:
+        """Check one callback (``headers`` with lower-case names) and send the reply it stands for."""
+        declared = self.services.get(service)
+        secret = self.secrets.get(service)
+        if declared is None or secret is None:
+            return Refused(404, "NotFound", f"service {service!r} sends no callbacks here")
+        refused = verify(headers, body, secret, self._clock())
+        if refused is not None:
+            return refused
+        try:
+            callback = CallbackBody.model_validate(json.loads(body))
+        except (ValueError, ValidationError, RecursionError):
+            return Refused(400, "ValidationFailed", "the body is not a callback: see CallbackBody")
+        dispatch = parse_callback_context(callback.context)
+        if dispatch is None:
+            return Refused(400, "ValidationFailed", "the context is not one this app sent")
+        order_id, index, compensating, attempt = dispatch
+        tasks = await self._tasks()
+        try:
+            record = await tasks.get(order_id)
+        except NotFound:
+            return Refused(404, "NotFound", f"no order {order_id}")
+        except EngineError as exc:
+            return Refused(409, "Conflict", str(exc))
+        state = record.state
+        step = record.steps[index] if index < len(record.steps) else None
+        awaited = (StepStatus.COMPENSATING,) if compensating else (StepStatus.RUNNING, StepStatus.WAITING)
+        current = (
+            step is not None
+            and state.current_step == index
+            and state.attempt == attempt
+            and (state.phase.value == "compensate") == compensating
+            and step.status in awaited
+        )
+        workflow = tasks.parts.catalog.find(state.workflow, state.workflow_version)
+        definition = workflow.steps[index] if workflow is not None and index < len(workflow.steps) else None
+        if not current or definition is None or definition.agent != service:
+            # Late, duplicated, out of order, or for another service's step: nothing to change.
+            return Refused(409, "Conflict", f"order {order_id} does not wait for this callback")
+        reply = self._reply(declared, definition.action or "", callback, dispatch)
+        message_id = request_message_id(order_id, index, compensating, attempt) + ":callback"
+        sender: MessageSender = tasks.parts.sender
+        await sender.send(queues.REPLY_QUEUE, reply, message_id=message_id, correlation_id=order_id)
+        return Taken(reply)
+
+    @staticmethod
+    def _reply(
+        service: ServiceDefinition, action: str, callback: CallbackBody, dispatch: tuple[str, int, bool, int]
+    ) -> AgentReply:
+        order_id, index, compensating, attempt = dispatch
+        outcome, result, error = ReplyOutcome.SUCCEEDED, {}, None
+        if callback.outcome == "refused":
+            outcome, error = ReplyOutcome.FAILED, f"{service.name}: {callback.reason or 'refused'}"
+        elif not compensating:
+            resource, _ = service.resource(action)
+            try:
+                result = declared_result(service, resource, callback.result)
+            except PermanentError as exc:  # applied, but without what later steps need: the step fails
+                outcome, error = ReplyOutcome.FAILED, str(exc)
+        return AgentReply(
+            order_id=order_id,
+            step_index=index,
+            attempt=attempt,
+            compensating=compensating,
+            outcome=outcome,
+            result=result,
+            error=error,
+        )
