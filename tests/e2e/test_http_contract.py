@@ -118,6 +118,22 @@ def test_invalid_json_is_400(stack: LocalStack) -> None:
     assert_error(response, 400, "ValidationFailed")
 
 
+def test_deep_nesting_and_repeated_keys_are_400_naming_no_exception_and_write_nothing(
+    stack: LocalStack,
+) -> None:
+    order_id = fresh_id()
+    body = json.dumps(new_order(order_id))
+    deep = body[:-1] + ', "padding": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    twice = body[:-1] + f', "orderId": "{fresh_id()}"}}'
+    json_type = {"content-type": "application/json"}
+    for content in (deep, twice):
+        response = stack.api.post("/api/orders", content=content, headers=json_type)
+        error = assert_error(response, 400, "InvalidJson")
+        assert "Error" not in error["message"], error
+    assert '"orderId"' in error["message"]
+    assert_not_written(stack, order_id)
+
+
 def test_a_body_over_64_kib_is_413_and_writes_nothing(stack: LocalStack) -> None:
     order_id = fresh_id()
     body = new_order(order_id, padding="c" * (65 * 1024))  # refused for its size before anything else
