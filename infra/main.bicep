@@ -56,6 +56,9 @@ param supervisorSchedule string = '*/30 * * * * *'
 @description('ORDER_RETENTION: ISO 8601 duration a finished order (Processed or Compensated) is kept before it is purged; a purged order id is refused for as long again. Orders in Error are kept until an operator acts.')
 param orderRetention string = 'P30D'
 
+@description('PUBLIC_BASE_URL: the address clients reach the API at, without /api (e.g. https://orders.example.com behind a gateway or a custom domain); a submission\'s Location header and statusUrl start with it. Empty: the Function App\'s own https://<name>.azurewebsites.net.')
+param publicBaseUrl string = ''
+
 @minValue(1)
 @description('SUPERVISOR_MAX_FAILURES: failures of one step after which the Supervisor sets its order to Error (and the OrderEnteredError alert fires).')
 param supervisorMaxFailures int = 3
@@ -204,6 +207,7 @@ module api 'app/function-app.bicep' = {
     stepCompleteBySeconds: stepCompleteBySeconds
     supervisorSchedule: supervisorSchedule
     orderRetention: orderRetention
+    publicBaseUrl: publicBaseUrl
     supervisorMaxFailures: supervisorMaxFailures
     supervisorBackoffSeconds: supervisorBackoffSeconds
     supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds

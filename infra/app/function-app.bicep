@@ -55,6 +55,9 @@ param supervisorSchedule string
 @description('ORDER_RETENTION.')
 param orderRetention string
 
+@description('PUBLIC_BASE_URL: what a submission\'s Location header and statusUrl start with. Empty: this app\'s own https://<name>.azurewebsites.net.')
+param publicBaseUrl string
+
 @description('SUPERVISOR_MAX_FAILURES.')
 param supervisorMaxFailures int
 
@@ -130,6 +133,8 @@ var appSettings = {
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
   CANCEL_GRACE_SECONDS: '1'
   ORDER_RETENTION: orderRetention
+  // Status URLs are built from this, never from the request's Host header (which the client chooses).
+  PUBLIC_BASE_URL: empty(publicBaseUrl) ? baseUrl : publicBaseUrl
   // Empty: each step's breaker stays open as long as the order workflow's retry policy says (10 s).
   BREAKER_RESET_SECONDS: ''
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'

@@ -261,10 +261,17 @@ def parse_body[M: BaseModel](
 class OrdersApi:
     """The operations behind the HTTP routes."""
 
-    def __init__(self, tasks: Callable[[], Awaitable[TaskService]]) -> None:
+    def __init__(self, tasks: Callable[[], Awaitable[TaskService]], public_base_url: str = "") -> None:
+        """``public_base_url`` (PUBLIC_BASE_URL) starts a submission's status URL; empty: it is relative."""
         self._tasks = tasks  # resolved lazily, so a bad request costs no connection
+        self._base_url = public_base_url.rstrip("/")
 
-    async def submit(self, body: bytes, content_type: str | None, base_url: str) -> Reply:
+    def status_url(self, order_id: str) -> str:
+        """Where an order's status is read: from the configured base URL, never from the request's Host,
+        which the client chooses (``Host: evil.example`` would come back as a link to evil.example)."""
+        return f"{self._base_url}/api/orders/{order_id}"
+
+    async def submit(self, body: bytes, content_type: str | None) -> Reply:
         """``POST /api/orders``."""
         order = parse_body(OrderRequest, body, content_type, required=True, what="the order")
         if isinstance(order, Reply):
@@ -291,7 +298,7 @@ class OrdersApi:
             created, record = await tasks.submit(order_id, document, identity, workflow)
         except EngineError as exc:
             return engine_error(exc)
-        location = f"{base_url.rstrip('/')}/api/orders/{order_id}"
+        location = self.status_url(order_id)
         reply = OrderAccepted(
             order_id=order_id, process_state=record.state.process_state, status_url=location
         )

@@ -398,7 +398,12 @@ _HEADERS = {
         "schema": {"type": "string"},
         "required": True,
     },
-    "Location": {"description": "the order's status URL", "schema": {"type": "string"}, "required": True},
+    "Location": {
+        "description": "the order's status URL, as statusUrl: PUBLIC_BASE_URL followed by "
+        "/api/orders/{orderId}, or that path alone where the app sets no PUBLIC_BASE_URL",
+        "schema": {"type": "string"},
+        "required": True,
+    },
     "Content-Security-Policy": {
         "description": "only the page's own inline style and script (by hash) and calls to this origin",
         "schema": {"type": "string"},

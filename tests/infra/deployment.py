@@ -78,6 +78,7 @@ MAIN_PARAMETERS: dict[str, str | None] = {
     "stepCompleteBySeconds": None,
     "supervisorSchedule": "${SUPERVISOR_SCHEDULE=*/30 * * * * *}",
     "orderRetention": None,
+    "publicBaseUrl": "${PUBLIC_BASE_URL=}",
     "supervisorMaxFailures": None,
     "supervisorBackoffSeconds": None,
     "supervisorMaxBackoffSeconds": None,

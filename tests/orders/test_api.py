@@ -69,14 +69,14 @@ class Harness:
             WorkflowCatalog.of(WORKFLOW, REFILL), self.store, self.sender, ManualClock(), EngineSettings()
         )
         self.tasks = TaskService(parts)
-        self.api = OrdersApi(self._tasks)
+        self.api = OrdersApi(self._tasks, BASE)
 
     async def _tasks(self) -> TaskService:
         return self.tasks
 
     async def submit(self, body: Any = None, content_type: str = JSON) -> Reply:
         raw = body if isinstance(body, bytes) else json.dumps(ORDER if body is None else body).encode()
-        return await self.api.submit(raw, content_type, BASE)
+        return await self.api.submit(raw, content_type)
 
 
 def code(reply: Reply) -> tuple[int, str]:
@@ -91,6 +91,7 @@ def h() -> Harness:
 async def test_submit_accepts_an_order_and_points_at_its_status(h: Harness) -> None:
     reply = await h.submit({**ORDER, "orderId": "o-1"})
     assert reply.status == 202 and reply.body["processState"] == "Pending"
+    # From the configured base URL (PUBLIC_BASE_URL): the request's Host never reaches the API.
     assert reply.headers["Location"] == reply.body["statusUrl"] == f"{BASE}/api/orders/o-1"
     stored = h.store.state("o-1").input
     # Stored as the workflow's input model dumps it: camelCase, defaults filled in.
@@ -116,6 +117,16 @@ async def test_each_workflow_validates_its_own_input_and_names_the_field(h: Harn
         code(reply) == (400, "ValidationFailed") and reply.body["error"]["details"][0]["field"] == "workflow"
     )
     assert list(h.store.records) == ["r-1"]
+
+
+async def test_without_a_public_base_url_the_status_url_is_relative() -> None:
+    h = Harness()
+    h.api = OrdersApi(h._tasks)
+    reply = await h.submit({**ORDER, "orderId": "o-1"})
+    assert reply.headers["Location"] == reply.body["statusUrl"] == "/api/orders/o-1"
+    assert OrdersApi(h._tasks, "https://orders.example.com/").status_url("o-2") == (
+        "https://orders.example.com/api/orders/o-2"
+    )
 
 
 async def test_submit_generates_an_id_when_none_is_given(h: Harness) -> None:
