@@ -39,7 +39,7 @@ from orders.deadletters import DeadLetterParts, DeadLettersApi
 from orders.openapi import document
 from orders.runtime import runtime
 from orders.services.declaration import ServiceDefinition
-from orders.settings import callback_secrets
+from orders.settings import callback_secrets, public_base_url
 from orders.telemetry_setup import configure_telemetry
 
 configure_telemetry()
@@ -61,7 +61,9 @@ async def _breakers() -> BreakerStore:
     return (await runtime()).breakers
 
 
-api = OrdersApi(_tasks)
+# Status URLs start with PUBLIC_BASE_URL (relative without it), never with the request's Host. Read here,
+# at import: an invalid value stops the app from loading, with the setting named.
+api = OrdersApi(_tasks, public_base_url())
 breakers = BreakersApi(CATALOG.agents, _breakers)
 dead_letters = DeadLettersApi(_dead_letters, tuple(queues.all_queues(CATALOG.agents)))
 callbacks = Callbacks(SERVICES, callback_secrets(), _tasks)
@@ -81,11 +83,6 @@ def _headers(req: func.HttpRequest) -> dict[str, str]:
 def _call(req: func.HttpRequest, caller: Caller) -> Call:
     headers = _headers(req)
     return Call(req.get_body(), headers.get("content-type"), headers, dict(req.params), caller.actor)
-
-
-def _base_url(req: func.HttpRequest) -> str:
-    parts = urlsplit(req.url)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 Handler = Callable[[func.HttpRequest, Caller], Awaitable[func.HttpResponse]]
@@ -124,7 +121,7 @@ def _page(status: int, body: bytes, headers: dict[str, str]) -> func.HttpRespons
 @_api("orders", "POST")
 async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Accept an order: 202 with its status URL."""
-    return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), _base_url(req)))
+    return _respond(await api.submit(req.get_body(), req.headers.get("content-type")))
 
 
 @_api("orders", "GET")

@@ -242,7 +242,7 @@ class Bench:
             order_id = f"s-{uuid.uuid4().hex[:20]}"
             self.submitted.append(order_id)
             body = {**ORDER, "orderId": order_id}
-            reply = await api.submit(json.dumps(body).encode(), "application/json", "http://bench")
+            reply = await api.submit(json.dumps(body).encode(), "application/json")
             assert reply.status == 202, reply.body
 
         async def get(order_id: str) -> None:

@@ -58,6 +58,8 @@ param orderRetention string = 'P30D'
 
 @description('Durations of the workflows\' waits in seconds, by the app setting each wait names (infra/app/catalog.json "waits"), as strings, e.g. {"CANCELLATION_WINDOW_SECONDS": "600", "FRAUD_REVIEW_SECONDS": "172800"}; a setting left out keeps its declared duration (the cancellation window 30 minutes, a fraud review a day).')
 param waitSeconds object = {}
+@description('PUBLIC_BASE_URL: the address clients reach the API at, without /api (e.g. https://orders.example.com behind a gateway or a custom domain); a submission\'s Location header and statusUrl start with it. Empty: the Function App\'s own https://<name>.azurewebsites.net.')
+param publicBaseUrl string = ''
 
 @minValue(1)
 @description('SUPERVISOR_MAX_FAILURES: failures of one step after which the Supervisor sets its order to Error (and the OrderEnteredError alert fires).')
@@ -208,6 +210,7 @@ module api 'app/function-app.bicep' = {
     supervisorSchedule: supervisorSchedule
     orderRetention: orderRetention
     waitSeconds: waitSeconds
+    publicBaseUrl: publicBaseUrl
     supervisorMaxFailures: supervisorMaxFailures
     supervisorBackoffSeconds: supervisorBackoffSeconds
     supervisorMaxBackoffSeconds: supervisorMaxBackoffSeconds

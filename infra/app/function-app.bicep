@@ -57,6 +57,8 @@ param orderRetention string
 
 @description('Durations of the workflows\' waits, in seconds, by the setting each wait names (catalog.json "waits"), as strings, e.g. {"CANCELLATION_WINDOW_SECONDS": "600"}; a setting left out keeps its declared duration.')
 param waitSeconds object = {}
+@description('PUBLIC_BASE_URL: what a submission\'s Location header and statusUrl start with. Empty: this app\'s own https://<name>.azurewebsites.net.')
+param publicBaseUrl string
 
 @description('SUPERVISOR_MAX_FAILURES.')
 param supervisorMaxFailures int
@@ -136,6 +138,8 @@ var appSettings = {
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
   CANCEL_GRACE_SECONDS: '1'
   ORDER_RETENTION: orderRetention
+  // Status URLs are built from this, never from the request's Host header (which the client chooses).
+  PUBLIC_BASE_URL: empty(publicBaseUrl) ? baseUrl : publicBaseUrl
   // Empty: each step's breaker stays open as long as the order workflow's retry policy says (10 s).
   BREAKER_RESET_SECONDS: ''
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'

@@ -10,7 +10,13 @@ catch-all).
 A matched request goes to ``azure-functions-runtime`` as the Functions host sends it: an ``RpcHttp`` with
 the method, the URL as sent, the headers, the query, the route's values (``params``) and the body as
 bytes (the runtime asks for raw bytes); the response the runtime returns (status, headers, cookies,
-body) is written back as it is. A function that raises is a 500.
+body) is written back as it is. A function that raises is a 500 whose body says only that: the exception
+goes to the log, never to the client.
+
+The body is read last, after the route, the method and the host's own credentials (a key, a bearer
+token) have been checked, and only up to :data:`MAX_REQUEST_BODY_BYTES`: a longer one is a 413 with
+the rest left unread. A role the app checks itself (``orders.access``) is checked in the function, after
+the body arrived, as in Azure; the cap bounds what a caller without a credential can make the host read.
 
 Auth levels are not enforced by default, as with Core Tools locally. Given keys (:class:`HostKeys`), the
 host checks them as the Functions host does: the key comes in the ``x-functions-key`` header or the
@@ -70,6 +76,14 @@ _CONSTRAINT_PATTERNS = {
 }
 KEY_HEADER = "x-functions-key"
 KEY_QUERY_PARAMETER = "code"
+# The largest request body the host reads. The Functions host in Azure takes up to 100 MB, far more than
+# any function here needs: the orders API refuses bodies over 64 KiB itself (orders.api.MAX_BODY_BYTES),
+# the hosted simulators theirs over 1 MiB, and an order's body is a few hundred bytes. 1 MiB bounds what
+# one request can make the host hold, and is above the API's own limit, so the API, with its own error,
+# answers the bodies in between.
+MAX_REQUEST_BODY_BYTES = 1024 * 1024
+# A failed function's answer: the exception's type and text are for the log, not for the client.
+INTERNAL_ERROR_MESSAGE = "the function failed; the host's log has the details"
 # Segment precedence as ASP.NET orders routes: lower sorts first.
 _LITERAL, _CONSTRAINED, _PARAMETER, _OPTIONAL, _CATCH_ALL = 1, 2, 3, 4, 5
 
@@ -307,6 +321,36 @@ def _unauthorized(path: str) -> JSONResponse:
     return _error(401, "Unauthorized", f"{path} needs a valid key in {KEY_HEADER} or ?{KEY_QUERY_PARAMETER}=")
 
 
+def _too_large() -> JSONResponse:
+    # Connection: close, since the rest of the body is left unread: the connection cannot carry another
+    # request, and closing it spares reading what may be a long stream.
+    return _error(
+        413,
+        "PayloadTooLarge",
+        f"the body is over {MAX_REQUEST_BODY_BYTES} bytes",
+        headers={"Connection": "close"},
+    )
+
+
+async def read_body(request: Request, limit: int = MAX_REQUEST_BODY_BYTES) -> bytes | None:
+    """The request's body, or None when it is over ``limit`` bytes.
+
+    A declared ``Content-Length`` over the limit is refused before a byte is read; otherwise the body is
+    read until it ends or passes the limit, and no more than ``limit`` bytes are kept.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _request_url(request: Request) -> str:
     """The URL as the client sent it: Starlette's ``request.url`` carries the decoded path."""
     scope = request.scope
@@ -436,8 +480,10 @@ class HttpHost:
             response = RedirectResponse("/.auth/login/aad", status_code=302)
             response.delete_cookie(SESSION_COOKIE, path="/")
             return response
-        body = (await request.body()).decode("utf-8", "replace") if request.method == "POST" else ""
-        fields = parse_qs(body)
+        form = await read_body(request) if request.method == "POST" else b""
+        if form is None:
+            return _too_large()
+        fields = parse_qs(form.decode("utf-8", "replace"))
         target = (fields.get("post_login_redirect_uri") or [""])[0] or request.query_params.get(
             "post_login_redirect_uri", "/api/console"
         )
@@ -516,7 +562,10 @@ class HttpHost:
         route, route_params = chosen
         if not self.keys.allows(route.spec.auth_level, _supplied_key(request)):
             return _unauthorized(path)
-        body = await request.body()
+        # Only now, every check of the host's own made, is the body read, and only up to the cap.
+        body = await read_body(request)
+        if body is None:
+            return _too_large()
         http_request = protos.RpcHttp(
             method=method,
             url=_request_url(request),
@@ -533,13 +582,13 @@ class HttpHost:
                 [protos.ParameterBinding(name=spec.arg_name, data=protos.TypedData(http=http_request))],
                 reason=f"HTTP {method} {path}",
             )
-        except InvocationFailed as exc:  # logged with its traceback by the language worker
-            return _error(500, "InternalError", str(exc))
+        except InvocationFailed:  # logged with its traceback by the language worker
+            return _error(500, "InternalError", INTERNAL_ERROR_MESSAGE)
         try:
             return to_starlette_response(response.return_value)
-        except Exception as exc:
+        except Exception:
             log.error("Functions.%s: cannot turn its result into an HTTP response", name, exc_info=True)
-            return _error(500, "InternalError", f"Functions.{name}: {exc}")
+            return _error(500, "InternalError", INTERNAL_ERROR_MESSAGE)
 
     def bind(self, host: str, port: int) -> socket.socket:
         """Open the listening socket now, so a busy port fails the start with a clear error.

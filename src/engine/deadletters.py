@@ -57,7 +57,9 @@ def order_id_of(body: bytes) -> str | None:
     """The ``orderId`` a JSON body names, or None if the body is not a JSON object that names one."""
     try:
         data: Any = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: nested about 10,000 levels deep. Any message can be dead-lettered, so a
+        # listing must not fail on one.
         return None
     value = data.get("orderId") if isinstance(data, dict) else None
     return value if isinstance(value, str) and value else None

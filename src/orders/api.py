@@ -3,7 +3,10 @@
 Errors always have the shape ``{"error": {"code", "message", "details"?}}``, and a rejected request
 writes nothing. The engine's errors become replies in one place, :func:`engine_error`; anything else
 (a corrupt stored record, a storage outage) is not the caller's fault and propagates, so the host
-answers 500.
+answers 500. No error body names an exception: a message is written for the caller, never an
+exception's text.
+
+Every route that reads a JSON body reads it with :func:`parse_json`, through :func:`parse_body`.
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ from .models import (
 log = logging.getLogger("orders.api")
 
 MAX_BODY_BYTES = 64 * 1024
+# How deep a body's arrays and objects may nest. An order nests three levels (the order, its items, an
+# item) and a declared workflow's input a few more, never this many. Checked before parsing: json.loads
+# recurses once per level, so about 10,000 levels exhaust the stack (a RecursionError, a 500), and a few
+# thousand that do parse would recurse as deep again in validation and when stored.
+MAX_JSON_DEPTH = 32
 MAX_PAGE_SIZE = 100
 # Counting reads the live orders' listing entries (in flight, in Error), shard by shard; past this many in
 # one shard it stops and says the counts are lower bounds. Finished orders are counted by tallies.
@@ -143,6 +151,84 @@ def _validation_details(exc: ValidationError) -> list[FieldError]:
     ]
 
 
+class InvalidJson(ValueError):
+    """A body :func:`parse_json` refuses; the message says why, in words for the caller."""
+
+
+# A JSON string (escapes included) and an opening or closing bracket, for measuring nesting without
+# parsing: brackets inside strings do not nest. An unterminated string runs to the end of the text (its
+# closing quote is optional), as the parser reads it, and so that no text is scanned twice: matching
+# from every quote of an unterminated run of escaped quotes would take quadratic time.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _nests_deeper_than(text: str, limit: int) -> bool:
+    """True if the arrays and objects of ``text`` nest more than ``limit`` levels deep.
+
+    Strings are taken out first, as the parser reads them, so a bracket in a string does not count. On
+    text that is not JSON the count may be off, but never below what the parser would reach before it
+    stops at the first error.
+    """
+    bare = _JSON_STRING.sub("", text)
+    if bare.count("[") + bare.count("{") <= limit:
+        return False  # the common case, an ordinary order: nothing to walk
+    depth = 0
+    for bracket in _BRACKET.finditer(bare):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth = max(depth - 1, 0)
+    return False
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' ``object_pairs_hook``: the object, or InvalidJson naming a key it repeats.
+
+    Without it the last value of a repeated key wins, so what a client's checks saw (the first
+    ``orderId``) need not be what is stored.
+    """
+    built = dict(pairs)
+    if len(built) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                shown = json.dumps(key[:100] + ("..." if len(key) > 100 else ""))
+                raise InvalidJson(f"the key {shown} appears more than once in one object")
+            seen.add(key)
+    return built
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON value of ``body``, for every route that reads JSON.
+
+    Raises :class:`InvalidJson` when it is not JSON, when its arrays and objects nest deeper than
+    :data:`MAX_JSON_DEPTH`, or when an object, at any depth, repeats a key. The text is decoded as
+    json.loads decodes bytes (UTF-8, or UTF-16 or UTF-32 by their byte order).
+    """
+    try:
+        text = body.decode(json.detect_encoding(body), "surrogatepass")
+    except UnicodeDecodeError:
+        raise InvalidJson("the body is not valid JSON: it is not UTF-8 text") from None
+    too_deep = f"the body's arrays and objects nest deeper than {MAX_JSON_DEPTH} levels"
+    if _nests_deeper_than(text, MAX_JSON_DEPTH):
+        raise InvalidJson(too_deep)
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except InvalidJson:
+        raise
+    except json.JSONDecodeError as exc:
+        # Its own words and position, not its text: a message here never names an exception.
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise InvalidJson(f"the body is not valid JSON: {exc.msg} ({where})") from None
+    except RecursionError:  # not expected past the depth check; a 400 all the same, never a 500
+        raise InvalidJson(too_deep) from None
+    except ValueError:  # e.g. a number with more digits than Python converts
+        raise InvalidJson("the body is not valid JSON") from None
+
+
 def _json_object(body: bytes, content_type: str | None, required: bool) -> dict[str, Any] | Reply:
     """The body as a JSON object, or the error reply. An optional body may be empty."""
     if not body.strip() and not required:
@@ -153,9 +239,9 @@ def _json_object(body: bytes, content_type: str | None, required: bool) -> dict[
     if len(body) > MAX_BODY_BYTES:
         return error(413, "PayloadTooLarge", f"the body is over {MAX_BODY_BYTES} bytes")
     try:
-        raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error(400, "InvalidJson", f"the body is not valid JSON: {exc}")
+        raw = parse_json(body)
+    except InvalidJson as exc:
+        return error(400, "InvalidJson", str(exc))
     if not isinstance(raw, dict):
         return error(400, "ValidationFailed", "the body must be a JSON object")
     return raw
@@ -177,10 +263,17 @@ def parse_body[M: BaseModel](
 class OrdersApi:
     """The operations behind the HTTP routes."""
 
-    def __init__(self, tasks: Callable[[], Awaitable[TaskService]]) -> None:
+    def __init__(self, tasks: Callable[[], Awaitable[TaskService]], public_base_url: str = "") -> None:
+        """``public_base_url`` (PUBLIC_BASE_URL) starts a submission's status URL; empty: it is relative."""
         self._tasks = tasks  # resolved lazily, so a bad request costs no connection
+        self._base_url = public_base_url.rstrip("/")
 
-    async def submit(self, body: bytes, content_type: str | None, base_url: str) -> Reply:
+    def status_url(self, order_id: str) -> str:
+        """Where an order's status is read: from the configured base URL, never from the request's Host,
+        which the client chooses (``Host: evil.example`` would come back as a link to evil.example)."""
+        return f"{self._base_url}/api/orders/{order_id}"
+
+    async def submit(self, body: bytes, content_type: str | None) -> Reply:
         """``POST /api/orders``."""
         order = parse_body(OrderRequest, body, content_type, required=True, what="the order")
         if isinstance(order, Reply):
@@ -207,7 +300,7 @@ class OrdersApi:
             created, record = await tasks.submit(order_id, document, identity, workflow)
         except EngineError as exc:
             return engine_error(exc)
-        location = f"{base_url.rstrip('/')}/api/orders/{order_id}"
+        location = self.status_url(order_id)
         reply = OrderAccepted(
             order_id=order_id, process_state=record.state.process_state, status_url=location
         )

@@ -112,7 +112,11 @@ class OrderAccepted(_View):
 
     order_id: str = Field(alias="orderId")
     process_state: ProcessState = Field(alias="processState")
-    status_url: str = Field(alias="statusUrl")
+    status_url: str = Field(
+        alias="statusUrl",
+        description="where to read the order: the app's PUBLIC_BASE_URL followed by /api/orders/{orderId}, "
+        "or that path alone where it sets none; never built from the request's Host",
+    )
 
 
 class OrderPage(_View):

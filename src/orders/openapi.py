@@ -27,7 +27,7 @@ from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
 from . import access
 from .access import ANYONE, SIGNED, Role, Rule
-from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_PAGE_SIZE
+from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_JSON_DEPTH, MAX_PAGE_SIZE
 from .breakers import BreakerList
 from .callbacks import CallbackBody
 from .catalog import CATALOG
@@ -118,7 +118,10 @@ IF_MATCH = Param(
     "that version",
 )
 _ACTION_ERRORS = {
-    400: _error("the body is not valid JSON or not valid for this action"),
+    400: _error(
+        f"the body is not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels, or repeating a key in an "
+        "object, included) or not valid for this action"
+    ),
     404: _error("no such order, or no such step in its workflow"),
     409: _error("the order's state does not allow this action now (InvalidState)"),
     412: _error("the ETag is stale: the order changed since it was read; nothing was changed"),
@@ -171,7 +174,9 @@ def _dead_letter_action(verb: str, operation_id: str, summary: str) -> Operation
         False,
         {
             200: Answer("done, and audited", DeadLetterOutcome),
-            400: _error("a sequence number that is not a whole number, or an invalid body"),
+            400: _error(
+                "a sequence number that is not a whole number, or an invalid body (as for the order actions)"
+            ),
             404: _error("no such queue, or no such message in its dead-letter queue"),
             409: _error("the message could not be locked within the scan's bound; nothing was changed"),
             413: _error(f"the body is over {MAX_BODY_BYTES} bytes"),
@@ -197,7 +202,10 @@ OPERATIONS: tuple[Operation, ...] = (
                 "the same order was already submitted with the same body", OrderAccepted, ("Location",)
             ),
             202: Answer("accepted; poll statusUrl", OrderAccepted, ("Location",)),
-            400: _error("not valid JSON, no such workflow, or not a valid input of its workflow"),
+            400: _error(
+                f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels, or repeating a key in an "
+                "object, included), no such workflow, or not a valid input of its workflow"
+            ),
             409: _error(
                 "an order with this id exists with another body (Conflict), or finished and was deleted "
                 "after the retention period, and its id is refused while its tombstone lasts (Purged)"
@@ -454,7 +462,12 @@ _HEADERS = {
         "schema": {"type": "string"},
         "required": True,
     },
-    "Location": {"description": "the order's status URL", "schema": {"type": "string"}, "required": True},
+    "Location": {
+        "description": "the order's status URL, as statusUrl: PUBLIC_BASE_URL followed by "
+        "/api/orders/{orderId}, or that path alone where the app sets no PUBLIC_BASE_URL",
+        "schema": {"type": "string"},
+        "required": True,
+    },
     "Content-Security-Policy": {
         "description": "only the page's own inline style and script (by hash) and calls to this origin",
         "schema": {"type": "string"},

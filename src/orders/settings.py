@@ -44,6 +44,27 @@ class Settings(BaseModel):
     # How long a finished order (Processed, Compensated) is kept, as an ISO 8601 duration; then it is
     # purged and its id refused for as long again (engine.retention).
     order_retention: str = Field(default="P30D", alias="ORDER_RETENTION")
+    # What a submission's Location header and statusUrl start with: the address clients reach /api at
+    # (https://<app>.azurewebsites.net, or a gateway's). Never the request's Host header, which the
+    # client chooses. Empty: they are relative, /api/orders/<id>. Read at import (see public_base_url).
+    public_base_url: str = Field(default="", alias="PUBLIC_BASE_URL")
+
+    @field_validator("public_base_url", mode="before")
+    @classmethod
+    def _a_base_url(cls, value: object) -> object:
+        text = "" if value is None else str(value).strip()
+        if not text:
+            return ""
+        parts = urlsplit(text)
+        try:
+            port = parts.port  # a ValueError for a port that is not a number from 0 to 65535
+        except ValueError:
+            raise ValueError(f"{text!r} has an invalid port") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+            raise ValueError(f"{text!r} is not an absolute http(s) URL, e.g. https://orders.example.com")
+        if parts.username is not None or parts.query or parts.fragment:
+            raise ValueError(f"{text!r} must have no user, query or fragment")
+        return text.rstrip("/")
 
     @field_validator("breaker_reset_seconds", mode="before")
     @classmethod
@@ -102,6 +123,21 @@ SETTING_NAMES = (
     *SERVICE_URL_SETTINGS.values(),
     *WAIT_SETTINGS,
 )
+
+
+def public_base_url(environ: Mapping[str, str] | None = None) -> str:
+    """PUBLIC_BASE_URL, checked as :class:`Settings` checks it, without a trailing slash; "" when unset.
+
+    Read on its own, at import by ``function_app.py``: the submission route needs it before (and
+    without) the rest of the settings. Raises RuntimeError naming what is wrong.
+    """
+    source = os.environ if environ is None else environ
+    name = Settings.model_fields["public_base_url"].alias
+    assert name is not None
+    try:
+        return Settings.model_validate({name: source.get(name, "")}).public_base_url
+    except ValidationError as exc:
+        raise RuntimeError(f"invalid app settings:\n{exc}") from exc
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

@@ -244,8 +244,11 @@ class Simulators:
         try:
             return await change
         except (OSError, LedgerUnavailable) as exc:
+            # The cause (a file system's or the table's error) is for the log, not for the caller.
             log.error("cannot write the ledger: %s", exc)
-            raise ApiError(500, "LedgerWriteFailed", f"the ledger could not be written: {exc}") from exc
+            raise ApiError(
+                500, "LedgerWriteFailed", "the ledger could not be written; nothing was recorded"
+            ) from exc
 
     @staticmethod
     def _finish(spec: ResourceSpec, operation: str, key: str, fault: Fault, response: Response) -> Response:
@@ -410,8 +413,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _ledger_unavailable(request: Request, exc: Exception) -> Response:
-    # A read of the ledger failed (a write failing is LedgerWriteFailed): worth a retry.
-    return error_response(503, "LedgerUnavailable", str(exc))
+    # A read of the ledger failed (a write failing is LedgerWriteFailed): worth a retry. Its cause, which may
+    # carry the storage client's own error text, goes to the log only.
+    log.warning("cannot read the ledger: %s", exc)
+    return error_response(503, "LedgerUnavailable", "the ledger did not answer; try again")
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

@@ -17,7 +17,7 @@ import pytest
 from devhost import stack
 from devhost.errors import ConfigurationError
 from devhost.functions import FunctionSpec, describe
-from devhost.http_host import SESSION_COOKIE, HttpHost, Identity, PlatformAuth
+from devhost.http_host import MAX_REQUEST_BODY_BYTES, SESSION_COOKIE, HttpHost, Identity, PlatformAuth
 from devhost.language_worker import LanguageWorker
 from devhost.worker import platform_auth
 from orders.access import AccessSettings, Role, authenticate
@@ -132,12 +132,20 @@ def test_sign_in_redirects_only_to_this_hosts_paths(served: Served) -> None:
         assert done.headers["location"] == "/api/console", target
 
 
+def test_the_sign_in_form_is_read_up_to_the_cap(served: Served) -> None:
+    platform = host(served, PlatformAuth({"op-key": OPERATOR}))
+    padded = {"key": "op-key", "padding": "x" * MAX_REQUEST_BODY_BYTES}
+    refused = request(platform, "POST", "/.auth/login/aad", data=padded)
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "PayloadTooLarge"
+    assert SESSION_COOKIE not in refused.cookies
+
+
 # ---- what orders-devhost gives its workers -------------------------------------------------------------
 def test_open_is_the_default_and_roles_give_a_key_per_role() -> None:
     assert stack.build_parser().parse_args([]).auth == "open"
     assert stack.auth_settings("open", {}, False) == {"API_AUTH": "open"}
     keys = stack.role_keys()
-    assert set(keys) == {"submitter", "reader", "operator"} and len(set(keys.values())) == 3
+    assert set(keys) == {"submitter", "reader", "approver", "operator"} and len(set(keys.values())) == 4
     settings = stack.auth_settings("roles", keys, trust_principal_headers=False)
     assert settings["API_AUTH"] == "roles" and settings["SUBMISSION_KEY"] == keys["submitter"]
     assert settings["WEBSITE_AUTH_ENABLED"] == "true"

@@ -30,11 +30,12 @@ def assert_not_written(stack: LocalStack, order_id: str) -> None:
 
 def test_submit_returns_202_with_location_and_status_url(stack: LocalStack) -> None:
     order_id = fresh_id()
-    response = stack.api.post("/api/orders", json=new_order(order_id))
+    # The local stack sets no PUBLIC_BASE_URL: the status URL is relative, whatever Host says.
+    response = stack.api.post("/api/orders", json=new_order(order_id), headers={"Host": "evil.example"})
     assert response.status_code == 202
     body = response.json()
     assert body["orderId"] == order_id and body["processState"] == "Pending"
-    assert body["statusUrl"].endswith(f"/api/orders/{order_id}")
+    assert body["statusUrl"] == f"/api/orders/{order_id}"
     assert response.headers["location"] == body["statusUrl"]
     status = stack.api.get(f"/api/orders/{order_id}").json()
     assert set(status) >= {
@@ -116,6 +117,22 @@ def test_invalid_json_is_400(stack: LocalStack) -> None:
     assert_error(response, 400, "InvalidJson")
     response = stack.api.post("/api/orders", content=b"[1, 2]", headers={"content-type": "application/json"})
     assert_error(response, 400, "ValidationFailed")
+
+
+def test_deep_nesting_and_repeated_keys_are_400_naming_no_exception_and_write_nothing(
+    stack: LocalStack,
+) -> None:
+    order_id = fresh_id()
+    body = json.dumps(new_order(order_id))
+    deep = body[:-1] + ', "padding": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    twice = body[:-1] + f', "orderId": "{fresh_id()}"}}'
+    json_type = {"content-type": "application/json"}
+    for content in (deep, twice):
+        response = stack.api.post("/api/orders", content=content, headers=json_type)
+        error = assert_error(response, 400, "InvalidJson")
+        assert "Error" not in error["message"], error
+    assert '"orderId"' in error["message"]
+    assert_not_written(stack, order_id)
 
 
 def test_a_body_over_64_kib_is_413_and_writes_nothing(stack: LocalStack) -> None:

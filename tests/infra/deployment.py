@@ -79,6 +79,7 @@ MAIN_PARAMETERS: dict[str, str | None] = {
     "supervisorSchedule": "${SUPERVISOR_SCHEDULE=*/30 * * * * *}",
     "orderRetention": None,
     "waitSeconds": None,
+    "publicBaseUrl": "${PUBLIC_BASE_URL=}",
     "supervisorMaxFailures": None,
     "supervisorBackoffSeconds": None,
     "supervisorMaxBackoffSeconds": None,

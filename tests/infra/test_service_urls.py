@@ -18,8 +18,8 @@ SIMULATORS = "https://func-x.azurewebsites.net/api/sim"
 NAMES = list(SERVICE_URL_SETTINGS)
 
 
-def app_settings(service_urls: str) -> dict[str, Any]:
-    """The appsettings the site module receives for this SERVICE_URLS."""
+def app_settings(service_urls: str, public_base_url: str = "") -> dict[str, Any]:
+    """The appsettings the site module receives for this SERVICE_URLS (and PUBLIC_BASE_URL)."""
     evaluator = Evaluator(
         FUNCTION_APP,
         {
@@ -28,6 +28,7 @@ def app_settings(service_urls: str) -> dict[str, Any]:
             "simulatorsKey": "the-key",
             "stateShards": 8,
             "authClientId": "",
+            "publicBaseUrl": public_base_url,
         },
     )
     site = body_object(evaluator.file.modules["site"].body)
@@ -90,3 +91,10 @@ def test_a_name_no_service_has_stops_the_deployment_naming_it(value: str) -> Non
 def test_the_catalog_the_settings_come_from_is_the_generated_one() -> None:
     catalog = json.loads((FUNCTION_APP.parent / "catalog.json").read_text())
     assert set(catalog["services"]) == set(NAMES)
+
+
+def test_status_urls_start_with_the_apps_own_address_unless_another_is_given() -> None:
+    # Never the request's Host header: the app builds them from this setting alone.
+    assert app_settings("")["PUBLIC_BASE_URL"] == "https://func-x.azurewebsites.net"
+    given = app_settings("", public_base_url="https://orders.example.com")
+    assert given["PUBLIC_BASE_URL"] == "https://orders.example.com"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +17,16 @@ from engine.settings import EngineSettings
 from engine.state import ProcessState, TaskState
 from engine.tasks import TaskService
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
-from orders.api import MAX_BODY_BYTES, Call, OrdersApi, Reply, engine_error
+from orders.api import (
+    MAX_BODY_BYTES,
+    MAX_JSON_DEPTH,
+    Call,
+    InvalidJson,
+    OrdersApi,
+    Reply,
+    engine_error,
+    parse_json,
+)
 from orders.inputs import FulfilmentOrder
 from tests.engine.fakes import MemoryStore, RecordingSender
 
@@ -59,14 +69,14 @@ class Harness:
             WorkflowCatalog.of(WORKFLOW, REFILL), self.store, self.sender, ManualClock(), EngineSettings()
         )
         self.tasks = TaskService(parts)
-        self.api = OrdersApi(self._tasks)
+        self.api = OrdersApi(self._tasks, BASE)
 
     async def _tasks(self) -> TaskService:
         return self.tasks
 
     async def submit(self, body: Any = None, content_type: str = JSON) -> Reply:
         raw = body if isinstance(body, bytes) else json.dumps(ORDER if body is None else body).encode()
-        return await self.api.submit(raw, content_type, BASE)
+        return await self.api.submit(raw, content_type)
 
 
 def code(reply: Reply) -> tuple[int, str]:
@@ -81,6 +91,7 @@ def h() -> Harness:
 async def test_submit_accepts_an_order_and_points_at_its_status(h: Harness) -> None:
     reply = await h.submit({**ORDER, "orderId": "o-1"})
     assert reply.status == 202 and reply.body["processState"] == "Pending"
+    # From the configured base URL (PUBLIC_BASE_URL): the request's Host never reaches the API.
     assert reply.headers["Location"] == reply.body["statusUrl"] == f"{BASE}/api/orders/o-1"
     stored = h.store.state("o-1").input
     # Stored as the workflow's input model dumps it: camelCase, defaults filled in.
@@ -107,6 +118,16 @@ async def test_each_workflow_validates_its_own_input_and_names_the_field(h: Harn
         code(reply) == (400, "ValidationFailed") and reply.body["error"]["details"][0]["field"] == "workflow"
     )
     assert list(h.store.records) == ["r-1"]
+
+
+async def test_without_a_public_base_url_the_status_url_is_relative() -> None:
+    h = Harness()
+    h.api = OrdersApi(h._tasks)
+    reply = await h.submit({**ORDER, "orderId": "o-1"})
+    assert reply.headers["Location"] == reply.body["statusUrl"] == "/api/orders/o-1"
+    assert OrdersApi(h._tasks, "https://orders.example.com/").status_url("o-2") == (
+        "https://orders.example.com/api/orders/o-2"
+    )
 
 
 async def test_submit_generates_an_id_when_none_is_given(h: Harness) -> None:
@@ -158,6 +179,115 @@ async def test_bad_submissions_are_refused_and_write_nothing(
 ) -> None:
     assert code(await h.submit(body, content_type)) == expected
     assert h.store.records == {} and h.sender.sent == []
+
+
+# ---- parse_json, the one parser of every JSON body --------------------------------------------------------
+# An error message names no exception: no class name such as RecursionError or JSONDecodeError.
+EXCEPTION_NAME = re.compile(r"[A-Z][a-z]+(?:Error|Exception)\b")
+
+
+def refusal(body: bytes) -> str:
+    with pytest.raises(InvalidJson) as refused:
+        parse_json(body)
+    message = str(refused.value)
+    assert not EXCEPTION_NAME.search(message), message
+    return message
+
+
+def nested(depth: int, opening: str = "[", closing: str = "]", inner: str = "") -> bytes:
+    return (opening * depth + inner + closing * depth).encode()
+
+
+def test_json_nested_about_ten_thousand_levels_is_refused_not_a_recursion_error() -> None:
+    for body in (nested(10_000), nested(10_000, '{"a":', "}", "1"), nested(100_000)):
+        assert f"deeper than {MAX_JSON_DEPTH} levels" in refusal(body)
+
+
+def test_json_may_nest_up_to_the_limit_and_brackets_in_strings_do_not_nest() -> None:
+    deepest: object = parse_json(nested(MAX_JSON_DEPTH))
+    for _ in range(MAX_JSON_DEPTH - 1):
+        assert isinstance(deepest, list)
+        [deepest] = deepest
+    assert deepest == []
+    assert "deeper" in refusal(nested(MAX_JSON_DEPTH + 1))
+    # Brackets and an escaped quote in a string: the string ends where the parser ends it.
+    in_a_string = '{"note": "' + "[{" * 1000 + '\\" ]"}'
+    assert parse_json(in_a_string.encode()) == {"note": "[{" * 1000 + '" ]'}
+
+
+def test_an_unterminated_run_of_escaped_quotes_is_refused_in_linear_time() -> None:
+    # Matching a string from each of its 30,000 quotes in turn: quadratic, about ten seconds.
+    assert "Unterminated string" in refusal(b'["' + b'\\"' * 30_000)
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        (b'{"orderId": "a", "orderId": "b"}', "orderId"),
+        (b'{"items": [{"sku": "a", "quantity": 1, "quantity": 1000}]}', "quantity"),
+        (b'[[{"x": {"y": {"z": 1, "z": 1}}}]]', "z"),  # the same value twice is refused too
+    ],
+)
+def test_a_key_repeated_in_one_object_is_refused_at_any_depth(body: bytes, key: str) -> None:
+    assert refusal(body) == f'the key "{key}" appears more than once in one object'
+
+
+def test_the_same_key_in_different_objects_is_fine() -> None:
+    assert parse_json(b'[{"a": 1}, {"a": 2, "b": {"a": 3}}]') == [{"a": 1}, {"a": 2, "b": {"a": 3}}]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "the body is not valid JSON: Expecting property name enclosed in double quotes"),
+        (b"\xff\xfe\xfd", "the body is not valid JSON: it is not UTF-8 text"),
+        (b"1" * 5000, "the body is not valid JSON"),  # more digits than Python converts
+    ],
+)
+def test_invalid_json_is_described_in_the_api_s_words(body: bytes, message: str) -> None:
+    assert refusal(body).startswith(message)
+
+
+def test_json_is_decoded_as_json_loads_decodes_bytes() -> None:
+    for body in (b'\xef\xbb\xbf{"a": 1}', '{"a": 1}'.encode("utf-16"), b'{"a": 1}'):
+        assert parse_json(body) == {"a": 1}
+
+
+# ---- the API refuses such bodies, and writes nothing ---------------------------------------------------
+async def test_a_deeply_nested_submission_is_400_and_writes_nothing(h: Harness) -> None:
+    deep = b'{"orderId": "o-1", "customerId": ' + nested(10_000) + b"}"
+    reply = await h.submit(deep)
+    assert code(reply) == (400, "InvalidJson")
+    assert not EXCEPTION_NAME.search(reply.body["error"]["message"])
+    assert h.store.records == {} and h.sender.sent == []
+
+
+async def test_a_submission_repeating_a_key_is_400_naming_it_and_writes_nothing(h: Harness) -> None:
+    first = json.dumps({**ORDER, "orderId": "a"})
+    twice = first[:-1] + ', "orderId": "b"}'
+    reply = await h.submit(twice.encode())
+    assert code(reply) == (400, "InvalidJson") and '"orderId"' in reply.body["error"]["message"]
+    item = '{"sku": "a", "quantity": 1, "unitPrice": 1, "unitPrice": 2}'
+    inner = json.dumps({**ORDER, "orderId": "c", "items": ["ITEM"]}).replace('"ITEM"', item)
+    assert '"unitPrice"' in (await h.submit(inner.encode())).body["error"]["message"]
+    assert h.store.records == {} and h.sender.sent == []
+
+
+async def test_actions_refuse_deep_or_repeated_bodies_and_change_nothing(h: Harness) -> None:
+    await h.submit({**ORDER, "orderId": "o-1"})
+    read = await h.api.get("o-1")
+    before = h.store.state("o-1").model_dump()
+    h.sender.sent.clear()
+    deep = b'{"note": ' + nested(10_000) + b"}"
+    twice = b'{"seconds": 5, "note": "a", "note": "b"}'
+    etag = {"if-match": read.headers["ETag"]}
+    for body in (deep, twice):
+        for action in (h.api.resubmit, h.api.cancel):
+            assert code(await action("o-1", Call(body, JSON, etag))) == (400, "InvalidJson")
+        for step_action in (h.api.retry_step, h.api.extend_step, h.api.skip_step):
+            assert code(await step_action("o-1", FIRST, Call(body, JSON, etag))) == (400, "InvalidJson")
+    assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
+    assert h.sender.sent == []
 
 
 async def test_validation_errors_name_the_field(h: Harness) -> None:

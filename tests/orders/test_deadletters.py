@@ -15,6 +15,7 @@ from engine.deadletters import (
     DeadLetterNotFound,
     DeadLetterPage,
     DeadLetterUnreachable,
+    order_id_of,
 )
 from engine.parts import EngineParts
 from engine.queues import SCHEDULER_QUEUE, agent_queue
@@ -201,3 +202,29 @@ async def test_bad_or_unknown_sequence_numbers_change_nothing(h: Harness) -> Non
     assert (locked.status, locked.body["error"]["code"]) == (409, "Unreachable")
     assert len(h.port.queues[AGENT_QUEUE]) == 1 and h.port.sent == []
     assert h.audit.queues == [] and h.audit.orders == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # About 10,000 levels: a RecursionError, and a 500, if the depth were not checked first.
+        b'{"note": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+        b'{"note": "a", "note": "b"}',
+    ],
+)
+async def test_deep_or_repeated_bodies_are_400_and_nothing_is_replayed_or_purged(
+    h: Harness, body: bytes
+) -> None:
+    await h.tasks.submit("o-1", {"orderId": "o-1", **ORDER}, "hash")
+    h.port.queues[AGENT_QUEUE] = [letter(7, "o-1")]
+    for action in (h.api.replay, h.api.purge):
+        reply = await action(AGENT_QUEUE, "7", Call(body, "application/json"))
+        assert (reply.status, reply.body["error"]["code"]) == (400, "InvalidJson")
+        assert "Error" not in reply.body["error"]["message"]
+    assert len(h.port.queues[AGENT_QUEUE]) == 1 and h.port.sent == []
+    assert h.audit.queues == [] and h.audit.orders == {}
+
+
+def test_a_dead_lettered_body_nested_too_deep_names_no_order_and_does_not_fail_the_listing() -> None:
+    assert order_id_of(b'{"orderId": "o-1"}') == "o-1"
+    assert order_id_of(b'{"orderId": "o-1", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}") is None

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from orders.catalog import CATALOG, SERVICES
-from orders.settings import SETTING_NAMES, load_settings
+from orders.settings import SETTING_NAMES, load_settings, public_base_url
 
 # One URL setting per declared service (``<NAME>_SERVICE_URL``), each with a URL of its own.
 REQUIRED = {
@@ -80,3 +80,31 @@ def test_order_retention_is_an_iso_8601_duration_thirty_days_by_default() -> Non
         with pytest.raises(RuntimeError, match="ORDER_RETENTION"):
             load_settings({**REQUIRED, "ORDER_RETENTION": bad})
     assert "ORDER_RETENTION" in SETTING_NAMES
+
+
+def test_the_public_base_url_is_an_absolute_http_url_and_empty_by_default() -> None:
+    assert "PUBLIC_BASE_URL" in SETTING_NAMES
+    assert public_base_url({}) == public_base_url({"PUBLIC_BASE_URL": " "}) == ""  # relative links
+    assert load_settings(REQUIRED).public_base_url == ""
+    for given, kept in (
+        ("https://func-x.azurewebsites.net", "https://func-x.azurewebsites.net"),
+        ("https://orders.example.com/", "https://orders.example.com"),
+        ("http://127.0.0.1:7071", "http://127.0.0.1:7071"),
+        ("https://gateway.example.com/orders/", "https://gateway.example.com/orders"),
+    ):
+        assert public_base_url({"PUBLIC_BASE_URL": given}) == kept
+        assert load_settings({**REQUIRED, "PUBLIC_BASE_URL": given}).public_base_url == kept
+    for bad in (
+        "evil.example",
+        "/api",
+        "ftp://orders.example.com",
+        "https://",
+        "https://user:secret@orders.example.com",
+        "https://orders.example.com?x=1",
+        "https://orders.example.com#top",
+        "https://orders.example.com:99999",
+    ):
+        with pytest.raises(RuntimeError, match="PUBLIC_BASE_URL"):
+            public_base_url({"PUBLIC_BASE_URL": bad})
+        with pytest.raises(RuntimeError, match="PUBLIC_BASE_URL"):
+            load_settings({**REQUIRED, "PUBLIC_BASE_URL": bad})
