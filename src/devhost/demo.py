@@ -245,6 +245,7 @@ class People:
         self.cancelled: set[str] = set()
         self.windows: set[str] = set()  # orders seen in a cancellation window
         self.refused: list[str] = []
+        self.callbacks: list[tuple[str, str]] = []  # what the services that answer later did
 
     def act(self, order: dict[str, Any], etag: str | None) -> None:
         """Act on ``order`` (as just read, with its ETag) if it waits for one of them."""
@@ -280,7 +281,23 @@ class People:
             ("approvals left to expire", str(decided["expire"])),
             ("cancellation windows", str(len(self.windows))),
             ("cancelled in the window", f"{len(self.cancelled)} ({undone} Compensated)"),
+            *self.callbacks,
         ]
+
+
+def callback_rows(stats: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
+    """The simulators' counts of calls answered later and of their callbacks, over every service."""
+    total = Counter[str]()
+    for counts in stats.values():
+        total.update({k: v for k, v in counts.items() if k.startswith(("accepted", "callback"))})
+    return [
+        ("calls answered later (202)", str(total["accepted"])),
+        (
+            "their callbacks",
+            f"{total['callbacks']} sent ({total['callbackDuplicated']} twice, {total['callbackLate']} late), "
+            f"{total['callbackLost']} lost",
+        ),
+    ]
 
 
 def _seconds(order: dict[str, Any]) -> float:
@@ -301,6 +318,14 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
             "lostReplyRate": args.lost_reply,
             "latencyMs": args.latency_ms,
             "hangMs": int(args.complete_by * 4000),
+            # A resource declared asynchronous (the payment's charges) answers half its calls later by a
+            # callback, some of which are lost, sent twice, or sent after the step's CompleteBy.
+            "asyncRate": 0.5,
+            "callbackDelayMs": 300,
+            "callbackLostRate": 0.05,
+            "callbackDuplicateRate": 0.1,
+            "callbackLateRate": 0.05,
+            "callbackLateMs": int(args.complete_by * 1500),
         }
         response = sims.post("/faults", json={service.name: profile for service in SERVICES})
         if response.status_code != 200:
@@ -351,6 +376,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
                 live.update(progress_table(orders, time.monotonic() - started, len(ids)))
                 time.sleep(0.5)  # a progress display refreshes on a period
         elapsed = time.monotonic() - started
+        people.callbacks = callback_rows(sims.get("/stats").json())
         return summarize(orders, sims.get("/ledger").json(), elapsed, people)
     finally:
         api.close()

@@ -34,7 +34,7 @@ from typing import IO
 
 import httpx
 
-from orders.settings import SERVICE_URL_SETTINGS
+from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
 from servicebus_emulator import launcher as servicebus
 
 from . import azurite
@@ -150,6 +150,11 @@ class Stack:
         self._stopping = False
         self.ready = False  # set once worker 1 answers: devhost.json then says "ready": true
         self.keys = role_keys() if args.auth == "roles" else {}
+        # The callback secret of each service that answers later, shared by the workers (which check its
+        # callbacks) and the simulators (which sign them); one the environment gives is kept.
+        self.callback_secrets = {
+            name: os.environ.get(name) or secrets.token_hex(32) for name in CALLBACK_SECRET_SETTINGS.values()
+        }
 
     # ---- start -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -183,6 +188,7 @@ class Stack:
                 str(self.data_dir),
             ],
             self.log_dir / "simulators.log",
+            env={**os.environ, **self.callback_secrets},
         )
         self.simulators.start()
         self._wait_http(f"http://127.0.0.1:{a.sim_port}/health", self.simulators, "simulators")
@@ -223,8 +229,11 @@ class Stack:
             **dict.fromkeys(SERVICE_URL_SETTINGS.values(), sim),
             "STATE_STORE_CONNECTION": azurite.table_connection_string(a.azurite_port),
             "ServiceBusConnection": servicebus.connection_string(a.sb_port),
+            # Where clients (and services that answer later) reach the API: worker 1's HTTP host.
+            "PUBLIC_BASE_URL": f"http://127.0.0.1:{a.port}",
         }
         settings.update(os.environ)
+        settings.update(self.callback_secrets)
         # The auth mode is the devhost's to say, whatever the environment holds.
         for name in ("SUBMISSION_KEY", "WEBSITE_AUTH_ENABLED", "DEVHOST_IDENTITIES"):
             settings.pop(name, None)

@@ -89,7 +89,7 @@ class OrderSummary(_View):
     complete_by: datetime | None = Field(alias="completeBy")
     # Set while the Supervisor holds the order because its current step's service has an open breaker.
     held_until: datetime | None = Field(alias="heldUntil")
-    waiting_for: Literal["timer", "approval"] | None = Field(
+    waiting_for: Literal["timer", "approval", "callback"] | None = Field(
         default=None, alias="waitingFor", description="while Waiting: what the order waits for"
     )
     wait_until: datetime | None = Field(
@@ -133,9 +133,9 @@ class StateCount(_View):
     count: int
 
 
-WaitKind = Literal["timer", "approval"]
+WaitKind = Literal["timer", "approval", "callback"]
 # What a Waiting order may wait for (engine.workflow's Wait kinds), in the order the API lists them.
-WAIT_KINDS: tuple[WaitKind, ...] = ("approval", "timer")
+WAIT_KINDS: tuple[WaitKind, ...] = ("approval", "callback", "timer")
 
 
 class WaitCount(_View):

@@ -113,7 +113,10 @@ async def build(settings: Settings) -> Runtime:
     closers: list[Closer] = []
     store = await _store(settings, closers)
     closers.insert(0, store.close)  # the table clients, then their service (and its credential)
-    services = RemoteServices(SERVICES, settings.service_urls, keys=settings.service_keys)
+    # A service that answers later is sent this app's callback route: under PUBLIC_BASE_URL.
+    services = RemoteServices(
+        SERVICES, settings.service_urls, keys=settings.service_keys, callback_base=settings.public_base_url
+    )
     closers.append(services.client.aclose)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
     # The dead-letter tools' own client: their receivers open per call and must not share the

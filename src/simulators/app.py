@@ -13,6 +13,12 @@ has no undo route: a call there is a 404 like any unknown route. The paths are t
 Every call first waits the configured latency of its service, then draws one random number that picks
 at most one fault (see ``faults.pick_fault``); the ledger records what was really applied, whatever the
 caller was told, with the result values answered and the declared result values each body carried.
+
+A resource declared ``asynchronous`` answers a share of its applies (``asyncRate``) with 202 Accepted when
+the call names a ``Callback-Url``: after ``callbackDelayMs`` it applies the effect (or refuses it, if the
+call drew a permanent fault) and posts the outcome there, signed with the service's callback secret
+(``orders.callbacks``), the ``Callback-Context`` in it. Its callbacks can be lost, sent twice, or sent late,
+as the fault profile says; a callback the app does not answer 2xx or 4xx is sent again a few times.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
+import httpx
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -33,8 +40,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive
 
-from orders.services.client import apply_path
+from orders.callbacks import signed_headers
+from orders.services.client import CALLBACK_CONTEXT_HEADER, CALLBACK_URL_HEADER, apply_path
 from orders.services.declaration import Resource, ServiceBody, ServiceDefinition
+from orders.settings import callback_secrets
 
 from .faults import Fault, FaultInjector, Stats
 from .ledger import Change, Ledger, LedgerStore, LedgerUnavailable
@@ -137,12 +146,19 @@ class Simulators:
     """The state behind the app: the ledger, the fault profile and the counters."""
 
     def __init__(
-        self, ledger: LedgerStore, faults: FaultInjector, result_names: frozenset[str] = frozenset()
+        self,
+        ledger: LedgerStore,
+        faults: FaultInjector,
+        result_names: frozenset[str] = frozenset(),
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.faults = faults
         self.result_names = result_names
         self.stats = Stats()
+        # The callback secret of each service that answers later (a service without one never does).
+        self.secrets = dict(secrets or {})
+        self._callbacks: set[asyncio.Task[None]] = set()  # kept, so that none is collected while it runs
         # Set when the server shuts down, so that hanging calls end now rather than after hangMs.
         self.stopping = asyncio.Event()
 
@@ -177,6 +193,16 @@ class Simulators:
         fault = self._draw(spec.name, settings, permanent_possible=not already_applied)
         if fault is Fault.TRANSIENT:
             return self._finish(spec, "apply", key, fault, unavailable())
+        later = self._answers_later(spec, request, settings)
+        if later is not None and fault is not Fault.HANG:
+            url, context = later
+            self.stats.count(spec.name, "accepted")
+            finish = self._finish_later(spec, key, body.order_id, carried, fault, settings, url, context)
+            task = asyncio.ensure_future(finish)
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
+            accepted = JSONResponse({"id": key, "status": "accepted"}, status_code=202)
+            return self._finish(spec, "apply", key, fault, accepted)
         if fault is Fault.PERMANENT:
             rejected = error_response(422, "Rejected", spec.resource.rejection)
             return self._finish(spec, "apply", key, fault, rejected)
@@ -221,6 +247,79 @@ class Simulators:
             return self._finish(spec, "compensate", key, fault, unavailable())
         status = spec.resource.undone if change.entry is not None else "not-found"
         return self._finish(spec, "compensate", key, fault, JSONResponse({"id": key, "status": status}))
+
+    def _answers_later(
+        self, spec: ResourceSpec, request: Request, settings: FaultSettings
+    ) -> tuple[str, str] | None:
+        """(callback URL, context) if this apply is answered 202 and finished by a callback."""
+        url = request.headers.get(CALLBACK_URL_HEADER.lower())
+        context = request.headers.get(CALLBACK_CONTEXT_HEADER.lower())
+        if not (spec.resource.asynchronous and url and context and spec.name in self.secrets):
+            return None
+        return (url, context) if self.faults.chance(settings.async_rate) else None
+
+    async def _finish_later(
+        self,
+        spec: ResourceSpec,
+        key: str,
+        order_id: str,
+        carried: Values,
+        fault: Fault,
+        settings: FaultSettings,
+        url: str,
+        context: str,
+    ) -> None:
+        """What a service that answered 202 does next: decide, record the effect, and call back."""
+        late = self.faults.chance(settings.callback_late_rate)
+        lost = self.faults.chance(settings.callback_lost_rate)
+        twice = self.faults.chance(settings.callback_duplicate_rate)
+        delay = settings.callback_delay_ms + (settings.callback_late_ms if late else 0)
+        try:
+            await asyncio.wait_for(self.stopping.wait(), timeout=delay / 1000)
+            return  # the server stops: the callback is never sent (as if lost)
+        except TimeoutError:
+            pass
+        if fault is Fault.PERMANENT:
+            outcome: dict[str, object] = {
+                "context": context,
+                "outcome": "refused",
+                "reason": spec.resource.rejection,
+            }
+        else:
+            applied = self.ledger.apply(
+                spec.name, key, order_id, result=spec.simulated_result(key), carried=carried
+            )
+            try:
+                change = await self._record(applied)
+            except ApiError:
+                return  # nothing recorded: the app's Supervisor re-dispatches once the step's time is up
+            assert change.entry is not None
+            result = change.entry.result if change.entry.result is not None else spec.simulated_result(key)
+            outcome = {"context": context, "outcome": "done", "result": result}
+        for name, happened in (("callbackLate", late), ("callbackLost", lost), ("callbackDuplicated", twice)):
+            if happened:
+                self.stats.count(spec.name, name)
+        if lost:
+            return
+        body = json.dumps(outcome).encode()
+        for _ in range(2 if twice else 1):
+            await self._call_back(spec.name, url, body)
+
+    async def _call_back(self, service: ServiceName, url: str, body: bytes) -> None:
+        """Post one signed callback, again after a short wait while the app answers neither 2xx nor 4xx."""
+        async with httpx.AsyncClient(timeout=10) as client:
+            for attempt in range(4):
+                headers = signed_headers(self.secrets[service], body)
+                self.stats.count(service, "callbacks")
+                try:
+                    response = await client.post(url, content=body, headers=headers)
+                    if response.status_code < 500:
+                        if response.status_code >= 300:
+                            log.info("callback to %s answered %d", url, response.status_code)
+                        return
+                except httpx.HTTPError as exc:
+                    log.info("callback to %s failed: %s", url, exc)
+                await asyncio.sleep(0.2 * 2**attempt)  # a webhook sender's backoff
 
     def _carried(self, body: bytes) -> Values:
         """The fields of a validated body (a JSON object) named as a result, with their values as received
@@ -335,7 +434,7 @@ def create_app(
         if data_dir is None:
             raise ValueError("create_app needs a data directory or a ledger")
         ledger = Ledger.load(data_dir)
-    simulators = Simulators(ledger, FaultInjector(seed), result_names(specs))
+    simulators = Simulators(ledger, FaultInjector(seed), result_names(specs), callback_secrets())
     log.info("ledger %s; fault seed %s", ledger.location, seed)
 
     async def health(request: Request) -> Response:

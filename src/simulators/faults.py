@@ -59,6 +59,12 @@ class FaultInjector:
         """Every service's settings in their JSON form."""
         return {service: settings.wire() for service, settings in self._profile.items()}
 
+    def chance(self, rate: float) -> bool:
+        """One more draw, for a decision a call makes beyond its fault (an asynchronous answer and what
+        becomes of its callback). Drawn only when the rate is above 0, so a profile without them meets the
+        same faults with the same seed as before they existed."""
+        return rate > 0 and self._random.random() < rate
+
     def draw(self, settings: FaultSettings, *, permanent_possible: bool) -> Fault:
         """Draw exactly one random number and return the fault it picks.
 
@@ -71,7 +77,16 @@ class FaultInjector:
 class Stats:
     """Per-service counters of calls and of the faults injected into them (in memory only)."""
 
-    FIELDS = ("calls", *(fault.value for fault in Fault if fault is not Fault.NONE))
+    FIELDS = (
+        "calls",
+        *(fault.value for fault in Fault if fault is not Fault.NONE),
+        # Applies answered 202 and the callbacks that followed: sent (each copy), lost, duplicated, late.
+        "accepted",
+        "callbacks",
+        "callbackLost",
+        "callbackDuplicated",
+        "callbackLate",
+    )
 
     def __init__(self) -> None:
         self._counts: dict[ServiceName, dict[str, int]] = {
@@ -86,6 +101,10 @@ class Stats:
         """Count one injected fault (``Fault.NONE`` is not counted)."""
         if fault is not Fault.NONE:
             self._counts[service][fault.value] += 1
+
+    def count(self, service: ServiceName, name: str) -> None:
+        """Count one event of the asynchronous mode (one of :data:`FIELDS`)."""
+        self._counts[service][name] += 1
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """A copy of every counter, for ``GET /stats``."""

@@ -57,6 +57,15 @@ class FaultSettings(BaseModel):
     lost_reply_rate: Rate = 0.0
     latency_ms: DelayMs = 0
     hang_ms: DelayMs = 30_000
+    # A resource declared asynchronous: the share of applies answered 202 and finished later by a signed
+    # callback (after callbackDelayMs), and what happens to those callbacks: never sent, sent twice, or
+    # sent callbackLateMs later than the others.
+    async_rate: Rate = 0.0
+    callback_delay_ms: DelayMs = 200
+    callback_lost_rate: Rate = 0.0
+    callback_duplicate_rate: Rate = 0.0
+    callback_late_rate: Rate = 0.0
+    callback_late_ms: DelayMs = 5_000
 
     def wire(self) -> dict[str, float | int]:
         """The camelCase JSON form, every field included."""

@@ -30,12 +30,13 @@ def assert_not_written(stack: LocalStack, order_id: str) -> None:
 
 def test_submit_returns_202_with_location_and_status_url(stack: LocalStack) -> None:
     order_id = fresh_id()
-    # The local stack sets no PUBLIC_BASE_URL: the status URL is relative, whatever Host says.
+    # The local stack sets PUBLIC_BASE_URL to its own address: the status URL starts with it, whatever
+    # Host says.
     response = stack.api.post("/api/orders", json=new_order(order_id), headers={"Host": "evil.example"})
     assert response.status_code == 202
     body = response.json()
     assert body["orderId"] == order_id and body["processState"] == "Pending"
-    assert body["statusUrl"] == f"/api/orders/{order_id}"
+    assert body["statusUrl"] == f"{stack.devhost.api_url}/api/orders/{order_id}"
     assert response.headers["location"] == body["statusUrl"]
     status = stack.api.get(f"/api/orders/{order_id}").json()
     assert set(status) >= {

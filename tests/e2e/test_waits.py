@@ -1,5 +1,6 @@
-"""Waits through the local stack: the fulfilment workflow's cancellation window (a timer) and its fraud
-review (an approval) of orders above 1,000, with the roles enforced.
+"""Waits through the local stack: the fulfilment workflow's cancellation window (a timer), its fraud
+review (an approval) of orders above 1,000, with the roles enforced, and its payment provider answering
+later (202, then a signed callback).
 
 One stack, with a window of a second and a half and a review deadline of a few seconds. Each test checks
 what the order shows, what the simulators' ledger holds (the calls that were made, and those that never
@@ -8,6 +9,8 @@ were), and the audit trail.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from orders.callbacks import signed_headers
 from orders.catalog import CATALOG, FULFILMENT
 from tests.e2e.conftest import LocalStack, new_order, start_stack, stop_stack
 from tests.support import wait_for
@@ -44,6 +48,7 @@ def waits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         extra_env={
             "CANCELLATION_WINDOW_SECONDS": str(WINDOW_SECONDS),
             "FRAUD_REVIEW_SECONDS": str(REVIEW_SECONDS),
+            "PAYMENT_CALLBACK_SECRET": PAY_SECRET,
         },
     )
     try:
@@ -79,10 +84,17 @@ def waiting_for(stack: LocalStack, order_id: str, kind: str) -> dict[str, Any]:
 
 
 def decide(client: httpx.Client, stack: LocalStack, order_id: str, verb: str, note: str) -> httpx.Response:
-    etag = stack.api.get(f"/api/orders/{order_id}").headers["etag"]
-    return client.post(
-        f"/api/orders/{order_id}/steps/fraud-review/{verb}", json={"note": note}, headers={"If-Match": etag}
-    )
+    """Approve or reject with the ETag of a fresh read, read again if the order moved in between (412)."""
+    for _ in range(5):
+        etag = stack.api.get(f"/api/orders/{order_id}").headers["etag"]
+        response = client.post(
+            f"/api/orders/{order_id}/steps/fraud-review/{verb}",
+            json={"note": note},
+            headers={"If-Match": etag},
+        )
+        if response.status_code != 412:
+            break
+    return response
 
 
 def test_the_fulfilment_runs_version_2_with_its_waits() -> None:
@@ -182,3 +194,83 @@ def test_a_review_left_past_its_deadline_undoes_the_order(waits: LocalStack) -> 
         late = decide(approver, waits, order_id, "approve", "too late")
         assert late.status_code == 409, late.text
     wait_for(lambda: waits.order(order_id)["processState"] == "Compensated", timeout=1, what="unchanged")
+
+
+# ---- a service that answers later: the payment provider's callbacks ----------------------------------------
+PAY_SECRET = "test-callback-secret"
+ASYNC_PAYMENT = {"asyncRate": 1, "callbackDelayMs": 1500}
+
+
+def callback(
+    stack: LocalStack, body: dict[str, Any], secret: str = PAY_SECRET, at: float | None = None
+) -> httpx.Response:
+    raw = json.dumps(body).encode()
+    headers = signed_headers(secret, raw, at)
+    with httpx.Client(base_url=stack.devhost.api_url, timeout=10) as client:
+        return client.post("/api/callbacks/payment", content=raw, headers=headers)
+
+
+def test_a_payment_answered_later_waits_for_its_signed_callback(waits: LocalStack) -> None:
+    waits.faults(payment=ASYNC_PAYMENT)
+    try:
+        order_id = submit(waits, SMALL)
+        waiting = waiting_for(waits, order_id, "callback")
+        assert step(waiting, "charge-payment")["state"] == "Waiting"
+        assert "charge-payment" not in waits.step_entries(order_id), "not charged until the provider says"
+        done = waits.wait_terminal(order_id)
+    finally:
+        waits.clear_faults()
+    assert done["processState"] == "Processed"
+    charge = step(done, "charge-payment")
+    assert (
+        charge["attempts"] == 1
+        and charge["result"] == waits.step_entries(order_id)["charge-payment"]["result"]
+    )
+    stats = waits.simulators.get("/stats").json()["payment"]
+    assert stats["accepted"] >= 1 and stats["callbacks"] >= 1
+    # The same outcome again, correctly signed: the order no longer waits for it.
+    context = f"{order_id}:{position_of('charge-payment')}:f:1"
+    replayed = callback(waits, {"context": context, "outcome": "done", "result": charge["result"]})
+    assert replayed.status_code == 409, replayed.text
+    assert waits.order(order_id)["updatedAt"] == done["updatedAt"]
+
+
+def test_unsigned_wrongly_signed_and_stale_callbacks_are_refused_and_change_nothing(
+    waits: LocalStack,
+) -> None:
+    waits.faults(payment={**ASYNC_PAYMENT, "callbackLostRate": 1})
+    try:
+        order_id = submit(waits, SMALL)
+        before = waiting_for(waits, order_id, "callback")
+        context = f"{order_id}:{position_of('charge-payment')}:f:1"
+        body = {"context": context, "outcome": "done", "result": {"chargeId": "forged"}}
+        raw = json.dumps(body).encode()
+        with httpx.Client(base_url=waits.devhost.api_url, timeout=10) as client:
+            unsigned = client.post("/api/callbacks/payment", content=raw)
+        assert unsigned.status_code == 401, unsigned.text
+        assert callback(waits, body, secret="not-the-secret").status_code == 401
+        assert callback(waits, body, at=time.time() - 3600).status_code == 401, "a replay an hour later"
+        assert callback(waits, {**body, "context": "nonsense"}).status_code == 400
+        with httpx.Client(base_url=waits.devhost.api_url, timeout=10) as client:
+            unknown = client.post(
+                "/api/callbacks/inventory", content=raw, headers=signed_headers(PAY_SECRET, raw)
+            )
+        assert unknown.status_code == 404, "inventory answers at once: it sends no callbacks"
+        assert waits.order(order_id)["updatedAt"] == before["updatedAt"], (
+            "a refused callback changed the order"
+        )
+        # Its callback lost, the step is dispatched again past its CompleteBy, with the same key; this time
+        # the provider's callback comes, and the charge was made once.
+        waits.faults(payment=ASYNC_PAYMENT)
+        done = waits.wait_terminal(order_id, timeout=60)
+    finally:
+        waits.clear_faults()
+    assert done["processState"] == "Processed"
+    assert step(done, "charge-payment")["attempts"] == 2
+    assert waits.step_entries(order_id)["charge-payment"]["applied"] == 1
+    # The first attempt's outcome, now: out of order, refused.
+    assert callback(waits, body).status_code == 409
+
+
+def position_of(name: str) -> int:
+    return [s.name for s in FULFILMENT.steps].index(name)

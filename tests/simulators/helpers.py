@@ -219,8 +219,22 @@ FAULT_DEFAULTS = {
     "lostReplyRate": 0.0,
     "latencyMs": 0,
     "hangMs": 30000,
+    "asyncRate": 0.0,
+    "callbackDelayMs": 200,
+    "callbackLostRate": 0.0,
+    "callbackDuplicateRate": 0.0,
+    "callbackLateRate": 0.0,
+    "callbackLateMs": 5000,
 }
-NO_CALLS = {"calls": 0, "transient": 0, "permanent": 0, "hang": 0, "lostReply": 0}
+# The counters of the asynchronous mode, none of which moves unless a resource answers later.
+NO_CALLBACKS = {
+    "accepted": 0,
+    "callbacks": 0,
+    "callbackLost": 0,
+    "callbackDuplicated": 0,
+    "callbackLate": 0,
+}
+NO_CALLS = {"calls": 0, "transient": 0, "permanent": 0, "hang": 0, "lostReply": 0, **NO_CALLBACKS}
 
 
 def apply(client: httpx.Client, service: Service, key: str, **overrides: Any) -> httpx.Response:

@@ -199,9 +199,9 @@ def test_stats_count_calls_and_faults(client: httpx.Client) -> None:
 
     assert stats(client) == {
         **empty(NO_CALLS),
-        FIRST.name: {"calls": 3, "transient": 0, "permanent": 0, "hang": 0, "lostReply": 0},
-        SECOND.name: {"calls": 3, "transient": 2, "permanent": 1, "hang": 0, "lostReply": 0},
-        LAST.name: {"calls": 2, "transient": 0, "permanent": 0, "hang": 1, "lostReply": 1},
+        FIRST.name: {**NO_CALLS, "calls": 3},
+        SECOND.name: {**NO_CALLS, "calls": 3, "transient": 2, "permanent": 1},
+        LAST.name: {**NO_CALLS, "calls": 2, "hang": 1, "lostReply": 1},
     }
 
 

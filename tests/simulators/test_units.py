@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from simulators import FaultSettings, Ledger, LedgerError, Stats, pick_fault
 from simulators.faults import Fault, FaultInjector
 from simulators.ledger import JOURNAL_FILE_NAME, LEDGER_FILE_NAME
-from tests.simulators.helpers import FIRST, LAST, UNDECLARED, empty
+from tests.simulators.helpers import FIRST, LAST, NO_CALLS, UNDECLARED, empty
 
 SETTINGS = FaultSettings.model_validate(
     {"transientRate": 0.1, "permanentRate": 0.2, "hangRate": 0.3, "lostReplyRate": 0.1}
@@ -82,13 +82,7 @@ def test_stats_ignore_no_fault() -> None:
     stats.call(FIRST.name)
     stats.fault(FIRST.name, Fault.NONE)
     stats.fault(FIRST.name, Fault.LOST_REPLY)
-    assert stats.snapshot()[FIRST.name] == {
-        "calls": 1,
-        "transient": 0,
-        "permanent": 0,
-        "hang": 0,
-        "lostReply": 1,
-    }
+    assert stats.snapshot()[FIRST.name] == {**NO_CALLS, "calls": 1, "lostReply": 1}
 
 
 @pytest.mark.parametrize(

@@ -237,7 +237,7 @@
   function waitFacts(order) {
     const approval = order.waitingFor === "approval";
     const step = order.steps.find((s) => s.state === "Waiting");
-    const what = approval ? "an approval" : "a timer";
+    const what = { approval: "an approval", timer: "a timer", callback: "its service's callback" }[order.waitingFor] || order.waitingFor;
     const facts = [
       ["Waiting for", el("span", { "data-waiting-for": order.waitingFor, text: step ? `${what} (step ${step.name})` : what })],
       [approval ? "Deadline" : "Until", el("span", {}, `${dated(order.waitUntil)} (`, countdown(order.waitUntil), ")")],
