@@ -91,6 +91,7 @@ log = logging.getLogger("adapters.table_store")
 # The task-state rows of one shard (@pk), for queries over tasks rather than one task's key range.
 _STATE_ROWS = "PartitionKey eq @pk and RowKey ge 'order|' and RowKey lt 'order}' and Kind eq 'state'"
 _RANGE = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
+_RANGE_WAITING = _RANGE + " and WaitingFor eq @kind"
 _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
 _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
@@ -1139,22 +1140,29 @@ class TableStateStore:
     async def list_by_state(
         self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
     ) -> Page:
-        """Tasks in one state, read from that state's listing entries only (Waiting and ``waiting_for``:
-        that kind's only), filling the page shard by shard: the live table's, then (for a finished state)
-        the history's. The continuation token carries the table, the shard and the table's own token."""
+        """Tasks in one state, read from that state's listing entries only (with ``waiting_for``, those
+        waiting for it: for Waiting, that kind's entries only), filling the page shard by shard: the live
+        table's, then (for a finished state) the history's. The continuation token carries the table,
+        the shard and the table's own token."""
         place, token = _decode_token(continuation)
         tables = [self.table]
         if state.finished and self.history is not None:
             tables.append(self.history)
         if place >= len(tables) * self.shards:
             raise InvalidContinuation(continuation or "")
-        lo, hi = _listing_range(state, None, waiting_for if state is ProcessState.WAITING else None)
+        keyed = state is ProcessState.WAITING
+        lo, hi = _listing_range(state, None, waiting_for if keyed else None)
+        # Waiting tasks are keyed by what they wait for; in another state (an approval in Error) the
+        # entries of the state are read and filtered on the copy of the state record each one is.
+        query, kind = (
+            (_RANGE, {}) if keyed or waiting_for is None else (_RANGE_WAITING, {"kind": waiting_for})
+        )
         items: list[TaskState] = []
         while place < len(tables) * self.shards and len(items) < page_size:
             table = tables[place // self.shards]
             pages = table.query_entities(
-                _RANGE,
-                parameters={"pk": f"s{place % self.shards:02d}", "lo": lo, "hi": hi},
+                query,
+                parameters={"pk": f"s{place % self.shards:02d}", "lo": lo, "hi": hi, **kind},
                 results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
             found = [self._to_state(e) async for e in await anext(pages, _empty_page())]

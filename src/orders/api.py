@@ -342,15 +342,8 @@ class OrdersApi:
             )
         token = query.get("continuationToken") or None
         waiting_for = query.get("waitingFor") or None
-        if waiting_for is not None and (
-            wanted != ProcessState.WAITING.value or waiting_for not in WAIT_KINDS
-        ):
-            return error(
-                400,
-                "ValidationFailed",
-                f"waitingFor goes with processState={ProcessState.WAITING.value}, and is one of "
-                f"{', '.join(WAIT_KINDS)}",
-            )
+        if waiting_for is not None and waiting_for not in WAIT_KINDS:
+            return error(400, "ValidationFailed", f"waitingFor must be one of {', '.join(WAIT_KINDS)}")
         try:
             tasks = await self._tasks()
             page = await tasks.list_by_state(ProcessState(wanted), page_size, token, waiting_for)

@@ -228,7 +228,8 @@ OPERATIONS: tuple[Operation, ...] = (
                 "query",
                 {"type": "string", "enum": list(WAIT_KINDS)},
                 False,
-                description="with processState=Waiting: only the orders waiting for this",
+                description="only the orders waiting for this (in Waiting, or in Error past an approval's "
+                "deadline)",
             ),
             Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
             Param("continuationToken", "query", {"type": "string"}, False),

@@ -1,5 +1,5 @@
 """Who acts in a simulated run: the processes that host the engine's functions, the client that submits
-orders, the application that cancels some, the operator, and the two timers.
+orders, the application that cancels some, the operator, the approver, and the two timers.
 
 A process is built the way the composition root builds the Function App (``orders.runtime.build``): one
 :class:`~engine.parts.EngineParts` over its store, the shared broker and breakers; a Scheduler, one Agent
@@ -211,7 +211,7 @@ class Operator:
 
     async def cancel(self, order_id: str) -> None:
         """The application cancels the order (no version: whatever is current)."""
-        await self._act(
+        await self.send(
             order_id, "cancel", lambda host, a: host.tasks.cancel(order_id, a), actor="application"
         )
 
@@ -226,7 +226,12 @@ class Operator:
         step = record.steps[state.current_step]
         version = record.version if rng.random() < 0.5 else None
         action = rng.random()
-        if state.process_state.value == "Error":
+        if step.status.value == "Waiting":  # a wait (only in a catalog that has waits: no draw otherwise)
+            if state.process_state.value == "Error":  # an approval past its deadline, policy error
+                choice = ("retry", "approve", "reject", "skip", "resubmit")[int(action * 5)]
+            else:
+                choice = ("extend", "skip", "cancel", "approve", "reject", "retry")[int(action * 6)]
+        elif state.process_state.value == "Error":
             if (state.last_error or "").startswith("compensation of"):
                 sim.services.fix(order_id, state.current_step)
             choice = ("resubmit", "retry", "skip")[int(action * 3)]
@@ -244,13 +249,15 @@ class Operator:
             "skip": lambda host, a: host.tasks.skip_step(order_id, name, "done by hand", a),
             "extend": lambda host, a: host.tasks.extend_step(order_id, name, seconds, a),
             "cancel": lambda host, a: host.tasks.cancel(order_id, a),
+            "approve": lambda host, a: host.tasks.approve(order_id, name, a),
+            "reject": lambda host, a: host.tasks.reject(order_id, name, a),
         }
-        named = name if choice in ("retry", "skip", "extend") else None
-        await self._act(
+        named = name if choice in ("retry", "skip", "extend", "approve", "reject") else None
+        await self.send(
             order_id, choice, calls[choice], version, named, seconds if choice == "extend" else None
         )
 
-    async def _act(
+    async def send(
         self,
         order_id: str,
         what: str,
@@ -285,6 +292,31 @@ class Operator:
         sim.oracle.count(f"operator {what} done")
         sim.oracle.note(order_id, f"operator {what}: done")
         sim.oracle.operator_answered(order_id, token, done=True)
+
+
+class Approver:
+    """People who decide the approvals (the approver role): each approval an order waits for is approved or
+    rejected as the run planned it (``Simulation._decide``: soon, about its deadline, late or never), with
+    the version read first or without one; some decide an approval that does not wait (left out, not yet
+    come, already decided or expired) or approve a timer, which the engine must refuse."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    async def decide(self, order_id: str, step: str, verdict: str, versioned: bool) -> None:
+        sim = self.sim
+        version: str | None = None
+        if versioned:
+            try:
+                record = await in_process(sim, lambda host: host.tasks.get(order_id))
+            except (Crash, StoreUnavailable, EngineError):
+                return
+            version = record.version
+        calls: dict[str, Callable[[Host, Action], Awaitable[Any]]] = {
+            "approve": lambda host, a: host.tasks.approve(order_id, step, a),
+            "reject": lambda host, a: host.tasks.reject(order_id, step, a),
+        }
+        await sim.operator.send(order_id, verdict, calls[verdict], version, step, actor="approver:simulated")
 
 
 # ---- the timers -----------------------------------------------------------------------------------------

@@ -12,7 +12,11 @@ What it models, with each queue's properties from :mod:`engine.queues`:
 - the delivery count: past the queue's ``max_delivery_count`` the message is dead-lettered;
 - time to live: an expired message is dead-lettered or dropped, as the queue says;
 - duplicate detection by message id within its window, on the queues that have it;
-- scheduled messages, delivered at their time.
+- scheduled messages, delivered at their time (their time to live counted from it), then after the same
+  random delay as any other; under faults a timer's wake-up is sometimes delivered a little before its
+  time (the broker's clock is not the processes') or late by up to two budgets (it then races the
+  Supervisor's re-sent one). Only wake-ups: the other scheduled commands (a backoff, an undo that waits)
+  the Scheduler already takes up to a second early.
 
 Nothing is ever lost silently: every message ends completed, dead-lettered (with a reason) or expired,
 and the simulation checks that (:meth:`Bus.unsettled`).
@@ -30,6 +34,7 @@ import isodate
 from pydantic import BaseModel
 
 from engine import queues
+from engine.messages import CommandKind, SchedulerCommand
 
 from .loop import at_seconds
 from .world import Crash, StoreUnavailable, World
@@ -86,6 +91,8 @@ class Bus:
         self._queues: dict[str, _Queue] = {}
         self.duplicates_dropped = 0
         self.redeliveries = 0
+        self.wakes_early = 0  # wake-ups delivered before their time
+        self.wakes_late = 0  # wake-ups delivered late
         world.on_kill = self._killed
 
     def _queue(self, name: str) -> _Queue:
@@ -131,14 +138,32 @@ class Bus:
                 return None
             seen[message_id] = now
         ttl = time_to_live_seconds if time_to_live_seconds is not None else DEFAULT_TTL_SECONDS
-        message = Message(len(self.messages), queue, body, message_id, correlation_id, now, now + ttl)
+        visible = max(at_seconds(scheduled_at), now) if scheduled_at is not None else now
+        message = Message(len(self.messages), queue, body, message_id, correlation_id, now, visible + ttl)
         self.messages.append(message)
         self.observer.sent(message)
         if queue not in self.consumed:
             return message
-        visible = max(at_seconds(scheduled_at), now) if scheduled_at is not None else now
+        if scheduled_at is not None and isinstance(body, SchedulerCommand) and body.kind is CommandKind.WAKE:
+            visible = self._wake_at(visible, now)
         self._offer(message, visible)
         return message
+
+    def _wake_at(self, due: float, now: float) -> float:
+        """When a scheduled wake-up becomes receivable: at its time, or under faults a little before it or
+        late."""
+        world = self.world
+        if not world.faults:
+            return due
+        profile, draw = world.profile, world.rng.random()
+        if draw < profile.wake_early_rate:
+            early = max(now, due - world.rng.uniform(0.0, profile.wake_early_seconds))
+            self.wakes_early += early < due
+            return early
+        if draw < profile.wake_early_rate + profile.wake_late_rate:
+            self.wakes_late += 1
+            return due + world.rng.uniform(0.0, 2 * profile.complete_by_seconds)
+        return due
 
     # ---- delivery -------------------------------------------------------------------------------------
     def _offer(self, message: Message, at: float) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.messages import CommandKind, SchedulerCommand
 from engine.state import ProcessState, StepState, StepStatus, TaskState
 
 from . import liveness
@@ -105,12 +106,25 @@ def _ledger(sim: Simulation, order_id: str, final_name: str, where: str, row: Ro
                 f"{truth.steps[index]} was left out by its condition, but called {called.calls} times",
             )
     effects = {e.step_index: e for e in truth.effects}
+    for index, (how, at) in sorted(truth.closed.items()):
+        for effect in truth.effects:
+            if effect.step_index > index and effect.applied_at is not None:
+                oracle.violation(
+                    order_id,
+                    f"{truth.steps[index]} {how} at {at:.3f}, yet {effect.key} was applied (at "
+                    f"{effect.applied_at:.3f}): nothing after a wait that ended so is ever applied",
+                )
     if final_name == ProcessState.PROCESSED.value:
         for index, name in enumerate(truth.steps):
             found = effects.get(index)
             skipped = index in truth.skipped
             if index in truth.left_out:
                 continue  # never called (above)
+            if truth.waits[index] is not None:  # a wait: no effect, but it ended (its time, an approve)
+                status = truth.views[index].status
+                if status is not StepStatus.COMPLETED or index in truth.closed:
+                    oracle.violation(order_id, f"Processed, but the wait {name} is {status.value}")
+                continue
             if found is not None and found.compensated_at is not None:
                 oracle.violation(order_id, f"Processed, but {name} was undone")
             elif found is None and not skipped:
@@ -258,8 +272,12 @@ def stats(sim: Simulation) -> dict[str, Any]:
     """Counts that say what a run exercised."""
     oracle, bus = sim.oracle, sim.bus
     fates: dict[str, int] = {}
+    wakes_again = 0  # wake-ups delivered more than once (a lock lost, a completion that failed)
     for message in bus.messages:
         fates[message.state] = fates.get(message.state, 0) + 1
+        body = message.body
+        if message.deliveries > 1 and isinstance(body, SchedulerCommand) and body.kind is CommandKind.WAKE:
+            wakes_again += 1
     effects = list(sim.services.ledger.values())
     missing_alerts = sum(max(t.errors - t.alerts, 0) for t in oracle.orders.values())
     extra_alerts = sum(max(t.alerts - t.errors, 0) for t in oracle.orders.values()) + oracle.alerts_unmatched
@@ -279,5 +297,8 @@ def stats(sim: Simulation) -> dict[str, Any]:
         "missing_alerts": missing_alerts,
         "extra_alerts": extra_alerts,
         "errors": sum(t.errors for t in oracle.orders.values()),
+        "wake-ups delivered early": bus.wakes_early,
+        "wake-ups delivered late": bus.wakes_late,
+        "wake-ups delivered more than once": wakes_again,
         **oracle.counts,
     }

@@ -80,11 +80,14 @@ class Limits:
         ``slack`` long (the scheduling slack: the longest a sweep has run since the faults stopped)."""
         return self.sweep + 2 * slack
 
-    def terminal(self, start: float, latest: float, phases: int, holds: int, slack: float) -> float:
+    def terminal(
+        self, start: float, latest: float, phases: int, holds: int, slack: float, waits: float = 0.0
+    ) -> float:
         """How long after ``start`` (the faults stopped, or an action on the order was saved since) an order
         must be terminal, its latest CompleteBy then being ``latest``, with ``phases`` steps left to run
-        forward or to undo and ``holds`` breakers of their services open then or since. See
-        docs/simulation.md, "The bounds"."""
+        forward or to undo (a wait counts as one: a lost wake-up is re-sent as a timeout is recovered),
+        ``holds`` breakers of their services open then or since, and ``waits`` the durations of the waits
+        it has not started yet. See docs/simulation.md, "The bounds"."""
         detect = self.detect(slack)
         # The work in hand: a process down when the faults stopped restarts; the task's CompleteBy (an
         # extend or a hold may have pushed it) passes, plus the grace an undo of a step skipped or cancelled
@@ -99,7 +102,7 @@ class Limits:
         # An attempt held for an open breaker: its budget, the recovery that holds it, the hold, the
         # recovery that releases it, the command's delivery. Never counted.
         held = self.complete_by + self.early + detect + self.breaker + detect + self.delivery
-        return in_hand + phases * ((self.max_failures - 1) * retry + last) + holds * held
+        return in_hand + waits + phases * ((self.max_failures - 1) * retry + last) + holds * held
 
     def redelivery(self) -> float:
         """From the faults stopping to the last message a process that died held being delivered again: the
@@ -129,10 +132,16 @@ def final(sim: Simulation) -> None:
 def _followed(oracle: Oracle, truth: OrderTruth, act: OperatorAct) -> None:
     """What an action answered as done leads to, unless a later action on the order took over: a cancel
     ends Compensated (or in Error, which its answer could not know of: counted, not a violation); a retry
-    dispatches the step again (or the old attempt's undo lands first); a resubmit or a skip puts the order
-    back in a Scheduler's hands."""
+    dispatches the step again (or the old attempt's undo lands first), a wait's retry starts it again; a
+    resubmit, a skip or an approve puts the order back in a Scheduler's hands; a reject, as a cancel, never
+    ends Processed."""
     state = truth.state
     if state is None:
+        return
+    if act.what == "reject" and act.saved_at is not None and state is ProcessState.PROCESSED:
+        oracle.violation(
+            truth.order_id, f"the {act.name} answered as done at {act.asked_at:.3f} ended Processed"
+        )
         return
     if act.what == "cancel":
         if state is ProcessState.ERROR:
@@ -148,13 +157,15 @@ def _followed(oracle: Oracle, truth: OrderTruth, act: OperatorAct) -> None:
         view = truth.views[act.index]
         attempts = view.attempts if act.phase is Phase.FORWARD else view.compensation_attempts
         running = StepStatus.RUNNING if act.phase is Phase.FORWARD else StepStatus.COMPENSATING
+        if act.wait:
+            running = StepStatus.WAITING
         if attempts <= act.attempts and view.status is running:
             oracle.violation(
                 truth.order_id,
                 f"the {act.name} answered as done at {act.asked_at:.3f} never dispatched it again "
                 f"(attempt {attempts}, {state.value})",
             )
-    elif act.what in ("resubmit", "skip") and truth.left_pending_at < act.saved_at:
+    elif act.what in ("resubmit", "skip", "approve") and truth.left_pending_at < act.saved_at:
         oracle.violation(
             truth.order_id,
             f"the {act.name} answered as done at {act.asked_at:.3f} never got the order claimed "

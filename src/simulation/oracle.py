@@ -21,7 +21,16 @@ During the run, on every committed change of a task's state record:
   steps' services returned (as the simulation knows them, not as the record says), from Not started, with
   that condition as its reason; a step whose condition does not hold is never dispatched, and a step
   without an undo action never has its undo dispatched;
-- a step Completed from its Agent's reply records exactly the values its service returned.
+- a step Completed from its Agent's reply records exactly the values its service returned;
+- waits (:meth:`Oracle._wait_started`, :meth:`Oracle._wait_ended`, :meth:`Oracle._passes_waits`): a wait
+  starts as the run set it (its duration from the moment the engine decided it, or its input's time) and
+  the task says so; its outcome is applied once per attempt and only as its kind allows (a timer by its
+  wake-up once its time has come, an approval by an approve, either by a skip; an approval Failed by a
+  reject or, under policy compensate, by the Supervisor once its deadline passed; under policy error it
+  enters Error then; any wait by a cancel); nothing runs before its timer (a later step is dispatched
+  only once every wait before it ended well, a timer not before its time as recorded); a rejected or
+  expired approval, or a wait cancelled, never reaches the next step; a finished order has no wait under
+  way.
 
 At the services, on every call and every effect:
 
@@ -33,15 +42,19 @@ At the services, on every call and every effect:
   carries each value it reads that the engine had when it dispatched it (an undo, its own step's values
   when that step completed from its reply);
 - a step that cannot be undone is never applied after an undo of its order landed: a cancel (or a failure)
-  waits for it to land or to be unable to land before it undoes the steps before it.
+  waits for it to land or to be unable to land before it undoes the steps before it;
+- no call of a step reaches its service before a timer before it ends, or after a wait before it was
+  rejected, expired or cancelled.
 
 Once the run has settled (faults stopped, every message settled, the Supervisor has swept):
 
 - every order reached a terminal state, within the bound after the faults stopped;
 - the ledger: no effect made twice or under a key of no step; a Processed order has every step applied and
   none undone (a skipped step: not undone) except the steps left out by their condition, which are Left
-  out in its record and have no effect; a Compensated order has every applied step undone, except the
-  steps that cannot be undone; no call was ever made under the key of a step left out;
+  out in its record and have no effect, and its waits, each ended well; a Compensated order has every
+  applied step undone, except the steps that cannot be undone; no call was ever made under the key of a
+  step left out; nothing after a wait rejected, expired or cancelled was applied (an order cancelled inside
+  its cancellation window has no shipment);
 - no record outlives its order: no watch entry, no hold on a terminal order, no live record without its
   task (input, steps, listing entry, audit), one listing entry per live task naming its state, history
   tallies that count the history, a ``gone`` entry per tombstone;
@@ -86,11 +99,12 @@ from typing import Any
 
 from engine import machine
 from engine.breaker import BreakerRecord, BreakerState
-from engine.conditions import Condition
-from engine.messages import AgentReply, AgentRequest, ReplyOutcome, SchedulerCommand
+from engine.conditions import Condition, value_at
+from engine.messages import AgentReply, AgentRequest, CommandKind, ReplyOutcome, SchedulerCommand
+from engine.settings import EngineSettings
 from engine.state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskState
 from engine.telemetry import ORDER_ENTERED_ERROR
-from engine.workflow import WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 
 from .bus import Message
 from .liveness import Limits
@@ -101,6 +115,8 @@ OPERATOR_NOTE = "simulated #"  # an operator action's note, with its token
 SKIP_REASON = "skipped by an operator: "  # a skipped step's reason, before the operator's note
 LEFT_OUT_REASON = "condition not met: "  # a left-out step's reason, before its condition in words
 ENGINE_ENTRIES = ("error", "left out")  # audit entries the engine writes of its own accord (no one acted)
+CANCELLED_WAITING = "cancelled while waiting"  # a wait's error when a cancel ended it
+TOLERANCE = 1e-6  # a datetime's microsecond, in the virtual seconds the oracle compares
 
 _LEGAL: set[tuple[ProcessState, ProcessState]] = {
     (row.source, target) for row in machine.TABLE for target in row.target_states
@@ -125,6 +141,17 @@ class StepView:
     complete_by: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WaitTruth:
+    """A wait as the run set it: a timer (``seconds`` from its start, or until the time the input's
+    ``until`` holds) or an approval (``seconds`` to its deadline, then ``on_deadline``)."""
+
+    kind: str  # "timer" or "approval"
+    seconds: float | None  # its duration (None: a timer until an input time)
+    until: str | None = None  # a timer's input path
+    on_deadline: str = ""  # an approval's policy: "compensate" or "error"
+
+
 @dataclass(slots=True)
 class OperatorAct:
     """One action of the operator (or the application's cancel) as asked, and what the store saw of it."""
@@ -141,6 +168,7 @@ class OperatorAct:
     attempts: int = 0  # the step's dispatches in that phase at the save
     complete_by: float | None = None  # the step's CompleteBy after the save
     answered: bool = False  # answered as done
+    wait: bool = False  # it acted on a wait (an extend of one re-sends nothing)
 
     @property
     def name(self) -> str:
@@ -187,11 +215,18 @@ class OrderTruth:
     left_pending_at: float = 0.0  # when a save last took it out of Pending
     current_step: int = 0
     phase: Phase = Phase.FORWARD
-    bound: tuple[float, float, int, Phase] | None = None  # from: start, latest CompleteBy, its step and phase
+    # from: start, latest CompleteBy, its step and phase, the waits ahead (their durations)
+    bound: tuple[float, float, int, Phase, float] | None = None
     late: bool = False  # its bound was reported broken
     acts: list[OperatorAct] = field(default_factory=list)
     commands_at: float = -1.0  # when the last Scheduler command about it was sent
     requests: dict[tuple[int, bool, int], float] = field(default_factory=dict)  # latest deadline sent
+    saved_at: float = 0.0  # when its last save was committed
+    # waits (see :class:`WaitTruth`)
+    waits: list[WaitTruth | None] = field(default_factory=list)  # per step: its wait, or None for a call
+    until: dict[int, float] = field(default_factory=dict)  # a wait's time (its deadline), moved by extends
+    ended: set[tuple[int, int]] = field(default_factory=set)  # (step, attempt) of the waits that ended
+    closed: dict[int, tuple[str, float]] = field(default_factory=dict)  # waits ended badly: how, when
 
 
 class Oracle:
@@ -204,8 +239,12 @@ class Oracle:
         max_failures: int,
         returns: Callable[[str, str], list[str]] | None = None,
         trace_limit: int = 80,
+        settings: EngineSettings | None = None,
     ) -> None:
         self.catalog = catalog
+        settings = settings or EngineSettings()
+        self.wait_seconds = dict(settings.wait_seconds)  # the waits' durations the run set, by setting
+        self.window = settings.step_complete_by_seconds  # a timer's CompleteBy is its time plus this
         self.now = now
         self.returns = returns or (lambda service, action: [])  # the values an apply answers with, by name
         self.dispatched: Callable[[str, int], None] = lambda order_id, index: None  # a step's first dispatch
@@ -276,8 +315,43 @@ class Oracle:
                 undoable=[s.compensation is not None for s in definition.steps],
                 producers=self._producers(definition),
                 views=[StepView() for _ in definition.steps],
+                waits=[self._wait(step) for step in definition.steps],
             )
         return found
+
+    def _wait(self, step: StepDefinition) -> WaitTruth | None:
+        """The step's wait with the durations the run set (as the engine reads them: a setting the run
+        sets gives the duration, else the declared one)."""
+        wait = step.wait
+        if isinstance(wait, Timer):
+            seconds = None
+            if wait.after_seconds is not None:
+                seconds = self.wait_seconds.get(wait.setting or "", wait.after_seconds)
+            return WaitTruth("timer", seconds, wait.until)
+        if isinstance(wait, Approval):
+            seconds = self.wait_seconds.get(wait.setting or "", wait.deadline_seconds)
+            return WaitTruth("approval", seconds, on_deadline=wait.on_deadline)
+        return None
+
+    def _input_time(self, truth: OrderTruth, path: str) -> float | None:
+        """The time an input field holds, in virtual seconds (None: none, or not a time with a zone)."""
+        value = value_at({"input": truth.input}, path)
+        try:
+            at = datetime.fromisoformat(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+        return at_seconds(at) if at is not None and at.tzinfo is not None else None
+
+    def wait_length(self, truth: OrderTruth, index: int, start: float | None = None) -> float:
+        """How long step ``index``'s wait lasts from ``start`` (now by default), as the run set it."""
+        wait = truth.waits[index] if index < len(truth.waits) else None
+        if wait is None:
+            return 0.0
+        if wait.seconds is not None:
+            return wait.seconds
+        start = self.now() if start is None else start
+        due = self._input_time(truth, wait.until or "")
+        return max(0.0, (due if due is not None else start) - start)
 
     def _producers(self, definition: WorkflowDefinition) -> dict[str, int]:
         """Which step returns each result value of the workflow (the declaration allows one per name)."""
@@ -326,6 +400,7 @@ class Oracle:
             self.violation(order_id, "a task the client never submitted was written")
             return
         now = self.now()
+        previous, truth.saved_at = truth.saved_at, now
         if before is None:
             truth.created += 1
             truth.state_before_creation = truth.state
@@ -336,7 +411,9 @@ class Oracle:
             self.note(order_id, "created {}", after.process_state.value)
             return
         self._expiry_handled(truth, before, after, steps, audit, now)
-        self._acted(truth, before, after, steps, audit, now)
+        # Reported once the save's steps are checked: what a step became is the invariant about it, and an
+        # action's effect (its promise) is said after it.
+        effects = self._acted(truth, before, after, steps, audit, now)
         was, became = before.process_state, after.process_state
         if truth.state is not None and truth.state is not was:
             self.violation(order_id, f"saved over {was.value}, but the store held {truth.state.value}")
@@ -347,9 +424,21 @@ class Oracle:
         if before.phase is Phase.FORWARD and after.phase is Phase.COMPENSATE:
             for key in [k for k in truth.attempts if k[1] is Phase.COMPENSATE]:
                 del truth.attempts[key]
-        skipped = any(entry.action == "skip" for entry in audit)
+        acts = {entry.action for entry in audit if entry.action not in ENGINE_ENTRIES}
         for step in sorted(steps, key=lambda s: s.index):  # a step's values before a later step's dispatch
-            self._step_changed(truth, after, step, skipped, now)
+            self._step_changed(truth, before, after, step, acts, previous, now)
+        if became.finished:
+            waiting = [
+                truth.steps[i] for i, view in enumerate(truth.views) if view.status is StepStatus.WAITING
+            ]
+            if waiting or after.waiting_for is not None:
+                self.violation(
+                    order_id,
+                    f"{became.value} with a wait under way: {', '.join(waiting) or 'no step'} Waiting, the "
+                    f"task waiting for {after.waiting_for} until {after.wait_until}",
+                )
+        for problem in effects:
+            self.violation(order_id, problem)
         for entry in audit:
             self._audited(truth, before, after, entry)
         if became is ProcessState.ERROR and was is not ProcessState.ERROR:
@@ -375,8 +464,17 @@ class Oracle:
         )
 
     def _step_changed(
-        self, truth: OrderTruth, after: TaskState, step: StepState, skipped: bool, now: float
+        self,
+        truth: OrderTruth,
+        before: TaskState,
+        after: TaskState,
+        step: StepState,
+        acts: set[str],
+        previous: float,
+        now: float,
     ) -> None:
+        """One step's record as a save wrote it (``acts``: the people's actions audited with it; ``previous``:
+        when the save before it was committed)."""
         order_id = truth.order_id
         view = truth.views[step.index]
         if step.attempts < view.attempts or step.compensation_attempts < view.compensation_attempts:
@@ -399,6 +497,10 @@ class Oracle:
                 f"step {step.name} cannot be undone, but an undo of it was dispatched "
                 f"(undo attempt {step.compensation_attempts})",
             )
+        if step.attempts > view.attempts:
+            if step.status is StepStatus.WAITING:
+                self._wait_started(truth, after, step, previous, now)
+            self._passes_waits(truth, step.index, now, "was dispatched")
         if step.attempts > view.attempts == 0:
             self.dispatched(order_id, step.index)
         cb = at_seconds(step.complete_by) if step.complete_by is not None else None
@@ -413,13 +515,20 @@ class Oracle:
                 attempts[-1].complete_by = cb  # extended
         old, new = view.status, step.status
         if old is not new:
-            self._outcome_reported(truth, step, old, new, skipped)
+            self._outcome_reported(truth, before, step, old, new, acts, now)
         view.status, view.attempts = new, step.attempts
         view.compensation_attempts, view.failures = step.compensation_attempts, step.failures
         view.complete_by = step.complete_by
 
     def _outcome_reported(
-        self, truth: OrderTruth, step: StepState, old: StepStatus, new: StepStatus, skipped: bool
+        self,
+        truth: OrderTruth,
+        before: TaskState,
+        step: StepState,
+        old: StepStatus,
+        new: StepStatus,
+        acts: set[str],
+        now: float,
     ) -> None:
         order_id = truth.order_id
         if old is StepStatus.LEFT_OUT:
@@ -428,8 +537,12 @@ class Oracle:
         if new is StepStatus.LEFT_OUT:
             self._left_out(truth, step, old)
             return
+        if _wait_of(truth, step.index) is not None:
+            if new in (StepStatus.COMPLETED, StepStatus.FAILED):
+                self._wait_ended(truth, before, step, old, new, acts, now)
+            return
         if new is StepStatus.COMPLETED:
-            if skipped and _skipped(step):
+            if "skip" in acts and _skipped(step):
                 truth.skipped.add(step.index)
                 return
             wanted = (step.index, False, step.attempts, ReplyOutcome.SUCCEEDED)
@@ -446,6 +559,205 @@ class Oracle:
                 f"step {step.name} became {new.value} (from {old.value}) but attempt {wanted[2]} "
                 f"of its {'undo' if wanted[1] else 'action'} never reported {wanted[3].value}",
             )
+
+    # ---- waits -----------------------------------------------------------------------------------------
+    def _wait_started(
+        self, truth: OrderTruth, after: TaskState, step: StepState, previous: float, now: float
+    ) -> None:
+        """A wait starts (or starts again): it waits as long as the run set, from the moment the engine
+        decided it (after the save it read, before this one), and the task says what it waits for."""
+        order_id, name = truth.order_id, step.name
+        wait = _wait_of(truth, step.index)
+        self.count("waits started")
+        if wait is None:
+            self.violation(order_id, f"step {name}, which calls a service, was saved as waiting")
+            return
+        if step.complete_by is None:
+            self.violation(order_id, f"the {wait.kind} {name} waits with no time")
+            return
+        until = at_seconds(step.complete_by)
+        truth.until[step.index] = until
+        if wait.seconds is not None:
+            start = until - wait.seconds
+            if not previous - TOLERANCE <= start <= now + TOLERANCE:
+                self.violation(
+                    order_id,
+                    f"the {wait.kind} {name} waits until {until:.3f}: {wait.seconds:g} s from {start:.3f}, "
+                    f"not from when it started (between {previous:.3f} and {now:.3f})",
+                )
+        else:
+            due = self._input_time(truth, wait.until or "")
+            if due is None or abs(until - due) > TOLERANCE:
+                self.violation(order_id, f"the timer {name} waits until {until:.3f}, its input says {due}")
+        window = self.window if wait.kind == "timer" else 0.0
+        complete_by = at_seconds(after.complete_by) if after.complete_by is not None else None
+        if (
+            after.process_state is not ProcessState.WAITING
+            or after.waiting_for != wait.kind
+            or after.wait_until != step.complete_by
+            or after.locked_by is not None
+            or complete_by is None
+            or abs(complete_by - until - window) > TOLERANCE
+        ):
+            self.violation(
+                order_id,
+                f"the task waiting at {name} is {after.process_state.value}, waiting for {after.waiting_for} "
+                f"until {after.wait_until}, locked by {after.locked_by}, CompleteBy {after.complete_by}; its "
+                f"{wait.kind} ends at {step.complete_by}",
+            )
+
+    def _passes_waits(self, truth: OrderTruth, index: int, now: float, what: str) -> None:
+        """Step ``index`` runs (``what``: dispatched, or its call reached the service): every wait before it
+        ended well, and a timer (unless an operator skipped it) not before its time. A wait rejected,
+        expired or cancelled is never passed."""
+        for i in range(min(index, len(truth.waits))):
+            wait = truth.waits[i]
+            if wait is None or i in truth.left_out:
+                continue
+            name, later = truth.steps[i], truth.steps[index]
+            closed = truth.closed.get(i)
+            if closed is not None:
+                how, at = closed
+                self.violation(
+                    truth.order_id,
+                    f"{later} {what} at {now:.3f}, but {name} {how} at {at:.3f}: a rejected or expired "
+                    f"approval (or a wait cancelled) never reaches the next step",
+                )
+                return
+            status = truth.views[i].status
+            if status is not StepStatus.COMPLETED:
+                self.violation(
+                    truth.order_id,
+                    f"{later} {what} while the {wait.kind} {name} is {status.value}, not ended",
+                )
+                return
+            until = truth.until.get(i)
+            if (
+                wait.kind == "timer"
+                and i not in truth.skipped
+                and until is not None
+                and now < until - TOLERANCE
+            ):
+                self.violation(
+                    truth.order_id,
+                    f"nothing runs before its timer: {later} {what} at {now:.3f}, the timer of {name} ends "
+                    f"at {until:.3f}",
+                )
+                return
+
+    def _wait_ended(
+        self,
+        truth: OrderTruth,
+        before: TaskState,
+        step: StepState,
+        old: StepStatus,
+        new: StepStatus,
+        acts: set[str],
+        now: float,
+    ) -> None:
+        """A wait's outcome, applied once per attempt, and only as its kind allows: a timer is Completed by
+        its wake-up once its time has come (at once when its turn came at or after its time), an approval by
+        an approve; either by an operator's skip. An approval is Failed by a reject, or by the Supervisor
+        once its deadline passed under policy compensate; any wait by a cancel. A wait Failed so is closed:
+        nothing after it ever runs (:meth:`_passes_waits`)."""
+        order_id, name, index = truth.order_id, step.name, step.index
+        wait = _wait_of(truth, index)
+        assert wait is not None
+        until = truth.until.get(index)
+        if new is StepStatus.COMPLETED and "skip" in acts and _skipped(step):
+            truth.skipped.add(index)
+            self.count("waits skipped")
+            return
+        if new is StepStatus.COMPLETED and old is StepStatus.NOT_STARTED:  # its time had come: done at once
+            due = self._input_time(truth, wait.until or "") if wait.seconds is None else None
+            if wait.kind != "timer":
+                self.violation(
+                    order_id, f"the approval {name} was Completed when its turn came: no one approved it"
+                )
+            elif wait.seconds is not None and wait.seconds > 0:
+                self.violation(
+                    order_id,
+                    f"nothing runs before its timer: the timer of {name} was Completed as soon as its turn "
+                    f"came, {wait.seconds:g} s early",
+                )
+            elif due is not None and now < due - TOLERANCE:
+                self.violation(
+                    order_id,
+                    f"nothing runs before its timer: the timer of {name} ended at once at {now:.3f}, before "
+                    f"its time {due:.3f}",
+                )
+            else:
+                self.count("timers ended at once")
+            truth.until[index] = now
+            return
+        key = (index, step.attempts)
+        if key in truth.ended:
+            self.violation(order_id, f"the wait {name} ended twice in attempt {step.attempts} ({new.value})")
+        truth.ended.add(key)
+        if new is StepStatus.COMPLETED:
+            closed = truth.closed.get(index)
+            if "reject" in acts or closed is not None:
+                how = closed[0] if closed is not None else "was rejected"
+                self.violation(
+                    order_id,
+                    f"{name} {how}, yet it became Completed: a rejected or expired approval never reaches "
+                    f"the next step",
+                )
+            elif wait.kind == "approval":
+                if "approve" not in acts:
+                    self.violation(order_id, f"the approval {name} became Completed, but no one approved it")
+                    return
+                self.count("approvals approved")
+                if before.process_state is ProcessState.ERROR:
+                    self.count("approvals approved from Error")
+                elif until is not None and now > until:
+                    self.count("approvals approved after their deadline, before the Supervisor came")
+            elif until is not None and now < until - TOLERANCE:
+                by = f" (by an operator's {', '.join(sorted(acts))})" if acts else ""
+                self.violation(
+                    order_id,
+                    f"nothing runs before its timer: the timer of {name} ended at {now:.3f}{by}, before its "
+                    f"time {until:.3f}",
+                )
+            elif acts:
+                self.violation(
+                    order_id,
+                    f"the timer {name} was ended by an operator's {', '.join(sorted(acts))}: a timer ends by "
+                    f"its wake-up (or a skip)",
+                )
+            else:
+                self.count("timers ended by their wake-up")
+            return
+        if "cancel" in acts:
+            truth.closed[index] = ("was cancelled while waiting", now)
+            self.count("cancelled while waiting")
+            if step.last_error != CANCELLED_WAITING:
+                self.violation(order_id, f"{name} was cancelled while waiting, but says {step.last_error!r}")
+        elif "reject" in acts:
+            truth.closed[index] = ("was rejected", now)
+            if wait.kind != "approval":
+                self.violation(
+                    order_id, f"a reject ended the {wait.kind} {name}: only an approval is rejected"
+                )
+                return
+            self.count("approvals rejected")
+            if before.process_state is ProcessState.ERROR:
+                self.count("approvals rejected from Error")
+        elif acts:
+            self.violation(order_id, f"the {wait.kind} {name} was Failed by an operator's {sorted(acts)}")
+        elif wait.kind != "approval" or wait.on_deadline != "compensate":
+            self.violation(
+                order_id,
+                f"the {wait.kind} {name} was Failed with no one acting: only an approval's deadline (policy "
+                f"compensate) ends a wait so",
+            )
+        elif until is None or now < until - TOLERANCE:
+            self.violation(
+                order_id, f"the Supervisor applied {name}'s deadline at {now:.3f}, before it passed ({until})"
+            )
+        else:
+            truth.closed[index] = ("expired", now)
+            self.count("approvals expired")
 
     def _left_out(self, truth: OrderTruth, step: StepState, old: StepStatus) -> None:
         """A step saved as left out: only one not started, whose condition does not hold, with its reason."""
@@ -502,15 +814,19 @@ class Oracle:
             self.violation(order_id, "entered Error without an audit entry")
             return
         index, phase = after.current_step, after.phase
+        if "is not deployed" in (entry.detail or ""):
+            return
         if entry.actor.startswith("scheduler"):
-            if "is not deployed" in (entry.detail or ""):
-                return
             undo = truth.views[index].compensation_attempts
             if (index, True, undo, ReplyOutcome.FAILED) not in truth.replies:
                 self.violation(order_id, f"Error for a failed undo of step {index} that no Agent reported")
             return
         if not entry.actor.startswith("supervisor"):
             self.violation(order_id, f"entered Error by {entry.actor}")
+            return
+        wait = _wait_of(truth, index)
+        if wait is not None and truth.views[index].status is StepStatus.WAITING:
+            self._deadline_error(truth, index, wait, now)
             return
         attempts = truth.attempts.get((index, phase), [])
         service = truth.agents[index]
@@ -526,6 +842,24 @@ class Oracle:
                 f"{counted} attempt(s) that timed out with the breaker closed (of {len(attempts)}); "
                 f"the policy needs {self.max_failures}",
             )
+
+    def _deadline_error(self, truth: OrderTruth, index: int, wait: WaitTruth, now: float) -> None:
+        """The Supervisor put a waiting order in Error: only an approval past its deadline, policy error."""
+        name, until = truth.steps[index], truth.until.get(index)
+        if wait.kind != "approval" or wait.on_deadline != "error":
+            self.violation(
+                truth.order_id,
+                f"the Supervisor put the {wait.kind} {name} in Error: only an approval's deadline does, "
+                f"policy error",
+            )
+        elif until is None or now < until - TOLERANCE:
+            self.violation(
+                truth.order_id,
+                f"the Supervisor applied {name}'s deadline at {now:.3f}, before it passed ({until})",
+            )
+        else:
+            self.count("approvals expired")
+            self.count("approvals expired into Error")
 
     def _closed_between(self, service: str, start: float, end: float) -> bool:
         """Whether the service's breaker was closed (or could not be read) at some moment in [start, end]."""
@@ -702,10 +1036,10 @@ class Oracle:
         steps: list[StepState],
         audit: list[AuditEntry],
         now: float,
-    ) -> None:
+    ) -> list[str]:
         """Who moved the order: a Scheduler that took it out of Pending; the undo phase beginning (its counts
         start afresh); an operator's (or the application's) action, with the count it resets and its
-        effect."""
+        effect. Returns what the actions saved fail to show of their effect (the caller reports it)."""
         was, became = before.process_state, after.process_state
         if was is ProcessState.PENDING and became is not ProcessState.PENDING:
             truth.left_pending_at = now
@@ -713,8 +1047,9 @@ class Oracle:
             for key in [k for k in truth.expiries if k[1] is Phase.COMPENSATE]:
                 del truth.expiries[key]
         actions = [entry for entry in audit if entry.action not in ENGINE_ENTRIES]
+        problems: list[str] = []
         if not actions:
-            return
+            return problems
         truth.acted_at = now
         running = [i for i, view in enumerate(truth.views) if view.status is StepStatus.RUNNING]
         if any(e.action == "cancel" for e in actions) and not all(_undoable(truth, i) for i in running):
@@ -733,7 +1068,8 @@ class Oracle:
             act.attempts = view.attempts if act.phase is Phase.FORWARD else view.compensation_attempts
             problem = self._effect(truth, act, before, after, steps, now)
             if problem:
-                self.violation(truth.order_id, f"the {act.name} was saved as done, but {problem}")
+                problems.append(f"the {act.name} was saved as done, but {problem}")
+        return problems
 
     def _effect(
         self,
@@ -749,12 +1085,32 @@ class Oracle:
         was, became = before.process_state, after.process_state
         step = next((s for s in steps if s.index == act.index), None)
         fresh = after.complete_by is not None and at_seconds(after.complete_by) > now
+        wait = _wait_of(truth, act.index)
+        act.wait = wait is not None
         if act.what == "extend":
             old = truth.views[act.index].complete_by
             new = step.complete_by if step is not None else old
             asked = act.seconds or 0.0
             if old is None or new is None or abs(at_seconds(new) - at_seconds(old) - asked) > 1e-3:
                 return f"its CompleteBy went from {old} to {new}, not {asked:g} s later"
+            if wait is not None:  # a later time or deadline, nothing re-sent
+                window = self.window if wait.kind == "timer" else 0.0
+                task_by = at_seconds(after.complete_by) if after.complete_by is not None else None
+                if (
+                    task_by is None
+                    or abs(task_by - at_seconds(new) - window) > 1e-3
+                    or after.wait_until != new
+                    or became is not was
+                    or after.attempt != before.attempt
+                ):
+                    return (
+                        f"the task is {became.value}, attempt {after.attempt}, waiting until "
+                        f"{after.wait_until}, CompleteBy {after.complete_by}"
+                    )
+                if act.index in truth.until:
+                    truth.until[act.index] += asked
+                self.count("waits extended")
+                return None
             if after.complete_by != new or became is not was or after.attempt != before.attempt:
                 return f"the task is {became.value}, attempt {after.attempt}, CompleteBy {after.complete_by}"
             act.complete_by = at_seconds(new)
@@ -781,6 +1137,20 @@ class Oracle:
         elif act.what == "resubmit":
             if was is not ProcessState.ERROR or became is not ProcessState.PENDING or not fresh:
                 return f"the task went {was.value} -> {became.value}, CompleteBy {after.complete_by}"
+        elif act.what == "approve":
+            if step is None or step.status is not StepStatus.COMPLETED or step.reason != "approved":
+                return "the step is unchanged" if step is None else f"the step is {step.status.value}"
+            if became is not ProcessState.PENDING or after.locked_by is not None or not fresh:
+                return f"the task is {became.value}, CompleteBy {after.complete_by}: not handed back"
+            if was is ProcessState.ERROR and (step.failures or after.alert_pending):
+                return f"it left Error with {step.failures} failures, its alert pending {after.alert_pending}"
+        elif act.what == "reject":
+            if step is None or step.status is not StepStatus.FAILED:
+                return "the step is unchanged" if step is None else f"the step is {step.status.value}"
+            if not (step.last_error or "").startswith("rejected"):
+                return f"the step says {step.last_error!r}"
+            if became is not ProcessState.COMPENSATING or after.phase is not Phase.COMPENSATE or not fresh:
+                return f"the task is {became.value} ({after.phase.value}), CompleteBy {after.complete_by}"
         elif act.what == "cancel":
             undone = became in (ProcessState.COMPENSATING, ProcessState.COMPENSATED)
             if after.phase is not Phase.COMPENSATE or not undone:
@@ -839,16 +1209,23 @@ class Oracle:
         if state is None or not state.in_flight:
             truth.bound = None
             return
-        truth.bound = (start, truth.latest_complete_by, truth.current_step, truth.phase)
+        ahead = 0.0  # the waits not started yet: a timer's time, an approval's deadline
+        if truth.phase is Phase.FORWARD:
+            for j in range(truth.current_step, len(truth.waits)):
+                if truth.waits[j] is not None and truth.views[j].status is StepStatus.NOT_STARTED:
+                    ahead += self.wait_length(truth, j, start)
+        truth.bound = (start, truth.latest_complete_by, truth.current_step, truth.phase, ahead)
 
     def terminal_by(self, truth: OrderTruth) -> float | None:
         """When the order must be terminal (None: no bound, it was terminal when the faults stopped), from
         its work in hand when its bound started and what the run has shown since: the steps left to run
         (forward, then undone if a service already rejected one of them: no other step can fail once the
-        faults stopped) and the breakers of their services that were open then or opened since."""
+        faults stopped) and the breakers of their services that were open then or opened since. The waits
+        ahead add their durations; an approval ahead may end the order's way forward there (rejected, or
+        expired), and then the steps before it are undone."""
         if truth.bound is None or self.limits is None:
             return None
-        start, latest, index, phase = truth.bound
+        start, latest, index, phase, ahead = truth.bound
         if phase is Phase.COMPENSATE:
             steps = range(index + 1)
             phases = index + 1
@@ -857,8 +1234,15 @@ class Oracle:
             failing = next((j for j in range(index, last + 1) if self._rejected(truth, j)), None)
             steps = range(last + 1) if failing is not None else range(index, last + 1)
             phases = last + 1 - index if failing is None else (failing - index + 1) + (failing + 1)
+            ends = [
+                (j - index + 1) + (j + 1)
+                for j in range(index, failing if failing is not None else last + 1)
+                if (wait := truth.waits[j]) is not None and wait.kind == "approval"
+            ]
+            if ends:
+                steps, phases = range(last + 1), max(phases, *ends)
         holds = sum(self._openings(service, start) for service in {truth.agents[i] for i in steps})
-        return start + self.limits.terminal(start, latest, phases, holds, self.slack_now())
+        return start + self.limits.terminal(start, latest, phases, holds, self.slack_now(), ahead)
 
     def _rejected(self, truth: OrderTruth, index: int) -> bool:
         """Whether the step's service has decided to reject its key for good (decided when its first call
@@ -965,6 +1349,15 @@ class Oracle:
             truth = self.orders.get(body.order_id)
             if truth is not None:
                 truth.commands_at = self.now()
+            if body.kind is CommandKind.WAKE:
+                reason = body.reason
+                self.count(
+                    "wake-ups re-sent by the Supervisor"
+                    if reason.startswith("supervisor")
+                    else "wake-ups that came early, scheduled again"
+                    if "early" in reason
+                    else "wake-ups scheduled"
+                )
             self.note(body.order_id, "command {} {}", body.kind.value, body.reason)
         elif isinstance(body, bytes):
             self.poison_sent += 1
@@ -1028,6 +1421,8 @@ class Oracle:
                 f"{effect.key} was called{' to undo it' if compensating else ''}, but its condition does not "
                 f"hold ({self._condition(truth, index)}): a step left out by its condition is never called",
             )
+        if not compensating:
+            self._passes_waits(truth, index, self.now(), "was called")
         for name, value in carried.items():
             producer = truth.producers.get(name)
             expected = self._returned(truth, producer).get(name) if producer is not None else None
@@ -1049,6 +1444,11 @@ class Oracle:
             return
         truth.alerts += 1
         truth.alert_owed = False
+
+
+def _wait_of(truth: OrderTruth, index: int) -> WaitTruth | None:
+    """The order's step ``index``'s wait (None: a step that calls a service, or a key of no step)."""
+    return truth.waits[index] if index < len(truth.waits) else None
 
 
 def _undoable(truth: OrderTruth, index: int) -> bool:

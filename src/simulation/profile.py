@@ -65,6 +65,12 @@ class Profile:
     breaker_fail_max: int
     retention_seconds: float
     overlapping_sweeps: float  # chance that a second Supervisor sweeps at the same time
+    # waits (drawn after everything else, so a seed draws what it drew before waits came)
+    timer_seconds: float = 0.0  # a timer's duration where it names a setting (0: ends at once)
+    approval_seconds: float = 1.0  # an approval's deadline where it names a setting
+    wake_early_rate: float = 0.0  # a timer's wake-up delivered a little before its time ...
+    wake_early_seconds: float = 0.0  # ... by up to this much (the broker's clock is not the processes')
+    wake_late_rate: float = 0.0  # a wake-up delivered late, up to two budgets (it races the Supervisor's)
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -80,7 +86,8 @@ class Profile:
             f"storeErr={self.store_error_rate:.3f} transient={self.transient_rate:.2f} "
             f"permanent={self.permanent_rate:.2f} hang={self.hang_rate:.2f} lost={self.lost_reply_rate:.2f} "
             f"slow={self.slow_rate:.2f} outages={len(self.outages)} operator={self.operator_actions} "
-            f"completeBy={self.complete_by_seconds:g}s sweep={self.sweep_seconds:g}s"
+            f"completeBy={self.complete_by_seconds:g}s sweep={self.sweep_seconds:g}s "
+            f"timer={self.timer_seconds:g}s approval={self.approval_seconds:g}s"
         )
 
 
@@ -149,4 +156,11 @@ def draw(seed: int, services: list[str], orders: int | None = None, max_orders: 
         breaker_fail_max=rng.randint(2, 6),
         retention_seconds=_pick(rng, 30.0, 120.0, 600.0),
         overlapping_sweeps=_pick(rng, 0.0, 0.1, 0.5),
+        # On the scale of the budget: a window a person (or the application) may cancel in, sometimes none;
+        # a review deadline that some approvals beat and some miss.
+        timer_seconds=complete_by * _pick(rng, 0.0, 0.5, 1.0, 3.0),
+        approval_seconds=complete_by * _pick(rng, 0.5, 1.0, 2.0),
+        wake_early_rate=rate(0.0, 0.3),
+        wake_early_seconds=_pick(rng, 0.01, 0.2, 1.0),
+        wake_late_rate=rate(0.0, 0.1),
     )

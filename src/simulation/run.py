@@ -16,11 +16,11 @@ from typing import Any
 
 from engine import queues
 from engine.settings import EngineSettings
-from engine.workflow import WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, Timer, WorkflowCatalog, WorkflowDefinition
 from orders.services.declaration import ServiceDefinition
 
 from . import checks
-from .actors import Client, Operator, Timers, build_host, consume
+from .actors import Approver, Client, Operator, Timers, build_host, consume
 from .bus import Bus
 from .liveness import Limits
 from .loop import VirtualClock, VirtualLoop
@@ -51,6 +51,34 @@ def _catalog(base: WorkflowCatalog, profile: Profile) -> WorkflowCatalog:
         return workflow.model_copy(update={"steps": steps})
 
     return WorkflowCatalog(workflows=tuple(adjust(w) for w in base.workflows))
+
+
+def _wait_seconds(catalog: WorkflowCatalog, profile: Profile) -> dict[str, float]:
+    """The waits' durations, by the setting each names (as the app settings give them): a timer's is the
+    run's timer, an approval's deadline the run's. A wait that names no setting keeps its declared one."""
+    found: dict[str, float] = {}
+    for workflow in catalog.workflows:
+        for step in workflow.steps:
+            if isinstance(step.wait, Timer) and step.wait.setting:
+                found[step.wait.setting] = profile.timer_seconds
+            elif isinstance(step.wait, Approval) and step.wait.setting:
+                found[step.wait.setting] = profile.approval_seconds
+    return found
+
+
+@dataclass(frozen=True)
+class ApprovalPlan:
+    """What the approver does with one approval once it waits: ``verdict`` (approve or reject), ``when``
+    (``soon``: within the deadline; ``deadline``: about when it passes, racing the Supervisor; ``late``:
+    after the Supervisor applied it; ``never``), ``at`` (where in that span, 0 to 1), ``versioned`` (with
+    the version read first, as a person who looked at the order does) and ``cancel`` (the application
+    cancels the order at the same moment)."""
+
+    verdict: str
+    when: str
+    at: float
+    versioned: bool
+    cancel: bool
 
 
 @dataclass
@@ -149,10 +177,18 @@ class Simulation:
             backoff_base_seconds=profile.backoff_base_seconds,
             backoff_max_seconds=profile.backoff_max_seconds,
             cancel_grace_seconds=profile.cancel_grace_seconds,
+            wait_seconds=_wait_seconds(self.catalog, profile),
         )
-        self.oracle = Oracle(self.catalog, self.loop.time, profile.max_failures, declarations.returns)
+        self.oracle = Oracle(
+            self.catalog, self.loop.time, profile.max_failures, declarations.returns, settings=self.settings
+        )
         self.oracle.dispatched = self._dispatched
         self.cancel_on_dispatch: dict[str, int] = {}  # order -> the step it is cancelled at, once dispatched
+        # Waits: order -> (the wait it is cancelled in, where in it); (order, step) -> what the approver does
+        # once the approval waits; (order, step) -> where in a timer an approver (wrongly) approves it.
+        self.cancel_in_wait: dict[str, tuple[int, float]] = {}
+        self.decisions: dict[tuple[str, int], ApprovalPlan] = {}
+        self.mistakes: dict[tuple[str, int], float] = {}
         self.storage = Storage(self.oracle)
         self.breakers = self.storage.breaker_store(_BreakerRequests(self.world, self.oracle))
         self.services = Services(self.world, self.catalog, self.oracle, declarations)
@@ -165,6 +201,7 @@ class Simulation:
         self.bus = Bus(self.world, self.oracle, consume, consumed)
         self.client = Client(self)
         self.operator = Operator(self)
+        self.approver = Approver(self)
         self.timers = Timers(self)
         self.stopped = False
         self.outstanding = 0  # client, application and operator actions not finished yet
@@ -221,9 +258,13 @@ class Simulation:
             # Some cancels come just after a step that cannot be undone was dispatched: the moment a cancel
             # must wait for its call. Drawn only for a workflow that has such a step (a catalog without one
             # draws what it drew before).
-            undo_less = [j for j, step in enumerate(current.steps) if step.compensation is None]
+            undo_less = [
+                j for j, step in enumerate(current.steps) if step.calls and step.compensation is None
+            ]
             if undo_less and rng.random() < profile.cancel_rate:
                 self.cancel_on_dispatch[order_id] = undo_less[rng.randrange(len(undo_less))]
+            if any(step.wait is not None for step in current.steps):  # drawn only where there are waits
+                self._plan_waits(order_id, current, at)
             if rng.random() < profile.poison_rate:
                 queue = rng.choice((queues.SCHEDULER_QUEUE, queues.REPLY_QUEUE))
                 self.loop.call_at(
@@ -240,14 +281,73 @@ class Simulation:
             if known:
                 self._later(at, self.operator.act, known[rng.randrange(len(known))])
 
+    def _plan_waits(self, order_id: str, workflow: WorkflowDefinition, at: float) -> None:
+        """What people do about the order's waits, drawn when it is planned: some orders are cancelled
+        inside a wait (the cancellation window, a review); each approval whose condition holds on the input
+        gets a decision (approve or reject; soon, about its deadline, late or never); an approval left out
+        is sometimes decided anyway (refused), and a timer sometimes approved by mistake (refused)."""
+        rng, profile = self.world.rng, self.profile
+        document = self.client.documents[order_id]
+        waits = [j for j, step in enumerate(workflow.steps) if step.wait is not None]
+        if rng.random() < profile.cancel_rate * 3:
+            self.cancel_in_wait[order_id] = (waits[rng.randrange(len(waits))], rng.random())
+        for j in waits:
+            step = workflow.steps[j]
+            if isinstance(step.wait, Timer):
+                if rng.random() < 0.05:
+                    self.mistakes[(order_id, j)] = rng.random()
+                continue
+            if step.when is not None and not step.when.holds({"input": document, "results": {}}):
+                if rng.random() < 0.05:  # an approval that never waits: refused
+                    later = at + rng.uniform(0.0, profile.complete_by_seconds * 3)
+                    self._later(later, self.approver.decide, order_id, step.name, "approve", False)
+                continue
+            draw = rng.random()
+            when = "soon" if draw < 0.6 else "deadline" if draw < 0.75 else "late" if draw < 0.85 else "never"
+            verdict = "approve" if rng.random() < 0.65 else "reject"
+            self.decisions[(order_id, j)] = ApprovalPlan(
+                verdict, when, rng.random(), rng.random() < 0.5, rng.random() < 0.1
+            )
+
     def _dispatched(self, order_id: str, index: int) -> None:
-        """A step of the order was dispatched for the first time: the application cancels the order now if
-        it was drawn to, after a delay within the broker's (so the call may land before or after)."""
-        if self.cancel_on_dispatch.get(order_id) != index:
+        """A step of the order was dispatched (or a wait started) for the first time: the application cancels
+        the order now if it was drawn to, after a delay within the broker's (so the call may land before or
+        after); within the wait if it was drawn to be cancelled there; the approver decides an approval
+        (:meth:`_decide`)."""
+        if self.cancel_on_dispatch.get(order_id) == index:
+            del self.cancel_on_dispatch[order_id]
+            delay = self.world.rng.uniform(0.0, self.profile.delivery_delay_seconds)
+            self._later(self.loop.time() + delay, self.operator.cancel, order_id)
+        truth = self.oracle.orders.get(order_id)
+        if truth is None or index >= len(truth.waits) or truth.waits[index] is None:
             return
-        del self.cancel_on_dispatch[order_id]
-        delay = self.world.rng.uniform(0.0, self.profile.delivery_delay_seconds)
-        self._later(self.loop.time() + delay, self.operator.cancel, order_id)
+        now, length = self.loop.time(), self.oracle.wait_length(truth, index)
+        if self.cancel_in_wait.get(order_id, (-1, 0.0))[0] == index:
+            where = self.cancel_in_wait.pop(order_id)[1]
+            self._later(now + where * length, self.operator.cancel, order_id)
+        mistake = self.mistakes.pop((order_id, index), None)
+        if mistake is not None:
+            name = truth.steps[index]
+            self._later(now + mistake * length, self.approver.decide, order_id, name, "approve", False)
+        decision = self.decisions.pop((order_id, index), None)
+        if decision is not None:
+            self._decide(order_id, truth.steps[index], decision, now, length)
+
+    def _decide(self, order_id: str, step: str, decision: ApprovalPlan, now: float, deadline: float) -> None:
+        """The approver's decision on an approval that started waiting at ``now``, ``deadline`` long."""
+        sweep = self.profile.sweep_seconds
+        if decision.when == "never":
+            return
+        if decision.when == "soon":
+            at = now + decision.at * deadline * 0.9
+        elif decision.when == "deadline":  # on either side of it: the Supervisor may come first
+            at = now + deadline + (decision.at * 2 - 1) * sweep
+        else:  # after the Supervisor has applied the deadline's policy
+            at = now + deadline + 2 * sweep + decision.at * deadline
+        at = max(at, now)
+        self._later(at, self.approver.decide, order_id, step, decision.verdict, decision.versioned)
+        if decision.cancel:
+            self._later(at + 0.001 * decision.at, self.operator.cancel, order_id)
 
     def _bound(self) -> float:
         """How long after the faults stopped the run may take to settle (a failure if it does not).

@@ -13,13 +13,14 @@ from azure.data.tables.aio import TableServiceClient
 from adapters.table_store import TableStateStore, shard_of
 from engine import saved_task, transitions
 from engine.errors import ConcurrencyError
+from engine.messages import AgentReply, ReplyOutcome
 from engine.parts import EngineParts
 from engine.ports import CreateOutcome
 from engine.settings import EngineSettings
 from engine.state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
 from engine.transitions import Context
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -368,3 +369,61 @@ async def test_audit_entries_are_written_with_the_change_or_not_at_all(store: Ta
     assert loaded is not None and store.counter.entities["state"] - before == 1 + 1 + len(WORKFLOW.steps)
     assert loaded.version == record.version
     assert await store.audit("o-2") == []
+
+
+WAITS = WorkflowDefinition(
+    name="waits",
+    steps=(
+        StepDefinition(name="first", agent="alpha", action="do-a", compensation="undo-a"),
+        StepDefinition(name="review", wait=Approval(deadline_seconds=60, on_deadline="error")),
+        StepDefinition(name="window", wait=Timer(after_seconds=600)),
+    ),
+)
+
+
+async def test_waiting_orders_are_listed_and_counted_by_what_they_wait_for(store: TableStateStore) -> None:
+    def waits(now: datetime = NOW) -> Context:
+        return Context(WAITS, SETTINGS, now, "sched-1")
+
+    async def waiting(order_id: str, approved: bool) -> TaskRecord:
+        record = TaskRecord(
+            state=TaskState(order_id=order_id, workflow=WAITS.name, created_at=NOW, updated_at=NOW),
+            steps=[StepState(index=i, name=s.name) for i, s in enumerate(WAITS.steps)],
+            input={},
+            input_hash="h",
+        )
+        transitions.new_record_state(record, waits())
+        _, record = await store.create(record)
+        transitions.claim(record, waits())
+        reply = AgentReply(order_id=order_id, step_index=0, attempt=1, outcome=ReplyOutcome.SUCCEEDED)
+        transitions.apply_reply(record, waits(), reply)
+        record = await store.save(record)
+        if approved:  # on to the timer, through a Scheduler's claim
+            transitions.approve(record, waits(), 1)
+            record = await store.save(record)
+            transitions.claim(record, waits())
+            record = await store.save(record)
+        return record
+
+    for i in range(3):
+        await waiting(f"a-{i}", approved=False)
+    for i in range(2):
+        await waiting(f"t-{i}", approved=True)
+    overdue = await waiting("late", approved=False)
+    transitions.recover_expired(overdue, waits(NOW + timedelta(seconds=61)))
+    await store.save(overdue)
+
+    async def listed(state: ProcessState, kind: str | None) -> list[str]:
+        return sorted(s.order_id for s in (await store.list_by_state(state, 50, None, kind)).states)
+
+    assert await listed(ProcessState.WAITING, "approval") == ["a-0", "a-1", "a-2"]
+    assert await listed(ProcessState.WAITING, "timer") == ["t-0", "t-1"]
+    assert await listed(ProcessState.WAITING, None) == ["a-0", "a-1", "a-2", "t-0", "t-1"]
+    # An approval past its deadline that put its order in Error is still found by what it waits for.
+    assert await listed(ProcessState.ERROR, "approval") == ["late"]
+    assert await listed(ProcessState.ERROR, "timer") == []
+    found = await store.count_by_state(1000)
+    assert found.counts[ProcessState.WAITING] == 5 and found.counts[ProcessState.ERROR] == 1
+    assert found.waiting == {"approval": 3, "timer": 2}
+    (timer,) = [s for s in (await store.list_by_state(ProcessState.WAITING, 1, None, "timer")).states][:1]
+    assert timer.wait_until == NOW + timedelta(seconds=600)

@@ -15,7 +15,7 @@ from azure.servicebus import ServiceBusClient
 
 from devhost import launch
 from engine import queues
-from engine.workflow import Approval, StepDefinition, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowDefinition
 from orders import catalog
 from orders.models import order_input
 from servicebus_emulator.launcher import connection_string
@@ -81,6 +81,12 @@ def straight_input(workflow: WorkflowDefinition) -> dict[str, Any]:
         return not approvals and all(step in ran for step in workflow.steps if step.calls)
 
     return next((e for e in examples if straight(e)), examples[0])
+
+
+def passed(workflow: WorkflowDefinition) -> set[str]:
+    """The waits the tests' orders of ``workflow`` pass at once, Completed with no attempt: the timers (the
+    tests' cancellation window is none)."""
+    return {s.name for s in runs_on(workflow, straight_input(workflow)) if isinstance(s.wait, Timer)}
 
 
 def runs(workflow: WorkflowDefinition) -> tuple[StepDefinition, ...]:

@@ -150,6 +150,7 @@ def test_the_hosted_simulators_take_fault_profiles(self_contained: LocalStack) -
         assert {(row["PartitionKey"], row["Key"]): row["Compensated"] for row in rows} == {
             (step.agent, f"{order_id}:{step.name}"): int(step.compensation is not None)
             for step in DEFAULT_WORKFLOW.steps[: position(LAST_STEP)]
+            if step in runs(DEFAULT_WORKFLOW)  # the calls it made: a wait, or a step left out, made none
         }
     finally:
         self_contained.api.post("/api/sim/faults", json={failing: {}}, headers=MASTER)

@@ -23,6 +23,7 @@ import pytest
 from engine import queues
 from orders import access
 from orders.access import Role
+from orders.catalog import SERVICES
 from tests.e2e.conftest import FIRST_STEP, LocalStack, new_order, start_stack, stop_stack
 from tests.e2e.test_openapi_contract import Store
 from tests.e2e.test_retention import kept_as
@@ -67,6 +68,8 @@ def documented_calls(document: dict[str, Any], order: dict[str, Any]) -> list[Ca
         "step": order["steps"][0]["name"],
         "queue": queues.SCHEDULER_QUEUE,
         "sequenceNumber": "1",
+        # A service that sends callbacks: only its signature lets one in, never a role.
+        "service": next(s.name for s in SERVICES if s.callback_secret_setting),
     }
     bodies: dict[str, dict[str, Any]] = {
         "submit_order": new_order(),
@@ -147,6 +150,11 @@ def test_every_operation_refuses_whom_it_should_and_refusals_change_nothing(
         if rule == access.ANYONE:
             assert send(roles, call, {}, etag).status_code == 200, label
             continue
+        if rule == access.SIGNED:  # unsigned: refused whoever sends it (tests/e2e/test_waits.py signs)
+            for headers in ({}, key(roles, "operator"), principal("Orders.Operator")):
+                if not refused(send(roles, call, headers, etag), 401):
+                    problems.append(f"{label}: an unsigned callback was not refused with 401")
+            continue
         forged = principal("Orders.Operator", "Orders.Reader")
         for who, headers, status in (
             ("no credential", {}, 401),
@@ -222,7 +230,7 @@ def test_an_entra_principal_is_what_its_app_roles_say(trusting: LocalStack) -> N
     problems: list[str] = []
     for call in documented_calls(document, order):
         rule = access.rule(call.method, call.path)
-        if rule == access.ANYONE:
+        if isinstance(rule, str):  # anyone; or signed, whose refusals are tested above
             continue
         label = f"{call.method} {call.path}"
         reader = send(trusting, call, principal("Orders.Reader"), etag)
