@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,10 @@ def document(order_id: str) -> tuple[dict[str, Any], str]:
 
 
 def declared_result(step: StepDefinition, key: str) -> dict[str, Any] | None:
-    """What the simulators return for a step's effect under ``key``: its service's declared result values."""
+    """What the simulators return for a step's effect under ``key``: its service's declared result values
+    (None for a wait, which calls nothing)."""
+    if not step.calls:
+        return None
     service = next(s for s in SERVICES if s.name == step.agent)
     resource, _ = service.resource(step.action)
     return None if resource.result is None else resource.result.simulated(key).model_dump(by_alias=True)
@@ -204,8 +208,19 @@ class Bench:
             _, record = await self.tasks.submit(order_id, body, digest)
             ctx = self.parts.context("bench", record)
             transitions.claim(record, ctx)
-            for _ in FULFILMENT.steps:
-                transitions.step_succeeded(record, ctx, {"id": order_id})
+            while not record.state.process_state.finished:
+                state = record.state
+                if state.process_state is ProcessState.WAITING:
+                    # The workflow's own path: a wait (its cancellation window) ends with its wake-up.
+                    due = record.steps[state.current_step].complete_by
+                    assert due is not None
+                    ctx = replace(ctx, now=due)
+                    decision = transitions.wake(record, ctx, state.current_step, state.attempt)
+                else:
+                    step = FULFILMENT.steps[state.current_step]
+                    result = declared_result(step, f"{order_id}:{step.name}") or {}
+                    decision = transitions.step_succeeded(record, ctx, result)
+                assert decision.changed, (order_id, state)
             await self.store.save(record)
             # Its watch entry due now, as it is a step's budget after the order finished.
             entry = {
