@@ -11,7 +11,7 @@ IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(P
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
+.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-history bench-waiting bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
 
 install: $(STAMP) node_modules/.installed
 
