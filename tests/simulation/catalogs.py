@@ -11,6 +11,12 @@ were found on, whatever the declaration (``orders.catalog``) says today. The fix
   unless every item is digital (returns ``trackingNumber``, which its cancel names), and send a
   confirmation that cannot be undone, carrying the tracking number when there is one. Its services are
   declared here too (on the declaration's own classes), so that a change to the example's leaves it be.
+- ``WAITS``: fulfilment version 2 as the example declared it when waits came, on the services of
+  ``CONSTRUCTS``: reserve; a fraud review (an approval) of an order above 1000; charge; a cancellation
+  window (a timer); ship unless every item is digital; confirm. Its review's deadline policy is ``error``
+  (the declared one's is ``compensate``, which the fixed seeds run), so that the planted bugs of waits and
+  ``test_waits.py`` see an approval decided from Error too. The waits' durations are the run's (their
+  settings, drawn from the seed).
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from engine.conditions import Test
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 from orders.services.declaration import (
     AmountBody,
     Document,
@@ -184,8 +190,61 @@ CONSTRUCTS = WorkflowCatalog(
 )
 check_catalog(CONSTRUCTS_SERVICES, CONSTRUCTS)
 
+
+class _ReviewedOrder(_Order):
+    """``_Order`` with its total (a computed field, stored with the input, as the example's), and a third
+    example above the review's threshold."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                *_Order.model_config["json_schema_extra"]["examples"],  # type: ignore[index]
+                {
+                    "customerId": "customer-3",
+                    "items": [{"sku": "tv-65", "quantity": 1, "unitPrice": 1499}],
+                    "currency": "EUR",
+                },
+            ]
+        }
+    )
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
+    @property
+    def total(self) -> float:
+        return round(sum(item.quantity * item.unit_price for item in self.items), 2)
+
+
+_CONSTRUCTS_STEPS = CONSTRUCTS.workflows[0].steps
+WAITS = WorkflowCatalog(
+    workflows=(
+        WorkflowDefinition(
+            name="order-fulfilment",
+            version=2,
+            input=_ReviewedOrder,
+            steps=(
+                _CONSTRUCTS_STEPS[0],
+                StepDefinition(
+                    name="fraud-review",
+                    when=Test(field="input.total", op=">", value=1000),
+                    wait=Approval(
+                        deadline_seconds=86_400, on_deadline="error", setting="FRAUD_REVIEW_SECONDS"
+                    ),
+                ),
+                _CONSTRUCTS_STEPS[1],
+                StepDefinition(
+                    name="cancellation-window",
+                    wait=Timer(after_seconds=1_800, setting="CANCELLATION_WINDOW_SECONDS"),
+                ),
+                *_CONSTRUCTS_STEPS[2:],
+            ),
+        ),
+    )
+)
+check_catalog(CONSTRUCTS_SERVICES, WAITS)
+
 # By name, for the jobs of tests/simulation/pool.py: the workflows, and the services they run on.
 PINNED: dict[str, tuple[WorkflowCatalog, Sequence[ServiceDefinition]]] = {
     "engine-only": (ENGINE_ONLY, ()),
     "constructs": (CONSTRUCTS, CONSTRUCTS_SERVICES),
+    "waits": (WAITS, CONSTRUCTS_SERVICES),
 }

@@ -1,7 +1,8 @@
 """Bugs to plant in the engine, each one a line or two away from the real code: the simulation's fixed seeds
 must catch every one of them, each by the invariant it names (tests/simulation/test_planted_bugs.py). Each
 runs on the pinned catalog it was found on (tests/simulation/catalogs.py): the first eight on the engine-only
-workflows, those of conditions, results and steps without undo on the catalog that has them."""
+workflows, those of conditions, results and steps without undo on the catalog that has them, those of waits
+on the catalog with a fraud review and a cancellation window."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from engine.messages import AgentReply, AgentRequest, CommandKind, StatusEvent, 
 from engine.scheduler import Scheduler
 from engine.state import Phase, ProcessState, StepStatus, TaskRecord
 from engine.transitions import Context
+from engine.workflow import Approval, Timer
 
 
 def apply_reply_without_attempt_fence(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision:
@@ -256,6 +258,54 @@ def document_with_one_dict_for_every_order(record: TaskRecord, upto: int) -> dic
 _original_request = transitions._request
 
 
+# ---- waits -------------------------------------------------------------------------------------------
+def wake_whatever_its_time(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision:
+    """``transitions.wake`` without its look at the time: a wake-up for the current wait ends it, whenever
+    it comes (one delivered early, one scheduled before an extend)."""
+    if record.state.attempt != attempt or not transitions._waiting(record, ctx, index, Timer):
+        return REFUSED
+    if transitions.allows(Operation.WAKE, record) is None:
+        return REFUSED
+    return transitions._end_wait(record, ctx, "timer due", scheduler=True)
+
+
+def reject_as_approve(record: TaskRecord, ctx: Context, index: int, reason: str) -> Decision:
+    """``transitions.reject`` written from ``approve``: the decision is recorded in the step's reason, and
+    the wait ends as an approved one does (the order goes on)."""
+    if (
+        not transitions._waiting(record, ctx, index, Approval)
+        or transitions.allows(Operation.REJECT, record) is None
+    ):
+        return REFUSED
+    return transitions._end_wait(
+        record, ctx, f"rejected: {reason}" if reason else "rejected", scheduler=False
+    )
+
+
+def cancel_leaving_the_wait(record: TaskRecord, ctx: Context) -> Decision:
+    """``transitions.cancel`` as it was before waits: it undoes the steps before a wait, but leaves the wait
+    itself Waiting (the undo passes over it: it has nothing to undo)."""
+    waiting = [step for step in record.steps if step.status is StepStatus.WAITING]
+    decision = _original_cancel(record, ctx)
+    for step in waiting:
+        if step.status is StepStatus.FAILED:
+            step.status, step.last_error = StepStatus.WAITING, None
+    transitions._touch(record, ctx)
+    return decision
+
+
+_original_cancel = transitions.cancel
+
+
+def approve_any_wait(record: TaskRecord, ctx: Context, index: int) -> Decision:
+    """``transitions.approve`` that checks that the step waits, not what for (nor the table's guard on it):
+    an approve ends a timer too."""
+    step = record.steps[index] if index < len(record.steps) else None
+    if index != record.state.current_step or step is None or step.status is not StepStatus.WAITING:
+        return REFUSED
+    return transitions._end_wait(record, ctx, "approved", scheduler=False)
+
+
 def _undo_every_step(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_of_every_step)
     mp.setattr(transitions, "_request", request_undoing_by_the_action)
@@ -327,5 +377,25 @@ PLANTS: dict[str, Plant] = {
         lambda mp: mp.setattr(transitions, "document", document_with_one_dict_for_every_order),
         "a result passed on is not the one returned",
         "constructs",
+    ),
+    "a timer ended whatever its time": Plant(
+        lambda mp: mp.setattr(transitions, "wake", wake_whatever_its_time),
+        "nothing runs before its timer",
+        "waits",
+    ),
+    "a reject that lets the order go on": Plant(
+        lambda mp: mp.setattr(transitions, "reject", reject_as_approve),
+        "a rejected or expired approval never reaches the next step",
+        "waits",
+    ),
+    "a cancel that leaves the wait waiting": Plant(
+        lambda mp: mp.setattr(transitions, "cancel", cancel_leaving_the_wait),
+        "with a wait under way",
+        "waits",
+    ),
+    "an approve that ignores the wait's kind": Plant(
+        lambda mp: mp.setattr(transitions, "approve", approve_any_wait),
+        "nothing runs before its timer",
+        "waits",
     ),
 }

@@ -9,6 +9,7 @@ import pytest
 
 from adapters.table_store import TableStateStore
 from engine.state import TaskRecord
+from engine.workflow import Approval, Timer
 from orders.catalog import CATALOG, SERVICES
 from simulation.run import Result, run
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
@@ -33,7 +34,9 @@ def test_every_invariant_holds(seed: int, fixed_runs: dict[int, Result]) -> None
 def _constructs() -> list[str]:
     """What the fixed seeds must show at least once, from what the declared workflows use: a step left out
     (where an example fails a condition on the input alone), a result value carried by a later call or an
-    undo, a cancel while a step without undo runs and such a step left applied in a Compensated order."""
+    undo, a cancel while a step without undo runs and such a step left applied in a Compensated order; a
+    timer ended by its wake-up, an approval approved, one rejected, one expired, and a cancel during a
+    wait."""
     declarations = Declarations(SERVICES)
     expected: set[str] = set()
     for workflow in CATALOG.workflows:
@@ -44,7 +47,18 @@ def _constructs() -> list[str]:
         ]
         read: set[str] = set()
         for step in workflow.steps:
-            found = declarations.actions.get((step.agent, step.action))
+            if isinstance(step.wait, Timer):
+                expected |= {"timers ended by their wake-up", "cancelled while waiting"}
+            elif isinstance(step.wait, Approval):
+                expected |= {
+                    "approvals approved",
+                    "approvals rejected",
+                    "approvals expired",
+                    "cancelled while waiting",
+                }
+            if not step.calls:
+                continue
+            found = declarations.actions.get((step.call_agent, step.action or ""))
             if found is None:
                 continue
             resource = found[0]
@@ -62,7 +76,9 @@ def _constructs() -> list[str]:
                 continue
             if any(not condition.holds({"input": e, "results": {}}) for e in examples):
                 expected.add("steps left out")
-        returned = {n for s in workflow.steps for n in declarations.returns(s.agent, s.action)}
+        returned = {
+            n for s in workflow.steps if s.calls for n in declarations.returns(s.call_agent, s.action or "")
+        }
         if returned & read:
             expected.add("result values passed on")
     return sorted(expected)

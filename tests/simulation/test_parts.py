@@ -21,7 +21,7 @@ from engine.workflow import StepDefinition
 from orders.catalog import CATALOG, SERVICES
 from orders.services.client import RemoteServices
 from simulation.bus import Bus, Message
-from simulation.loop import VirtualLoop
+from simulation.loop import EPOCH, VirtualLoop
 from simulation.profile import draw
 from simulation.services import Declarations
 from simulation.table_client import SimTableClient
@@ -202,6 +202,36 @@ def test_a_message_of_a_process_that_died_comes_back_when_its_lock_expires() -> 
     assert seen[1][1] - seen[0][1] >= 50  # after the lock period, not at once
 
 
+def test_a_scheduled_message_comes_at_its_time_and_a_wake_up_under_faults_a_little_early_or_late() -> None:
+    """A scheduled command is delivered at its time (its time to live counted from then), after the usual
+    delay; under faults a timer's wake-up may come up to ``wake_early_seconds`` before it, or up to two
+    budgets late."""
+    seen: dict[str, float] = {}
+
+    async def record(worker: Worker, message: Message) -> None:
+        seen[message.message_id] = loop.time()
+
+    loop, world, bus = _bus(record)
+    profile = world.profile = replace(
+        world.profile, wake_early_rate=0.5, wake_early_seconds=1.0, wake_late_rate=0.4
+    )
+    at = EPOCH + timedelta(seconds=100)
+    wake = SchedulerCommand(order_id="o1", kind="wake", step_index=1, attempt=1)
+    for i in range(40):
+        bus.enqueue(queues.SCHEDULER_QUEUE, wake, f"w{i}", "o1", scheduled_at=at)
+    command = bus.enqueue(queues.SCHEDULER_QUEUE, _command(), "c", "o1", 60.0, at)
+    loop.run_until_complete(asyncio.sleep(300))
+    loop.close()
+    assert command is not None and command.state == "completed"  # not expired: 60 s from its time
+    assert 100 <= seen["c"] <= 100 + profile.delivery_delay_seconds
+    times = [seen[f"w{i}"] for i in range(40)]
+    assert min(times) < 100 < max(times)
+    assert all(
+        99 <= t <= 100 + 2 * profile.complete_by_seconds + profile.delivery_delay_seconds for t in times
+    )
+    assert bus.wakes_early and bus.wakes_late
+
+
 def _request(
     step: StepDefinition, index: int, order: dict[str, Any], known: dict[str, Any], undo: bool
 ) -> AgentRequest:
@@ -222,8 +252,9 @@ def _request(
 
 
 def _requests() -> list[tuple[str, AgentRequest]]:
-    """A request of every action of the declared workflows, on each example input, with the values every
-    step before it returned (an undo: its own too, and once without them, as after a lost answer)."""
+    """A request of every action of the declared workflows (a wait calls nothing), on each example input,
+    with the values every step before it returned (an undo: its own too, and once without them, as after a
+    lost answer)."""
     declarations = Declarations(SERVICES)
     made: list[tuple[str, AgentRequest]] = []
     for workflow in CATALOG.workflows:
@@ -233,12 +264,15 @@ def _requests() -> list[tuple[str, AgentRequest]]:
             order = {"orderId": "o-1", **fields}
             results: dict[str, Any] = {}
             for index, step in enumerate(workflow.steps):
+                if not step.calls:  # a wait: no call
+                    continue
+                agent = step.call_agent
                 apply = _request(step, index, order, results, undo=False)
-                made.append((step.agent, apply))
-                own = declarations.result(step.agent, apply)
+                made.append((agent, apply))
+                own = declarations.result(agent, apply)
                 if step.compensation is not None:
-                    made.append((step.agent, _request(step, index, order, results, undo=True)))
-                    made.append((step.agent, _request(step, index, order, {**results, **own}, undo=True)))
+                    made.append((agent, _request(step, index, order, results, undo=True)))
+                    made.append((agent, _request(step, index, order, {**results, **own}, undo=True)))
                 results.update(own)
     return made
 
