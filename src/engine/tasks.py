@@ -25,7 +25,7 @@ from .outbox import carry_out, deliver
 from .parts import EngineParts
 from .ports import CreateOutcome, Page, StateCounts
 from .retention import Purged
-from .state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
+from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .transitions import Context
 
 log = logging.getLogger("engine.tasks")
@@ -280,6 +280,19 @@ def _refusal(record: TaskRecord, operation: Operation, index: int | None, allowe
         return None
     state = record.state
     current = record.steps[state.current_step]
+    waiting = state.process_state is ProcessState.WAITING and current.status is StepStatus.WAITING
+    if (
+        operation is Operation.APPROVE
+        and waiting
+        and index == state.current_step
+        and state.waiting_for == "approval"
+    ):
+        # Refused although the state allows it: the approval's deadline has passed.
+        deadline = current.complete_by.isoformat() if current.complete_by else "?"
+        return (
+            f"the approval of step {current.name} is past its deadline ({deadline}): its workflow's "
+            "policy applies (the Supervisor undoes the order, or puts it in Error to be decided there)"
+        )
     if index != state.current_step:
         name = record.steps[index].name
         return f"step {name} is not the current step of order {state.order_id} ({current.name} is)"

@@ -401,10 +401,20 @@ def wake(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision
 
 def approve(record: TaskRecord, ctx: Context, index: int) -> Decision:
     """A person approves the waiting approval of step ``index``; the task moves on (out of Error too, when
-    its deadline put it there)."""
+    its deadline put it there). Past its deadline a Waiting approval can no longer be given: its policy
+    applies, whether or not the Supervisor has come yet."""
     if not _waiting(record, ctx, index, Approval) or allows(Operation.APPROVE, record) is None:
         return REFUSED
+    if deadline_passed(record, ctx):
+        return REFUSED
     return _end_wait(record, ctx, "approved", scheduler=False)
+
+
+def deadline_passed(record: TaskRecord, ctx: Context) -> bool:
+    """Whether the task is Waiting and its current wait's time (an approval's deadline) has come."""
+    step = record.steps[record.state.current_step]
+    waiting = record.state.process_state is ProcessState.WAITING
+    return waiting and step.complete_by is not None and step.complete_by <= ctx.now
 
 
 def reject(record: TaskRecord, ctx: Context, index: int, reason: str) -> Decision:

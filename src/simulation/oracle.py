@@ -515,7 +515,9 @@ class Oracle:
                 attempts[-1].complete_by = cb  # extended
         old, new = view.status, step.status
         if old is not new:
-            self._outcome_reported(truth, before, step, old, new, acts, now)
+            # When the move was decided (UpdatedAt, the transition's clock): a save can land a little later.
+            decided = at_seconds(after.updated_at)
+            self._outcome_reported(truth, before, step, old, new, acts, now, decided)
         view.status, view.attempts = new, step.attempts
         view.compensation_attempts, view.failures = step.compensation_attempts, step.failures
         view.complete_by = step.complete_by
@@ -529,6 +531,7 @@ class Oracle:
         new: StepStatus,
         acts: set[str],
         now: float,
+        decided: float,
     ) -> None:
         order_id = truth.order_id
         if old is StepStatus.LEFT_OUT:
@@ -539,7 +542,7 @@ class Oracle:
             return
         if _wait_of(truth, step.index) is not None:
             if new in (StepStatus.COMPLETED, StepStatus.FAILED):
-                self._wait_ended(truth, before, step, old, new, acts, now)
+                self._wait_ended(truth, before, step, old, new, acts, now, decided)
             return
         if new is StepStatus.COMPLETED:
             if "skip" in acts and _skipped(step):
@@ -654,6 +657,7 @@ class Oracle:
         new: StepStatus,
         acts: set[str],
         now: float,
+        decided: float,
     ) -> None:
         """A wait's outcome, applied once per attempt, and only as its kind allows: a timer is Completed by
         its wake-up once its time has come (at once when its turn came at or after its time), an approval by
@@ -710,8 +714,12 @@ class Oracle:
                 self.count("approvals approved")
                 if before.process_state is ProcessState.ERROR:
                     self.count("approvals approved from Error")
-                elif until is not None and now > until:
-                    self.count("approvals approved after their deadline, before the Supervisor came")
+                elif until is not None and decided >= until - TOLERANCE:
+                    self.violation(
+                        order_id,
+                        f"the approval {name} was given at {decided:.3f}, at or past its deadline "
+                        f"{until:.3f}: its policy applies (finding 13)",
+                    )
             elif until is not None and now < until - TOLERANCE:
                 by = f" (by an operator's {', '.join(sorted(acts))})" if acts else ""
                 self.violation(

@@ -462,3 +462,24 @@ def test_a_cancel_while_a_callback_is_awaited_undoes_the_step_once_its_answer_ca
     assert record.steps[0].status is StepStatus.FAILED
     undo = transitions.claim(record, ctx(definition, T0 + timedelta(seconds=11)))
     assert [(r.step, r.compensating) for r in bodies(undo, AgentRequest)] == [("reserve", True)]
+
+
+def test_an_approval_past_its_deadline_is_refused_before_the_supervisor_comes() -> None:
+    # Finding 13 of the simulation: the deadline is the approval's, not the Supervisor's next sweep's.
+    definition = workflow(REVIEW)
+    record, _ = reserved(definition)
+    late = ctx(definition, T0 + timedelta(seconds=60))
+    assert transitions.approve(record, late, 1).outcome is Outcome.REFUSED
+    assert record.state.process_state is ProcessState.WAITING, "refused: nothing changed"
+    # A reject says what the deadline's policy would: undo.
+    assert transitions.reject(record, late, 1, "too late anyway").outcome is Outcome.MOVED
+    assert record.state.process_state is ProcessState.COMPENSATING
+
+
+@pytest.mark.anyio
+async def test_a_late_approval_is_refused_saying_why() -> None:
+    actors = Actors(workflow(REVIEW))
+    await actors.to_the_wait()
+    actors.clock.advance(61)
+    with pytest.raises(InvalidState, match="is past its deadline"):
+        await actors.tasks.approve("o-1", "review", Action(actor="ada"))

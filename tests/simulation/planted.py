@@ -298,10 +298,12 @@ _original_cancel = transitions.cancel
 
 
 def approve_any_wait(record: TaskRecord, ctx: Context, index: int) -> Decision:
-    """``transitions.approve`` that checks that the step waits, not what for (nor the table's guard on it):
-    an approve ends a timer too."""
+    """``transitions.approve`` that checks that the step waits and its time has not come, not what it waits
+    for (nor the table's guard on it): an approve ends a timer too."""
     step = record.steps[index] if index < len(record.steps) else None
     if index != record.state.current_step or step is None or step.status is not StepStatus.WAITING:
+        return REFUSED
+    if transitions.deadline_passed(record, ctx):
         return REFUSED
     return transitions._end_wait(record, ctx, "approved", scheduler=False)
 
