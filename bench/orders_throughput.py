@@ -82,7 +82,11 @@ ORDER = submitted_workflow().examples()[0]
 WORKFLOW = submitted_workflow()
 # What one of its orders sends when it runs straight through: the one formula (engine.costs), less the
 # steps its conditions leave out on ORDER (they read the input as the API stores it).
-TRAFFIC: OrderTraffic = processed_order(WORKFLOW, {"input": order_input(WORKFLOW, ORDER), "results": {}})
+# The run sets no cancellation window (CANCELLATION_WINDOW_SECONDS=0): the timer passes at once, sending
+# nothing, so the order's traffic is that of its calls.
+NO_WINDOW = {"CANCELLATION_WINDOW_SECONDS": 0.0}  # the in-process runs' setting, as the stack's below
+_CALLS = WORKFLOW.revise(steps=tuple(step for step in WORKFLOW.steps if step.calls))
+TRAFFIC: OrderTraffic = processed_order(_CALLS, {"input": order_input(WORKFLOW, ORDER), "results": {}})
 
 
 # ---- 1. end to end ---------------------------------------------------------------------------------
@@ -166,7 +170,12 @@ class EndToEnd(BaseModel):
 
 def run_end_to_end(orders: int, workers: int, data_dir: Path) -> EndToEnd:
     """Start a stack, time ``orders`` orders through it after a warm-up, stop it."""
-    env = {"SUPERVISOR_SCHEDULE": "*/5 * * * * *", "STEP_COMPLETE_BY_SECONDS": "60"}
+    # No cancellation window: a business wait of seconds would say nothing of the path's cost.
+    env = {
+        "SUPERVISOR_SCHEDULE": "*/5 * * * * *",
+        "STEP_COMPLETE_BY_SECONDS": "60",
+        "CANCELLATION_WINDOW_SECONDS": "0",
+    }
     devhost = launch.start(data_dir, workers=workers, env=env)
     api = httpx.Client(base_url=devhost.api_url, timeout=30)
     try:
@@ -265,7 +274,7 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
     engine_log = logging.getLogger("engine")
     engine_log.addHandler(records)
     engine_log.setLevel(logging.INFO)
-    settings = EngineSettings(step_complete_by_seconds=60)
+    settings = EngineSettings(step_complete_by_seconds=60, wait_seconds=NO_WINDOW)
     parts = EngineParts(WorkflowCatalog.of(WORKFLOW), store, sender, clock, settings)
     tasks = TaskService(parts)
     scheduler = Scheduler(parts)
@@ -379,7 +388,7 @@ async def _sweep_times(
     connection_string: str, store: TableStateStore, in_flight: int, histories: list[int], shards: int
 ) -> dict[int, float]:
     sender = LoopbackSender()
-    settings = EngineSettings(step_complete_by_seconds=3600)
+    settings = EngineSettings(step_complete_by_seconds=3600, wait_seconds=NO_WINDOW)
     parts = EngineParts(WorkflowCatalog.of(WORKFLOW), store, sender, SystemClock(), settings)
     tasks = TaskService(parts)
     supervisor = Supervisor(parts)
