@@ -141,12 +141,18 @@ def command(
     reason: str,
     at: datetime | None = None,
     new_id: Callable[[], str] = random_id,
+    dispatch: tuple[int, int] | None = None,
 ) -> Outgoing:
-    """A message asking the Scheduler to look at a task (now, or at ``at``)."""
+    """A message asking the Scheduler to look at a task (now, or at ``at``); ``dispatch`` (step index,
+    attempt) names the one wait a wake-up is for."""
+    step_index, attempt = dispatch if dispatch is not None else (None, None)
+    named = f"{step_index}:{attempt}:" if dispatch is not None else ""
     return Outgoing(
         queue=queues.SCHEDULER_QUEUE,
-        body=SchedulerCommand(order_id=order_id, kind=kind, reason=reason),
-        message_id=f"{order_id}:{kind.value}:{new_id()}",
+        body=SchedulerCommand(
+            order_id=order_id, kind=kind, reason=reason, step_index=step_index, attempt=attempt
+        ),
+        message_id=f"{order_id}:{kind.value}:{named}{new_id()}",
         correlation_id=order_id,
         scheduled_at=at,
     )
@@ -155,22 +161,9 @@ def command(
 def wake_command(
     record: TaskRecord, at: datetime, reason: str, new_id: Callable[[], str] = random_id
 ) -> Outgoing:
-    """The wake-up of the task's current wait (a timer), scheduled for ``at``: fenced by step and attempt."""
+    """The wake-up of the task's current wait (a timer), scheduled for ``at``."""
     state = record.state
-    body = SchedulerCommand(
-        order_id=state.order_id,
-        kind=CommandKind.WAKE,
-        reason=reason,
-        step_index=state.current_step,
-        attempt=state.attempt,
-    )
-    return Outgoing(
-        queue=queues.SCHEDULER_QUEUE,
-        body=body,
-        message_id=f"{state.order_id}:wake:{state.current_step}:{state.attempt}:{new_id()}",
-        correlation_id=state.order_id,
-        scheduled_at=at,
-    )
+    return command(state.order_id, CommandKind.WAKE, reason, at, new_id, (state.current_step, state.attempt))
 
 
 def document(record: TaskRecord, upto: int) -> dict[str, Any]:
@@ -755,9 +748,9 @@ def _wait_expired(record: TaskRecord, ctx: Context) -> Decision:
     if isinstance(wait, Timer) and allows(Operation.REWAKE, record):
         state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
         _touch(record, ctx)
-        at = step.complete_by if step.complete_by is not None and step.complete_by > ctx.now else None
+        # Its time passed a window before the CompleteBy that brought the Supervisor here: due now.
         return Decision(
-            Outcome.KICKED, (wake_command(record, at or ctx.now, "supervisor: wake-up lost", ctx.new_id),)
+            Outcome.KICKED, (wake_command(record, ctx.now, "supervisor: wake-up lost", ctx.new_id),)
         )
     if not isinstance(wait, Approval) or allows(Operation.DEADLINE, record) is None:
         return REFUSED

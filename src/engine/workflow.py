@@ -306,6 +306,18 @@ class WorkflowCatalog(BaseModel):
         latest versions no longer use still serves the orders in flight on an older one."""
         return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps if s.agent is not None))
 
+    def wait_settings(self) -> dict[str, float]:
+        """Every app setting a wait names, by name, with the duration it declares (the latest version's
+        where versions differ): what the setting gives when it is not set."""
+        found: dict[str, float] = {}
+        for workflow in sorted(self.workflows, key=lambda w: w.version):
+            for step in workflow.steps:
+                wait = step.wait
+                if wait is not None and wait.setting is not None:
+                    declared = wait.after_seconds if isinstance(wait, Timer) else wait.deadline_seconds
+                    found[wait.setting] = declared or 0.0
+        return dict(sorted(found.items()))
+
     def policies(self, agent: str) -> dict[tuple[str, int, str], RetryPolicy]:
         """The retry policy of every step on ``agent``, by (workflow, version, step)."""
         return {

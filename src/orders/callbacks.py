@@ -35,7 +35,7 @@ from engine import queues
 from engine.errors import EngineError, NotFound, PermanentError
 from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
 from engine.ports import MessageSender
-from engine.state import StepStatus
+from engine.state import Phase, StepStatus
 from engine.tasks import TaskService
 
 from .services.client import declared_result
@@ -153,7 +153,7 @@ class Callbacks:
             step is not None
             and state.current_step == index
             and state.attempt == attempt
-            and (state.phase.value == "compensate") == compensating
+            and (state.phase is Phase.COMPENSATE) == compensating
             and step.status in awaited
         )
         workflow = tasks.parts.catalog.find(state.workflow, state.workflow_version)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import queues
-from engine.workflow import Timer, WorkflowCatalog
+from engine.workflow import WorkflowCatalog
 
 from . import catalog_docs
 from .catalog import CATALOG, SERVICES
@@ -111,24 +111,11 @@ def bicep_catalog(services: Sequence[ServiceDefinition], catalog: WorkflowCatalo
         ],
         # The app settings the waits name, each with its declared duration in seconds (the app's value
         # in Azure; the devhost sets short ones).
-        "waits": wait_settings(catalog),
+        "waits": {name: f"{seconds:g}" for name, seconds in catalog.wait_settings().items()},
         # The settings holding the callback secrets of the services that answer later: the predeploy
         # hook makes each once (infra/hooks/predeploy.sh), so the services' secrets survive deployments.
         "callbackSecrets": [s.callback_secret_setting for s in services if s.callback_secret_setting],
     }
-
-
-def wait_settings(catalog: WorkflowCatalog) -> dict[str, str]:
-    """Every setting a wait of the catalog names, with its declared duration (the latest version's)."""
-    found: dict[str, str] = {}
-    for workflow in sorted(catalog.workflows, key=lambda w: w.version):
-        for step in workflow.steps:
-            wait = step.wait
-            if wait is None or wait.setting is None:
-                continue
-            seconds = wait.after_seconds if isinstance(wait, Timer) else wait.deadline_seconds
-            found[wait.setting] = f"{seconds:g}"
-    return dict(sorted(found.items()))
 
 
 def sample_settings(current: dict[str, Any], services: Sequence[ServiceDefinition]) -> dict[str, Any]:

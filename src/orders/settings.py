@@ -114,9 +114,7 @@ class Settings(BaseModel):
 # One URL setting per declared service, e.g. INVENTORY_SERVICE_URL.
 SERVICE_URL_SETTINGS = {service.name: service.url_setting for service in SERVICES}
 # The settings the catalog's waits name (a timer's duration, an approval's deadline, in seconds).
-WAIT_SETTINGS = tuple(
-    sorted({s.wait.setting for w in CATALOG.workflows for s in w.steps if s.wait and s.wait.setting})
-)
+WAIT_SETTINGS = tuple(CATALOG.wait_settings())
 # Names as a constant, for the checks that compare them with the Bicep and the sample settings.
 SETTING_NAMES = (
     *(field.alias for field in Settings.model_fields.values() if field.alias),

@@ -175,14 +175,22 @@ class LocalStack:
         return response.json()
 
     def act(
-        self, order_id: str, action: str, body: dict[str, Any] | None = None, tries: int = 5
+        self,
+        order_id: str,
+        action: str,
+        body: dict[str, Any] | None = None,
+        tries: int = 5,
+        client: httpx.Client | None = None,
     ) -> httpx.Response:
         """An operator action (``resubmit``, ``cancel``, ``steps/<step>/retry``...) guarded by the ETag of a
-        fresh read, read again if the order moved in between (412), as a client would."""
+        fresh read, read again if the order moved in between (412), as a client would; sent by ``client``
+        (another role's) when given."""
         for _ in range(tries):
             read = self.api.get(f"/api/orders/{order_id}")
             headers = {"if-match": read.headers.get("etag", '"none"')}
-            response = self.api.post(f"/api/orders/{order_id}/{action}", json=body, headers=headers)
+            response = (client or self.api).post(
+                f"/api/orders/{order_id}/{action}", json=body, headers=headers
+            )
             if response.status_code != 412:
                 return response
         return response

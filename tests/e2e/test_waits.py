@@ -84,17 +84,8 @@ def waiting_for(stack: LocalStack, order_id: str, kind: str) -> dict[str, Any]:
 
 
 def decide(client: httpx.Client, stack: LocalStack, order_id: str, verb: str, note: str) -> httpx.Response:
-    """Approve or reject with the ETag of a fresh read, read again if the order moved in between (412)."""
-    for _ in range(5):
-        etag = stack.api.get(f"/api/orders/{order_id}").headers["etag"]
-        response = client.post(
-            f"/api/orders/{order_id}/steps/fraud-review/{verb}",
-            json={"note": note},
-            headers={"If-Match": etag},
-        )
-        if response.status_code != 412:
-            break
-    return response
+    """Approve or reject, as ``client``'s role, the version of a fresh read."""
+    return stack.act(order_id, f"steps/fraud-review/{verb}", {"note": note}, client=client)
 
 
 def test_the_fulfilment_runs_version_2_with_its_waits() -> None:
