@@ -70,7 +70,7 @@ import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -105,6 +105,16 @@ _BATCH = 100
 FINISHED = tuple(state for state in ProcessState if state.finished)
 # A shard's tally of finished tasks in the history.
 _TALLY = "count"
+# The kinds of the history table's one-entity tasks: a finished task, and a parked one.
+_WHOLE = ("archive", "parked")
+# Each shard's tally of the parked tasks, by what they wait for (a row of its own: parks and their returns
+# never contend with the history's tally).
+_WAITING_TALLY = "count|waiting"
+PARKED_KINDS = ("timer", "approval")
+# The calendar of parked tasks: one partition of the history table, ``<CompleteBy>|<id>`` per parked task,
+# and its cursor (when the calendar is to be read next).
+CALENDAR = "calendar"
+_CURSOR = "cursor"
 _RACES = 5  # attempts at a write that loses a race on a shared row (a tally) before giving up for now
 _IF_MATCH = {"match_condition": MatchConditions.IfNotModified}
 
@@ -232,6 +242,10 @@ def _gone_key(until: datetime, order_id: str) -> str:
     return f"gone|{_stamp(until)}|{order_id}|"
 
 
+def _tally_names(row: str) -> tuple[str, ...]:
+    return PARKED_KINDS if row == _WAITING_TALLY else tuple(s.value for s in FINISHED)
+
+
 def _chunks(text: str) -> list[str]:
     return [text[i : i + _BODY_CHUNK] for i in range(0, len(text), _BODY_CHUNK)] or [""]
 
@@ -290,7 +304,7 @@ class TableStateStore:
         self._unique = unique
         # Each shard's tally as last read or written here (ETag, counts): a stale one costs one refused
         # transaction and a read.
-        self._tallies: dict[str, tuple[str, dict[str, int]]] = {}
+        self._tallies: dict[tuple[str, str], tuple[str, dict[str, int]]] = {}
 
     @classmethod
     async def from_service(
@@ -411,24 +425,37 @@ class TableStateStore:
         tools that fill a history directly, with :meth:`tally_entity` for the shard's count)."""
         state = record.state
         key = listing_key(state.process_state, state.updated_at, state.order_id)
+        return self._whole_entities(record, "archive", key, audited)
+
+    def parked_entities(
+        self, record: TaskRecord, audited: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A waiting task as it is parked: the task in one entity (as the history keeps a finished one), and
+        its listing entry, under the key it had in the live table."""
+        return self._whole_entities(record, "parked", self._listing_key(record), audited)
+
+    def _whole_entities(
+        self, record: TaskRecord, kind: str, key: str, audited: bool
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        state = record.state
         summary = {**self._state_properties(state), "IndexKey": key, "Audited": audited}
         steps = json.dumps(
             [step.model_dump(mode="json", by_alias=True, exclude_none=True) for step in record.steps],
             separators=(",", ":"),
         )
         body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
-        archive: dict[str, Any] = {
+        whole: dict[str, Any] = {
             **summary,
             "RowKey": _archive_key(state.order_id),
-            "Kind": "archive",
+            "Kind": kind,
             "BodyHash": record.input_hash,
         }
         for prefix, text in (("Steps", steps), ("Body", body)):
             chunks = _chunks(text)
-            archive[f"{prefix}Chunks"] = len(chunks)
+            whole[f"{prefix}Chunks"] = len(chunks)
             for i, chunk in enumerate(chunks):
-                archive[f"{prefix}{i}"] = chunk
-        return archive, {**summary, "RowKey": key, "Kind": "index"}
+                whole[f"{prefix}{i}"] = chunk
+        return whole, {**summary, "RowKey": key, "Kind": "index"}
 
     @staticmethod
     def _to_state(entity: Mapping[str, Any]) -> TaskState:
@@ -443,15 +470,21 @@ class TableStateStore:
         return StepState.model_validate(values)
 
     def _from_archive(self, entity: TableEntity) -> TaskRecord:
+        """A task read from the history table: finished (read-only), or parked (saved back to the live
+        records)."""
         steps = [StepState.model_validate(step) for step in json.loads(_joined(entity, "Steps"))]
         body = _joined(entity, "Body")
+        parked = entity.get("Kind") == "parked"
         return TaskRecord(
             state=self._to_state(entity),
             steps=steps,
             input=json.loads(body) if body else {},
             input_hash=entity["BodyHash"],
             etags={_archive_key(entity["OrderID"]): _etag(entity)},
-            archived=True,
+            archived=not parked,
+            parked=parked,
+            audited=bool(entity.get("Audited")),
+            listed=entity.get("IndexKey") if parked else None,
         )
 
     def _audit_entity(self, order_id: str, entry: AuditEntry, n: int) -> dict[str, Any]:
@@ -548,7 +581,7 @@ class TableStateStore:
             # No live task: a refused or repeated submission of an id in the history leaves nothing.
             await self._remove_watch(order_id, added)
         if found is not None:
-            if found.get("Kind") != "archive":
+            if found.get("Kind") not in _WHOLE:
                 return CreateOutcome.PURGED, record
             existing = self._from_archive(found)
         assert existing is not None
@@ -584,13 +617,17 @@ class TableStateStore:
 
     # ---- one task --------------------------------------------------------------------------------
     async def load(self, order_id: str) -> TaskRecord | None:
-        """One query over the task's key range in the live table; a task no longer there is read from the
-        history (one point read)."""
+        """One query over the task's key range in the live table; a task not there is read from the
+        history table (one point read), where a finished task is kept and a parked one waits. A task
+        brought back from there meanwhile (written live, then its parked copy deleted) is read live
+        again."""
         record = await self._load_live(order_id)
         if record is not None or self.history is None:
             return record
         found = await self._read_archive(order_id)
-        return self._from_archive(found) if found is not None and found.get("Kind") == "archive" else None
+        if found is not None and found.get("Kind") in _WHOLE:
+            return self._from_archive(found)
+        return await self._load_live(order_id) if found is None else None
 
     async def _load_live(self, order_id: str) -> TaskRecord | None:
         entities = [
@@ -628,6 +665,8 @@ class TableStateStore:
     async def save(self, record: TaskRecord) -> TaskRecord:
         """The state, the changed steps, the audit entries and the listing entry, in one transaction
         conditional on the ETags of the state and the changed steps."""
+        if record.parked:
+            return await self._unpark(record)
         order_id = record.order_id
         state_etag = record.etags.get(_state_key(order_id))
         if record.archived or state_etag is None:
@@ -724,7 +763,7 @@ class TableStateStore:
         history = self._history()
         for _ in range(_RACES):
             found = await self._read_archive(order_id)
-            if found is None or found.get("Kind") != "archive":
+            if found is None or found.get("Kind") not in _WHOLE:
                 return False
             mark = {"PartitionKey": entity["PartitionKey"], "Audited": True}
             operations = [
@@ -840,44 +879,70 @@ class TableStateStore:
             )
 
     # ---- the history -----------------------------------------------------------------------------
-    async def _tally(self, pk: str, fresh: bool = False) -> tuple[str, dict[str, int]]:
-        """A shard's tally of finished tasks in the history (ETag "" and zeros: none written yet)."""
-        if not fresh and pk in self._tallies:
-            return self._tallies[pk]
+    async def _tally(self, pk: str, fresh: bool = False, row: str = _TALLY) -> tuple[str, dict[str, int]]:
+        """A shard's tally in the history table (ETag "" and zeros: none written yet): of the finished tasks
+        it holds by state, or (``row`` :data:`_WAITING_TALLY`) of the parked ones by what they wait for."""
+        if not fresh and (pk, row) in self._tallies:
+            return self._tallies[pk, row]
+        names = _tally_names(row)
         self.counter.add(table=HISTORY, entities=1)
         try:
-            entity = await self._history().get_entity(pk, _TALLY)
-            tally = _etag(entity), {s.value: int(entity.get(s.value) or 0) for s in FINISHED}
+            entity = await self._history().get_entity(pk, row)
+            tally = _etag(entity), {name: int(entity.get(name) or 0) for name in names}
         except ResourceNotFoundError:
-            tally = "", {s.value: 0 for s in FINISHED}
-        self._tallies[pk] = tally
+            tally = "", dict.fromkeys(names, 0)
+        self._tallies[pk, row] = tally
         return tally
 
     @staticmethod
-    def tally_entity(pk: str, counts: Mapping[str, int]) -> dict[str, Any]:
-        """A shard's tally of the finished tasks its history holds, per state name."""
-        return {"PartitionKey": pk, "RowKey": _TALLY, **{s.value: counts.get(s.value, 0) for s in FINISHED}}
+    def tally_entity(pk: str, counts: Mapping[str, int], row: str = _TALLY) -> dict[str, Any]:
+        """A shard's tally of the finished tasks its history holds, per state name (or, ``row``
+        :data:`_WAITING_TALLY`, of the parked tasks, per what they wait for)."""
+        return {"PartitionKey": pk, "RowKey": row, **{n: counts.get(n, 0) for n in _tally_names(row)}}
 
-    def _tally_operation(self, pk: str, tally: tuple[str, dict[str, int]], change: Mapping[str, int]) -> Any:
+    def _tally_operation(
+        self, pk: str, tally: tuple[str, dict[str, int]], change: Mapping[str, int], row: str = _TALLY
+    ) -> Any:
         etag, counts = tally
-        entity = self.tally_entity(pk, {k: counts[k] + change.get(k, 0) for k in counts})
+        entity = self.tally_entity(pk, {k: counts[k] + change.get(k, 0) for k in counts}, row)
         if not etag:
             return ("create", entity)
         return ("update", entity, {"mode": UpdateMode.REPLACE, "etag": etag, **_IF_MATCH})
 
     async def _submit_counted(
-        self, pk: str, operations: list[Any], tally: tuple[str, dict[str, int]], change: Mapping[str, int]
+        self,
+        pk: str,
+        operations: list[Any],
+        tally: tuple[str, dict[str, int]],
+        change: Mapping[str, int],
+        row: str = _TALLY,
     ) -> None:
         """A history transaction that changes the shard's tally by ``change`` (last operation)."""
-        operations = [*operations, self._tally_operation(pk, tally, change)]
+        await self._submit_tallied(pk, operations, {row: (tally, change)})
+
+    async def _submit_tallied(
+        self,
+        pk: str,
+        operations: list[Any],
+        changes: Mapping[str, tuple[tuple[str, dict[str, int]], Mapping[str, int]]],
+    ) -> None:
+        """A history transaction that changes one or more of the shard's tallies (by row: the tally as
+        read, and the change), the tallies last."""
+        operations = [
+            *operations,
+            *(self._tally_operation(pk, tally, change, row) for row, (tally, change) in changes.items()),
+        ]
         self.counter.add(table=HISTORY, entities=len(operations))
         try:
             results = await self._transact(self._history(), operations)
         except TableTransactionError:
-            self._tallies.pop(pk, None)
+            for row in changes:
+                self._tallies.pop((pk, row), None)
             raise
-        counts = {k: v + change.get(k, 0) for k, v in tally[1].items()}
-        self._tallies[pk] = str(results[-1].get("etag") or ""), counts
+        for n, (row, (tally, change)) in enumerate(changes.items()):
+            counts = {k: v + change.get(k, 0) for k, v in tally[1].items()}
+            result = results[len(results) - len(changes) + n]
+            self._tallies[pk, row] = str(result.get("etag") or ""), counts
 
     async def archive(self, record: TaskRecord) -> bool:
         """Move a finished task to the history (see :meth:`engine.ports.StateStore.archive`).
@@ -949,6 +1014,12 @@ class TableStateStore:
                 continue  # not the task: the tally appeared meanwhile
             if found.get("Kind") == "tombstone" and found.get("FinishedAt") == archive["UpdatedAt"]:
                 return True  # moved and purged since the first attempt: only the live records are left
+            if found.get("Kind") == "parked" and found.get("CreatedAt") == archive["CreatedAt"]:
+                # A parked copy of this task, left by a park or a return that did not finish (the live
+                # task is the task): the history's copy takes its place.
+                if await self._replace_parked(pk, found, archive, listing, copies, fresh):
+                    return True
+                continue
             if found.get("Kind") != "archive" or found.get("CreatedAt") != archive["CreatedAt"]:
                 # Cannot happen while the task is live: its id is refused as long as the history has it.
                 log.error("order %s: the history holds another task with its id; not archived", order_id)
@@ -1096,8 +1167,8 @@ class TableStateStore:
                     return None  # not the tally: a task changed (or went) since the query read it
         return None
 
-    async def _tally_moved(self, pk: str, tally: tuple[str, dict[str, int]]) -> bool:
-        return (await self._tally(pk, fresh=True))[0] != tally[0]
+    async def _tally_moved(self, pk: str, tally: tuple[str, dict[str, int]], row: str = _TALLY) -> bool:
+        return (await self._tally(pk, True, row))[0] != tally[0]
 
     async def drop_tombstones(self, before: datetime, limit: int) -> int:
         """Delete tombstones whose time is up: one range query of ``gone`` entries per shard, then
@@ -1136,6 +1207,293 @@ class TableStateStore:
                 dropped += len(keys) // 2
         return dropped
 
+    async def _replace_parked(
+        self,
+        pk: str,
+        parked: TableEntity,
+        archive: dict[str, Any],
+        listing: dict[str, Any],
+        copies: list[Any],
+        fresh: bool,
+    ) -> bool:
+        """Write a finished task over its stale parked copy, moving it from one tally to the other; False
+        if a tally or the copy changed meanwhile."""
+        operations: list[Any] = [
+            ("update", archive, {"mode": UpdateMode.REPLACE, "etag": _etag(parked), **_IF_MATCH}),
+            ("upsert", listing, {"mode": UpdateMode.REPLACE}),
+            *copies,
+        ]
+        if parked.get("IndexKey") and parked["IndexKey"] != listing["RowKey"]:
+            operations.append(("delete", {"PartitionKey": pk, "RowKey": parked["IndexKey"]}))
+        try:
+            await self._submit_tallied(
+                pk,
+                operations,
+                {
+                    _TALLY: (await self._tally(pk, fresh), {archive["ProcessState"]: 1}),
+                    _WAITING_TALLY: (
+                        await self._tally(pk, fresh, _WAITING_TALLY),
+                        {str(parked.get("WaitingFor")): -1},
+                    ),
+                },
+            )
+        except TableTransactionError as exc:
+            if not _conflict(exc):
+                raise
+            return False
+        return True
+
+    # ---- parked tasks ----------------------------------------------------------------------------
+    async def park(self, record: TaskRecord, entry: ExpiredEntry) -> bool:
+        """Move a task that waits long (a timer or an approval), loaded just now, out of the live and watch
+        tables until it comes due (see :meth:`engine.ports.StateStore.park`).
+
+        Its audit entries are copied to the history table, then the task in one entity, its listing entry
+        (under the same key) and the shard's waiting tally raised, in one transaction; then its calendar
+        entry (at its CompleteBy); then the live records are deleted in one transaction conditional on
+        every ETag read, and last its watch entry, conditional on the entry's. A task that changed
+        meanwhile keeps its live records, and its parked copy is deleted again. A task already parked (its
+        watch entry came back in a race) is only filed in the calendar again and unwatched.
+        """
+        state = record.state
+        if state.waiting_for not in PARKED_KINDS or state.complete_by is None or record.archived:
+            return False
+        if record.parked:
+            await self._file(state)
+            await self.unwatch(entry)
+            return True
+        order_id, pk = record.order_id, self._pk(record.order_id)
+        trail = await self._audit_rows(self.table, order_id, STATE)
+        parked, listing = self.parked_entities(record, audited=bool(trail))
+        copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
+        for i in range(0, len(copies), _BATCH):
+            batch = copies[i : i + _BATCH]
+            self.counter.add(table=HISTORY, entities=len(batch))
+            await self._transact(self._history(), batch)
+        etag = await self._write_parked(pk, order_id, parked, listing)
+        if etag is None:
+            return False
+        await self._file(state)
+        if not await self._delete_live(record, trail):
+            # Changed since it was read (an approval, a cancel, an audit entry): it stays live.
+            await self._remove_parked(pk, order_id, etag, parked)
+            await self._delete_rows(pk, [e["RowKey"] for e in trail])
+            return False
+        await self.unwatch(entry)
+        return True
+
+    async def _write_parked(
+        self, pk: str, order_id: str, parked: dict[str, Any], listing: dict[str, Any]
+    ) -> str | None:
+        """The parked copy and its listing entry, counted; over a stale copy of the same task, uncounted.
+        Its ETag, or None if the history table holds another kind of entity under its key."""
+        change = {parked["WaitingFor"]: 1}
+        for fresh in (False, *([True] * (_RACES - 1))):
+            tally = await self._tally(pk, fresh, _WAITING_TALLY)
+            operations: list[Any] = [("create", parked), ("upsert", listing, {"mode": UpdateMode.REPLACE})]
+            try:
+                await self._submit_counted(pk, operations, tally, change, _WAITING_TALLY)
+            except TableTransactionError as exc:
+                if exc.status_code == 412:
+                    continue  # the tally moved: read it again
+                if exc.status_code != 409:
+                    raise
+                found = await self._read_archive(order_id)
+                if found is None:
+                    continue
+                if found.get("Kind") != "parked" or found.get("CreatedAt") != parked["CreatedAt"]:
+                    log.error(
+                        "order %s: the history table holds another task with its id; not parked", order_id
+                    )
+                    return None
+                operations = [
+                    ("update", parked, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH}),
+                    ("upsert", listing, {"mode": UpdateMode.REPLACE}),
+                ]
+                if found.get("IndexKey") and found["IndexKey"] != listing["RowKey"]:
+                    operations.append(("delete", {"PartitionKey": pk, "RowKey": found["IndexKey"]}))
+                self.counter.add(table=HISTORY, entities=len(operations))
+                try:
+                    await self._transact(self._history(), operations)
+                except TableTransactionError as again:
+                    if not _conflict(again):
+                        raise
+                    continue
+            found = await self._read_archive(order_id)
+            return _etag(found) if found is not None and found.get("Kind") == "parked" else None
+        return None
+
+    async def _remove_parked(self, pk: str, order_id: str, etag: str, parked: Mapping[str, Any]) -> bool:
+        """Delete a parked copy (conditional on ``etag``) with its listing entry, lowering the waiting tally;
+        False if the copy changed or went meanwhile."""
+        operations: list[Any] = [
+            ("delete", {"PartitionKey": pk, "RowKey": _archive_key(order_id)}, {"etag": etag, **_IF_MATCH})
+        ]
+        if parked.get("IndexKey"):
+            operations.append(("delete", {"PartitionKey": pk, "RowKey": parked["IndexKey"]}))
+        change = {str(parked.get("WaitingFor")): -1}
+        for fresh in (False, *([True] * (_RACES - 1))):
+            tally = await self._tally(pk, fresh, _WAITING_TALLY)
+            try:
+                await self._submit_counted(pk, operations, tally, change, _WAITING_TALLY)
+                return True
+            except TableTransactionError as exc:
+                if exc.status_code == 404 and len(operations) > 1:
+                    operations = operations[:1]  # the listing entry went already: the copy alone
+                    continue
+                if not _conflict(exc):
+                    raise
+                if not await self._tally_moved(pk, tally, _WAITING_TALLY):
+                    return False  # not the tally: the copy changed or went
+        return False
+
+    async def _unpark(self, record: TaskRecord) -> TaskRecord:
+        """Save a parked task back to the live records: claim its parked copy (a conditional write, so of
+        two that bring it back only one goes on), put its watch entry, write its live records (state, input,
+        steps, listing entry, audit entries) in one transaction that only inserts, then delete the parked
+        copy. A crash in between leaves the task live and its copy stale: the live records are the task, and
+        the copy goes when the task is moved to the history (:meth:`_replace_parked`)."""
+        order_id, pk = record.order_id, self._pk(record.order_id)
+        key = _archive_key(order_id)
+        etag = record.etags.get(key)
+        if etag is None:
+            raise ConcurrencyError(order_id)
+        self.counter.add(table=HISTORY, entities=1)
+        try:
+            claimed = await self._history().update_entity(
+                {"PartitionKey": pk, "RowKey": key, "Claimed": uuid.uuid4().hex},
+                mode=UpdateMode.MERGE,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except (ResourceModifiedError, ResourceNotFoundError) as exc:
+            raise ConcurrencyError(order_id) from exc
+        # What it waited for when it was parked is in its listing key (the state has moved on since).
+        parked = {"IndexKey": record.listed, "WaitingFor": _listed_wait(record.listed or "")}
+        trail = await self._audit_rows(self._history(), order_id, HISTORY) if record.audited else []
+        state_entity = self._state_entity(record)
+        listed = self._listing_key(record)
+        state_entity["IndexKey"] = listed
+        entry = {**state_entity, "RowKey": listed, "Kind": "index"}
+        del entry["Watched"]
+        operations: list[Any] = [
+            ("create", self._input_entity(record)),
+            ("create", state_entity),
+            *(("create", self._step_entity(order_id, s)) for s in record.steps),
+            ("create", entry),
+        ]
+        audits: list[dict[str, Any]] = [{k: v for k, v in e.items()} for e in trail] + [
+            self._audit_entity(order_id, e, n) for n, e in enumerate(record.pending_audit())
+        ]
+        room = _BATCH - len(operations)
+        operations += [("create", a) for a in audits[:room]]
+        if state_entity["Watched"]:
+            await self._put_watch(record.state)  # watched before it is in flight again
+        try:
+            self.counter.add(table=STATE, entities=len(operations))
+            results = await self._transact(self.table, operations)
+        except TableTransactionError as exc:
+            if exc.status_code != 409:
+                raise
+            # Brought back by someone else meanwhile: the live records are the task, the copy is stale.
+            await self._remove_parked(pk, order_id, str(claimed.get("etag") or ""), parked)
+            raise ConcurrencyError(order_id) from exc
+        for extra in audits[room:]:
+            self.counter.add(table=STATE, entities=1)
+            await self.table.upsert_entity(extra, mode=UpdateMode.REPLACE)
+        record.etags = {}
+        for (_, entity), result in zip(operations, results, strict=False):
+            if entity.get("Kind") in ("state", "step", "input"):
+                record.etags[entity["RowKey"]] = result["etag"]
+        if await self._remove_parked(pk, order_id, str(claimed.get("etag") or ""), parked):
+            await self._delete_rows(pk, [e["RowKey"] for e in trail])
+        record.parked = record.audited = False
+        record.indexed = bool(state_entity["Watched"])
+        record.listed = listed
+        record.mark_saved()
+        return record
+
+    async def _delete_rows(self, pk: str, keys: list[str]) -> None:
+        """Delete copies of audit entries from the history table (a batch with one gone already: one by
+        one)."""
+        history = self._history()
+        for i in range(0, len(keys), _BATCH):
+            batch = keys[i : i + _BATCH]
+            self.counter.add(table=HISTORY, entities=len(batch))
+            try:
+                await self._transact(history, [("delete", {"PartitionKey": pk, "RowKey": k}) for k in batch])
+            except TableTransactionError:
+                for key in batch:
+                    self.counter.add(table=HISTORY, entities=1)
+                    with contextlib.suppress(ResourceNotFoundError):
+                        await history.delete_entity(pk, key)
+
+    async def _file(self, state: TaskState) -> None:
+        """Put a parked task's entry in the calendar, at its CompleteBy."""
+        assert state.complete_by is not None
+        self.counter.add(table=HISTORY, entities=1)
+        await self._history().upsert_entity(
+            {
+                "PartitionKey": CALENDAR,
+                "RowKey": f"{_stamp(state.complete_by)}|{state.order_id}",
+                "OrderID": state.order_id,
+                "CompleteBy": state.complete_by,
+            },
+            mode=UpdateMode.REPLACE,
+        )
+
+    async def promote(self, now: datetime, horizon: float, limit: int = 1000) -> int:
+        """Bring back to the live records (and the watch table) the parked tasks due within ``horizon``
+        seconds of ``now`` (see :meth:`engine.ports.StateStore.promote`): the calendar's cursor is read (one
+        point read); if its time has come, one range query of the calendar's entries due by then, each task
+        brought back and its entry deleted, and the cursor set to half the horizon on. Returns how many
+        tasks came back."""
+        history = self._history()
+        self.counter.add(table=HISTORY, entities=1)
+        try:
+            cursor = await history.get_entity(CALENDAR, _CURSOR)
+            if cursor["NextAt"] > now:
+                return 0
+        except ResourceNotFoundError:
+            pass
+        query = history.query_entities(
+            _RANGE,
+            parameters={"pk": CALENDAR, "lo": "0", "hi": _stamp(now + timedelta(seconds=horizon))},
+            select=["RowKey", "OrderID"],
+            results_per_page=limit,
+        ).by_page()
+        due = [entity async for entity in await anext(query, _empty_page())][:limit]
+        self.counter.add(table=HISTORY, entities=len(due))
+        brought = 0
+        whole = len(due) < limit
+        for entity in due:
+            record = await self.load(entity["OrderID"])
+            try:
+                if record is not None and record.parked:
+                    await self.save(record)
+                    brought += 1
+                elif record is not None and record.state.process_state.in_flight and record.state.complete_by:
+                    # Live (brought back meanwhile, or still on its way out): its watch entry is put again,
+                    # so a park that is about to drop it is refused and the task stays watched.
+                    await self._put_watch(record.state)
+            except ConcurrencyError:
+                whole = False  # changed meanwhile: its entry stays for the next reading
+                continue
+            self.counter.add(table=HISTORY, entities=1)
+            with contextlib.suppress(ResourceNotFoundError):
+                await history.delete_entity(CALENDAR, entity["RowKey"])
+        if whole:
+            self.counter.add(table=HISTORY, entities=1)
+            await history.upsert_entity(
+                {
+                    "PartitionKey": CALENDAR,
+                    "RowKey": _CURSOR,
+                    "NextAt": now + timedelta(seconds=horizon / 2),
+                },
+                mode=UpdateMode.REPLACE,
+            )
+        return brought
+
     # ---- listings and counts ---------------------------------------------------------------------
     async def list_by_state(
         self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
@@ -1146,8 +1504,8 @@ class TableStateStore:
         the shard and the table's own token."""
         place, token = _decode_token(continuation)
         tables = [self.table]
-        if state.finished and self.history is not None:
-            tables.append(self.history)
+        if (state.finished or state is ProcessState.WAITING) and self.history is not None:
+            tables.append(self.history)  # finished tasks are kept there, and parked ones wait there
         if place >= len(tables) * self.shards:
             raise InvalidContinuation(continuation or "")
         keyed = state is ProcessState.WAITING
@@ -1177,10 +1535,11 @@ class TableStateStore:
 
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks each state holds: the live table's listing entries of every shard (their keys
-        only, one range query per shard) and, for the finished states, each shard's tally in the history
-        (one point read per shard), all at once. Nothing here reads the history's tasks, so the cost
-        follows the live work (in flight, in Error) and not the history. A shard with more than ``limit``
-        live entries is counted up to ``limit``."""
+        only, one range query per shard) and, for the finished states and the parked tasks, each shard's
+        two tallies in the history table (two point reads per shard), all at once. Nothing here reads the
+        history's or the parked tasks, so the cost follows the live work (in flight, in Error) and not the
+        history or what waits long. A shard with more than ``limit`` live entries is counted up to
+        ``limit``."""
 
         waiting: dict[str, int] = {}
 
@@ -1212,14 +1571,26 @@ class TableStateStore:
                 return {}
             return (await self._tally(f"s{shard:02d}", fresh=True))[1]
 
+        async def parked(shard: int) -> dict[str, int]:
+            if self.history is None:
+                return {}
+            return (await self._tally(f"s{shard:02d}", True, _WAITING_TALLY))[1]
+
         shards = range(self.shards)
-        lives, tallies = await asyncio.gather(
-            asyncio.gather(*(live(s) for s in shards)), asyncio.gather(*(finished(s) for s in shards))
+        lives, tallies, parks = await asyncio.gather(
+            asyncio.gather(*(live(s) for s in shards)),
+            asyncio.gather(*(finished(s) for s in shards)),
+            asyncio.gather(*(parked(s) for s in shards)),
         )
         totals = dict.fromkeys(ProcessState, 0)
         for counts in [c for c, _ in lives] + list(tallies):
             for name, n in counts.items():
                 totals[ProcessState(name)] += n
+        for counts in parks:
+            for kind, n in counts.items():
+                if n:
+                    totals[ProcessState.WAITING] += n
+                    waiting[kind] = waiting.get(kind, 0) + n
         return StateCounts(
             totals, complete=all(whole for _, whole in lives), waiting=dict(sorted(waiting.items()))
         )

@@ -88,7 +88,8 @@ class StateStore(Protocol):
         ...
 
     async def audit(self, order_id: str, archived: bool = False) -> list[AuditEntry]:
-        """The task's audit entries, oldest first (``archived``: the task was read from the history)."""
+        """The task's audit entries, oldest first (``archived``: the task was read from the history, or is
+        parked)."""
         ...
 
     async def archive(self, record: TaskRecord) -> bool:
@@ -111,6 +112,20 @@ class StateStore(Protocol):
 
         Raises :class:`engine.errors.ConcurrencyError` if the task changed since it was loaded.
         """
+        ...
+
+    async def park(self, record: TaskRecord, entry: ExpiredEntry) -> bool:
+        """Move a task waiting for a timer or an approval, loaded just now, out of the live records and the
+        watch table, into the store's parked tasks and its calendar (at the task's CompleteBy), so that while
+        it waits it costs nothing a sweep, a listing of another state or a count reads. It is still loaded
+        by its id (:meth:`load` returns it with ``parked`` set), listed and counted as Waiting, and its next
+        :meth:`save` brings it back to the live records. False if it changed since it was loaded (it stays
+        live)."""
+        ...
+
+    async def promote(self, now: datetime, horizon: float, limit: int = 1000) -> int:
+        """Bring back to the live records, watched, the parked tasks whose CompleteBy is within ``horizon``
+        seconds of ``now``, reading the calendar at most every ``horizon / 2`` seconds; how many came back."""
         ...
 
     async def purge(self, finished_before: datetime, tombstone_until: datetime, limit: int) -> PurgeReport:

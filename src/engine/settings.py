@@ -20,6 +20,10 @@ class EngineSettings:
     # Waits' durations by the setting a workflow's wait names (engine.workflow.Timer.setting,
     # Approval.setting): a setting absent here leaves the declared duration.
     wait_seconds: Mapping[str, float] = field(default_factory=dict)
+    # A task waiting for a timer or an approval whose CompleteBy is more than twice this far off is parked
+    # out of the live records by the Supervisor, and brought back about this long before it is due (0:
+    # nothing is parked). See engine.supervisor.
+    park_horizon_seconds: float = 0.0
 
     def backoff(self, failure_count: int) -> float:
         """The extended period before a retry: doubles with each failure, bounded."""

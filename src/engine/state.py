@@ -172,6 +172,11 @@ class TaskRecord(BaseModel):
     listed: str | None = None
     # Read from the history of finished tasks: read-only, never saved again.
     archived: bool = False
+    # Read from where a task that waits long is parked (out of the live records until it is due): its
+    # next save brings it back to the live records.
+    parked: bool = False
+    # Its audit entries are kept beside the history's or the parked copy (set by the store when read).
+    audited: bool = False
     _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from . import telemetry, transitions
 from .breaker import BreakerRecord
@@ -13,6 +14,7 @@ from .errors import ConcurrencyError
 from .outbox import alert_raised, carry_out
 from .parts import EngineParts
 from .state import ProcessState, StepStatus, TaskRecord
+from .transitions import APPROVAL, TIMER
 
 log = logging.getLogger("engine.supervisor")
 
@@ -31,6 +33,8 @@ class SweepReport:
     held: int = 0  # left alone: the step's service has an open circuit breaker (no failure counted)
     released: int = 0  # given back without a failure counted: a hold ended, or a breaker wants a trial
     deadlines: int = 0  # approvals past their deadline, handed to a Scheduler to undo the order
+    parked: int = 0  # waiting long: moved out of the live records until it is nearly due
+    promoted: int = 0  # parked tasks nearly due, brought back to the live records
     taken_back: int = 0  # never started, and its id is in the history: a submission's leftover, deleted
     alerted: int = 0  # Error alerts raised again: the process that entered Error died before saying it had
     lost_races: int = 0
@@ -51,6 +55,20 @@ class SweepReport:
             self.released += 1
         elif outcome is Outcome.DEADLINE:
             self.deadlines += 1
+
+
+def _parks(record: TaskRecord, now: datetime, horizon: float) -> bool:
+    """Whether a task within its time waits long enough to be parked: for a timer or an approval (a
+    callback's wait is a step's CompleteBy, short), due more than two horizons from now (so it is parked
+    well before the calendar's reading that brings it back)."""
+    state = record.state
+    return (
+        horizon > 0
+        and state.process_state is ProcessState.WAITING
+        and state.waiting_for in (TIMER, APPROVAL)
+        and state.complete_by is not None
+        and state.complete_by > now + timedelta(seconds=2 * horizon)
+    )
 
 
 def _never_started(record: TaskRecord) -> bool:
@@ -105,6 +123,12 @@ class Supervisor:
         store = self.parts.store
         ctx = self.parts.context()
         breakers: dict[str, BreakerRecord] | None = None
+        horizon = ctx.settings.park_horizon_seconds
+        if horizon > 0:
+            try:
+                report.promoted = await store.promote(ctx.now, horizon)
+            except Exception:
+                log.warning("could not read the calendar of parked orders", exc_info=True)
         async for entry in store.expired(ctx.now):
             record = await store.load(entry.order_id)
             if record is None or not record.state.process_state.in_flight or record.state.complete_by is None:
@@ -124,7 +148,17 @@ class Supervisor:
                 report.unwatched += 1
                 continue
             if record.state.complete_by > ctx.now:
-                await store.rewatch(entry, record.state.complete_by)  # still within its time: look again then
+                # Still within its time: parked if it waits long, else looked at again then.
+                if _parks(record, ctx.now, horizon) and await store.park(record, entry):
+                    report.parked += 1
+                    continue
+                if record.parked and not _parks(record, ctx.now, horizon):
+                    try:
+                        await store.save(record)  # due soon and still parked: back to the live records
+                    except ConcurrencyError:
+                        report.lost_races += 1
+                        continue
+                await store.rewatch(entry, record.state.complete_by)
                 report.rewatched += 1
                 continue
             report.expired += 1
@@ -139,7 +173,7 @@ class Supervisor:
                     report.lost_races += 1
                     continue
             before = record.state.process_state
-            overdue = before is ProcessState.WAITING and record.state.waiting_for == "approval"
+            overdue = before is ProcessState.WAITING and record.state.waiting_for == APPROVAL
             if breakers is None:
                 breakers = await self._breakers()
             task_ctx = self.parts.context(record=record)
@@ -196,6 +230,8 @@ class Supervisor:
             released=report.released,
             deadlines=report.deadlines,
             takenBack=report.taken_back,
+            parked=report.parked,
+            promoted=report.promoted,
             alerted=report.alerted,
             lostRaces=report.lost_races,
             seconds=round(report.seconds, 4),

@@ -116,7 +116,7 @@ class TaskService:
     async def audit(self, order_id: str) -> list[AuditEntry]:
         """The task's audit entries, oldest first (:class:`~engine.errors.NotFound` if no such task)."""
         record = await self.get(order_id)
-        return await self.parts.store.audit(order_id, archived=record.archived)
+        return await self.parts.store.audit(order_id, archived=record.archived or record.parked)
 
     async def resubmit(self, order_id: str, action: Action | None = None) -> TaskRecord:
         """Operator: an order in Error goes back to Pending with FailureCount reset."""

@@ -29,6 +29,9 @@ class Settings(BaseModel):
     supervisor_backoff_seconds: float = Field(default=2.0, gt=0, alias="SUPERVISOR_BACKOFF_SECONDS")
     supervisor_max_backoff_seconds: float = Field(default=60.0, gt=0, alias="SUPERVISOR_MAX_BACKOFF_SECONDS")
     cancel_grace_seconds: float = Field(default=1.0, ge=0, alias="CANCEL_GRACE_SECONDS")
+    # An order waiting for a timer or an approval more than twice this long off is parked out of the live
+    # records until about this long before it is due (engine.supervisor); 0: never.
+    wait_park_horizon_seconds: float = Field(default=600.0, ge=0, alias="WAIT_PARK_HORIZON_SECONDS")
     # How long an Agent's circuit breaker stays open, for every step; empty: each step's own policy.
     breaker_reset_seconds: float | None = Field(default=None, gt=0, alias="BREAKER_RESET_SECONDS")
     # Table Storage: a connection string locally, or an endpoint with a managed identity in Azure.
@@ -92,6 +95,7 @@ class Settings(BaseModel):
             backoff_max_seconds=self.supervisor_max_backoff_seconds,
             cancel_grace_seconds=self.cancel_grace_seconds,
             wait_seconds=dict(self.wait_seconds),
+            park_horizon_seconds=self.wait_park_horizon_seconds,
         )
 
     # Base URL per service, from each declared service's <NAME>_SERVICE_URL (see load_settings).

@@ -123,6 +123,14 @@ class MemoryStore:
         del self.records[record.order_id]
         return True
 
+    async def park(self, record: TaskRecord, entry: ExpiredEntry) -> bool:
+        # Nothing to gain in memory: a task that waits stays where it is (the Supervisor rewatches it).
+        self.operations += 1
+        return False
+
+    async def promote(self, now: datetime, horizon: float, limit: int = 1000) -> int:
+        return 0
+
     async def take_back(self, record: TaskRecord) -> bool:
         self.operations += 1
         if record.order_id not in self.history and record.order_id not in self.tombstones:
