@@ -137,6 +137,9 @@ var appSettings = {
   SUPERVISOR_BACKOFF_SECONDS: string(supervisorBackoffSeconds)
   SUPERVISOR_MAX_BACKOFF_SECONDS: string(supervisorMaxBackoffSeconds)
   CANCEL_GRACE_SECONDS: '1'
+  // An order waiting for a timer or an approval due more than 20 minutes off is parked out of the live
+  // records (engine.supervisor), and brought back 10 minutes before it is due.
+  WAIT_PARK_HORIZON_SECONDS: '600'
   ORDER_RETENTION: orderRetention
   // Status URLs are built from this, never from the request's Host header (which the client chooses).
   PUBLIC_BASE_URL: empty(publicBaseUrl) ? baseUrl : publicBaseUrl

@@ -25,7 +25,12 @@ Three tables:
   ``count`` - how many finished tasks of each state the shard holds, changed in the transaction that adds
   or purges a task (by the Supervisor and the clean-up, never on an order's own path). A purged task
   leaves a tombstone (``order|<id>``, a few properties) and a ``gone|<until>|<id>|`` entry; both go once
-  ``<until>`` passes, and until then the id is refused.
+  ``<until>`` passes, and until then the id is refused. It also holds the parked tasks: a task waiting
+  long for a timer or an approval, moved there by the Supervisor (:meth:`TableStateStore.park`) under the
+  same ``order|<id>`` key (``Kind`` parked), with its listing entry ``index|Waiting|<kind>|...``, its audit
+  entries, each shard's waiting tally ``count|waiting``, and the calendar (partition ``calendar``:
+  ``<CompleteBy>|<id>`` per parked task, and the ``cursor`` saying when it is read next). Any save of a
+  parked task brings it back to the live records (:meth:`TableStateStore._unpark`).
 
 The live table holds live work only (in flight, in Error, finished in the last sweep interval), so what
 reads it costs in proportion to live work on Azure and on Azurite alike (Azurite runs every query as a
@@ -109,9 +114,9 @@ _TALLY = "count"
 _WHOLE = ("archive", "parked")
 # Each shard's tally of the parked tasks, by what they wait for (a row of its own: parks and their returns
 # never contend with the history's tally).
-_WAITING_TALLY = "count|waiting"
+WAITING_TALLY = _WAITING_TALLY = "count|waiting"
 PARKED_KINDS = ("timer", "approval")
-# The calendar of parked tasks: one partition of the history table, ``<CompleteBy>|<id>`` per parked task,
+# The calendar of parked tasks: one partition of the history table, ``<time the wait ends>|<id>`` per task,
 # and its cursor (when the calendar is to be read next).
 CALENDAR = "calendar"
 _CURSOR = "cursor"
@@ -1250,7 +1255,7 @@ class TableStateStore:
 
         Its audit entries are copied to the history table, then the task in one entity, its listing entry
         (under the same key) and the shard's waiting tally raised, in one transaction; then its calendar
-        entry (at its CompleteBy); then the live records are deleted in one transaction conditional on
+        entry (at the time its wait ends); then the live records are deleted in one transaction conditional on
         every ETag read, and last its watch entry, conditional on the entry's. A task that changed
         meanwhile keeps its live records, and its parked copy is deleted again. A task already parked (its
         watch entry came back in a race) is only filed in the calendar again and unwatched.
@@ -1263,6 +1268,8 @@ class TableStateStore:
             await self.unwatch(entry)
             return True
         order_id, pk = record.order_id, self._pk(record.order_id)
+        if not await self._mark_parking(record):
+            return False
         trail = await self._audit_rows(self.table, order_id, STATE)
         parked, listing = self.parked_entities(record, audited=bool(trail))
         copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
@@ -1280,6 +1287,27 @@ class TableStateStore:
             await self._delete_rows(pk, [e["RowKey"] for e in trail])
             return False
         await self.unwatch(entry)
+        return True
+
+    async def _mark_parking(self, record: TaskRecord) -> bool:
+        """Mark the live state record, conditional on its ETag, before anything is parked: of two that
+        park the task at once only one goes on, and a parked copy found while holding the mark is never
+        the task (the live records are), so it may be written over. False if the task changed."""
+        key = _state_key(record.order_id)
+        etag = record.etags.get(key)
+        if etag is None:
+            return False
+        self.counter.add(table=STATE, entities=1)
+        try:
+            marked = await self.table.update_entity(
+                {"PartitionKey": self._pk(record.order_id), "RowKey": key, "Parking": uuid.uuid4().hex},
+                mode=UpdateMode.MERGE,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except (ResourceModifiedError, ResourceNotFoundError):
+            return False
+        record.etags[key] = str(marked.get("etag") or "")
         return True
 
     async def _write_parked(
@@ -1428,19 +1456,22 @@ class TableStateStore:
                     with contextlib.suppress(ResourceNotFoundError):
                         await history.delete_entity(pk, key)
 
+    @staticmethod
+    def calendar_entity(state: TaskState) -> dict[str, Any]:
+        """A parked task's entry in the calendar, at the time its wait ends (a timer's time, an approval's
+        deadline; also for tools that park directly)."""
+        due = state.wait_until or state.complete_by
+        assert due is not None
+        return {
+            "PartitionKey": CALENDAR,
+            "RowKey": f"{_stamp(due)}|{state.order_id}",
+            "OrderID": state.order_id,
+        }
+
     async def _file(self, state: TaskState) -> None:
-        """Put a parked task's entry in the calendar, at its CompleteBy."""
-        assert state.complete_by is not None
+        """Put a parked task's entry in the calendar, at the time its wait ends."""
         self.counter.add(table=HISTORY, entities=1)
-        await self._history().upsert_entity(
-            {
-                "PartitionKey": CALENDAR,
-                "RowKey": f"{_stamp(state.complete_by)}|{state.order_id}",
-                "OrderID": state.order_id,
-                "CompleteBy": state.complete_by,
-            },
-            mode=UpdateMode.REPLACE,
-        )
+        await self._history().upsert_entity(self.calendar_entity(state), mode=UpdateMode.REPLACE)
 
     async def promote(self, now: datetime, horizon: float, limit: int = 1000) -> int:
         """Bring back to the live records (and the watch table) the parked tasks due within ``horizon``

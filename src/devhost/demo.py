@@ -97,7 +97,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--complete-by", type=float, default=5.0, help="STEP_COMPLETE_BY_SECONDS (default 5)")
     p.add_argument("--window", type=float, default=1.0, help="CANCELLATION_WINDOW_SECONDS (default 1)")
     p.add_argument(
-        "--review", type=float, default=6.0, help="FRAUD_REVIEW_SECONDS: an approval's deadline (default 6)"
+        "--review", type=float, default=10.0, help="FRAUD_REVIEW_SECONDS: an approval's deadline (default 10)"
+    )
+    p.add_argument(
+        "--park-horizon",
+        type=float,
+        default=1.0,
+        help="WAIT_PARK_HORIZON_SECONDS: waits ending more than twice this far off are parked (default 1)",
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for every order (default 600)")
     p.add_argument(
@@ -187,6 +193,7 @@ def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDev
         "SUPERVISOR_MAX_BACKOFF_SECONDS": "4",
         "CANCELLATION_WINDOW_SECONDS": str(args.window),
         "FRAUD_REVIEW_SECONDS": str(args.review),
+        "WAIT_PARK_HORIZON_SECONDS": str(args.park_horizon),
     }
     with console.status("starting Azurite, the Service Bus emulator, the simulators and the workers..."):
         try:

@@ -58,6 +58,8 @@ DEFAULT_SETTINGS = {
     # The order workflow's waits, short so that a local run shows them (Azure: 30 minutes and a day).
     "CANCELLATION_WINDOW_SECONDS": "2",
     "FRAUD_REVIEW_SECONDS": "20",
+    # Waits due more than twice this far off are parked out of the live records (Azure: 10 minutes).
+    "WAIT_PARK_HORIZON_SECONDS": "3",
 }
 
 

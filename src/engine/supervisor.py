@@ -59,15 +59,16 @@ class SweepReport:
 
 def _parks(record: TaskRecord, now: datetime, horizon: float) -> bool:
     """Whether a task within its time waits long enough to be parked: for a timer or an approval (a
-    callback's wait is a step's CompleteBy, short), due more than two horizons from now (so it is parked
-    well before the calendar's reading that brings it back)."""
+    callback's wait is a step's CompleteBy, short) that ends (its time, its deadline) more than two horizons
+    from now, so it is parked well before the calendar's reading that brings it back."""
     state = record.state
+    ends = state.wait_until or state.complete_by
     return (
         horizon > 0
         and state.process_state is ProcessState.WAITING
         and state.waiting_for in (TIMER, APPROVAL)
-        and state.complete_by is not None
-        and state.complete_by > now + timedelta(seconds=2 * horizon)
+        and ends is not None
+        and ends > now + timedelta(seconds=2 * horizon)
     )
 
 

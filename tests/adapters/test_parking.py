@@ -4,6 +4,7 @@ survives a crash or a race half way."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -16,9 +17,10 @@ from adapters import table_store
 from adapters.table_store import CALENDAR, TableStateStore, shard_of
 from engine import transitions
 from engine.errors import ConcurrencyError
-from engine.messages import AgentReply, ReplyOutcome
+from engine.messages import AgentReply, ReplyOutcome, SchedulerCommand
 from engine.parts import EngineParts
 from engine.ports import CreateOutcome
+from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 from engine.supervisor import Supervisor
@@ -308,3 +310,38 @@ async def test_a_parked_approval_past_its_deadline_comes_back_and_its_policy_app
     assert report.deadlines == 1
     record = await store.load("a-1")
     assert record is not None and record.state.process_state is ProcessState.COMPENSATING
+
+
+async def test_a_wake_up_that_comes_to_a_parked_timer_brings_it_back_and_ends_the_wait(
+    store: TableStateStore,
+) -> None:
+    engine = Engine(store)
+    await waiting(store, "t-1", WINDOW)
+    stale = await store.load("t-1")
+    engine.at(11)
+    assert (await engine.supervisor.sweep()).parked == 1
+    engine.at(600)
+    assert stale is not None
+    wake = transitions.wake_command(stale, NOW + timedelta(seconds=600), "timer")
+    command = SchedulerCommand.model_validate_json(wake.body.model_dump_json())
+    assert await Scheduler(engine.parts, "sched-2").handle_command(command)
+    record = await store.load("t-1")
+    assert record is not None and not record.parked
+    assert record.state.process_state is ProcessState.PROCESSING, record.state  # the next step dispatched
+
+
+async def test_two_supervisors_that_park_the_same_order_at_once_leave_it_parked_once(
+    store: TableStateStore,
+) -> None:
+    engine = Engine(store)
+    await waiting(store, "a-1", REVIEW)
+    engine.at(11)
+    [entry] = [e async for e in store.expired(engine.clock.at)]
+    first, second = await store.load("a-1"), await store.load("a-1")
+    assert first is not None and second is not None
+    results = await asyncio.gather(store.park(first, entry), store.park(second, entry))
+    assert sorted(results) == [False, True]
+    assert not await store.park(second, entry)  # and once the first is done, the second finds nothing
+    record = await store.load("a-1")
+    assert record is not None and record.parked and record.state.process_state is ProcessState.WAITING
+    assert await live_keys(store, "a-1") == [] and await parked_counts(store) == (1, {"approval": 1})
