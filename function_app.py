@@ -121,7 +121,7 @@ def _page(status: int, body: bytes, headers: dict[str, str]) -> func.HttpRespons
 @_api("orders", "POST")
 async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Accept an order: 202 with its status URL."""
-    return _respond(await api.submit(req.get_body(), req.headers.get("content-type")))
+    return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), caller.storefront))
 
 
 @_api("orders", "GET")
@@ -139,7 +139,7 @@ async def order_counts(req: func.HttpRequest, caller: Caller) -> func.HttpRespon
 @_api("orders/{orderId}", "GET")
 async def get_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """An order's state and steps."""
-    return _respond(await api.get(req.route_params["orderId"]))
+    return _respond(await api.get(req.route_params["orderId"], caller.storefront))
 
 
 @_api("orders/{orderId}/audit", "GET")

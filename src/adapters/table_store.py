@@ -1527,7 +1527,12 @@ class TableStateStore:
 
     # ---- listings and counts ---------------------------------------------------------------------
     async def list_by_state(
-        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        waiting_for: str | None = None,
+        submitter: str | None = None,
     ) -> Page:
         """Tasks in one state, read from that state's listing entries only (with ``waiting_for``, those
         waiting for it: for Waiting, that kind's entries only), filling the page shard by shard: the live
@@ -1546,6 +1551,9 @@ class TableStateStore:
         query, kind = (
             (_RANGE, {}) if keyed or waiting_for is None else (_RANGE_WAITING, {"kind": waiting_for})
         )
+        if submitter is not None:
+            # One submitter's: the state's entries, filtered on the copy of the state record each one is.
+            query, kind = f"{query} and Submitter eq @submitter", {**kind, "submitter": submitter}
         items: list[TaskState] = []
         while place < len(tables) * self.shards and len(items) < page_size:
             table = tables[place // self.shards]

@@ -74,12 +74,14 @@ def start(
     master_key: str | None = None,
     auth: str = "open",
     trust_principal_headers: bool = False,
+    storefronts: tuple[str, ...] = (),
 ) -> RunningDevhost:
     """Start the stack with ``env`` over this process's environment; return once ``/api/health`` answers.
 
     ``function_key`` and ``master_key`` turn on the HTTP key checks (``--function-key``, ``--master-key``);
     ``auth="roles"`` the API's roles (``--auth roles``, the keys then in ``RunningDevhost.keys``), and
-    ``trust_principal_headers`` lets clients act as any Entra ID principal (``--trust-principal-headers``).
+    ``trust_principal_headers`` lets clients act as any Entra ID principal (``--trust-principal-headers``);
+    ``storefronts`` declares storefronts (``--storefronts``; their keys in ``RunningDevhost.keys``).
 
     Raises RuntimeError (after stopping it) if the stack exits or does not answer in ``timeout`` seconds.
     """
@@ -93,6 +95,8 @@ def start(
         if key:
             command += [flag, key]
     command += ["--auth", auth] + (["--trust-principal-headers"] if trust_principal_headers else [])
+    if storefronts:
+        command += ["--storefronts", ",".join(storefronts)]
     with (data_dir / "devhost.out").open("ab") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

@@ -12,7 +12,9 @@ The API is open by default, as under ``func start``. ``--auth roles`` enforces t
 app's submission key, checked by the app as in Azure; the reader's and the operator's sign in an Entra ID
 principal with that app role, with the devhost playing App Service authentication (it strips clients'
 principal headers and sets its own). ``--trust-principal-headers`` lets clients' principal headers through
-instead, so that tests can act as any principal.
+instead, so that tests can act as any principal. ``--storefronts web,kiosk`` (with ``--auth roles``)
+declares storefronts: each gets its key in ``devhost.json`` (``"keys"``, as ``storefront:<name>``) and its
+own status queue ``order-status-<name>`` in the emulator.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import IO
 
 import httpx
 
+from engine import queues
+from orders.access import storefront_key_setting, storefronts
 from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
 from servicebus_emulator import launcher as servicebus
 
@@ -77,6 +81,39 @@ def role_keys() -> dict[str, str]:
     return {role: secrets.token_urlsafe(24) for role in ("submitter", *ROLE_IDENTITIES)}
 
 
+STOREFRONT_KEY_PREFIX = "storefront:"
+
+
+def storefront_keys(names: list[str]) -> dict[str, str]:
+    """A fresh key per storefront, as devhost.json names them (``storefront:<name>``)."""
+    return {f"{STOREFRONT_KEY_PREFIX}{name}": secrets.token_urlsafe(24) for name in names}
+
+
+def storefront_settings(keys: dict[str, str]) -> dict[str, str]:
+    """The app settings that declare the storefronts holding these keys: STOREFRONTS and each key."""
+    names = [k.removeprefix(STOREFRONT_KEY_PREFIX) for k in keys if k.startswith(STOREFRONT_KEY_PREFIX)]
+    if not names:
+        return {}
+    return {
+        "STOREFRONTS": ",".join(names),
+        **{storefront_key_setting(n): keys[f"{STOREFRONT_KEY_PREFIX}{n}"] for n in names},
+    }
+
+
+def queue_config_with(base: Path, queues_to_add: list[str], target: Path) -> Path:
+    """The emulator's queue config with more status queues (a storefront's own), written to ``target``."""
+    if not queues_to_add:
+        return base
+    config = json.loads(base.read_text())
+    [namespace] = config["UserConfig"]["Namespaces"]
+    shared = next(q for q in namespace["Queues"] if q["Name"] == queues.STATUS_QUEUE)
+    namespace["Queues"] += [
+        {"Name": name, "Properties": dict(shared["Properties"])} for name in queues_to_add
+    ]
+    target.write_text(json.dumps(config, indent=2))
+    return target
+
+
 def auth_settings(mode: str, keys: dict[str, str], trust_principal_headers: bool) -> dict[str, str]:
     """The workers' settings for an auth mode: the app's (API_AUTH, SUBMISSION_KEY, and the platform's
     WEBSITE_AUTH_ENABLED) and the HTTP host's identities."""
@@ -96,6 +133,7 @@ def auth_settings(mode: str, keys: dict[str, str], trust_principal_headers: bool
         "WEBSITE_AUTH_ENABLED": "true",
         "DEVHOST_IDENTITIES": json.dumps(identities),
         "DEVHOST_TRUST_PRINCIPAL_HEADERS": "true" if trust_principal_headers else "false",
+        **storefront_settings(keys),
     }
 
 
@@ -152,6 +190,8 @@ class Stack:
         self._stopping = False
         self.ready = False  # set once worker 1 answers: devhost.json then says "ready": true
         self.keys = role_keys() if args.auth == "roles" else {}
+        self.storefronts: list[str] = args.storefronts
+        self.keys.update(storefront_keys(self.storefronts))
         # The callback secret of each service that answers later, shared by the workers (which check its
         # callbacks) and the simulators (which sign them); one the environment gives is kept.
         self.callback_secrets = {
@@ -168,8 +208,13 @@ class Stack:
             self.azurite = azurite.launch(self.data_dir / "azurite", a.azurite_port, log=out)
         log.info("Azurite (tables) on 127.0.0.1:%d, pid %d", a.azurite_port, self.azurite.pid)
         with (self.log_dir / "servicebus.log").open("ab") as out:
-            self.servicebus = servicebus.launch(
+            config = queue_config_with(
                 QUEUE_CONFIG,
+                [queues.status_queue(name) for name in self.storefronts],
+                self.data_dir / "servicebus-config.json",
+            )
+            self.servicebus = servicebus.launch(
+                config,
                 a.sb_port,
                 log=out,
                 log_level="DEBUG" if a.verbose else "INFO",
@@ -237,7 +282,7 @@ class Stack:
         settings.update(os.environ)
         settings.update(self.callback_secrets)
         # The auth mode is the devhost's to say, whatever the environment holds.
-        for name in ("SUBMISSION_KEY", "WEBSITE_AUTH_ENABLED", "DEVHOST_IDENTITIES"):
+        for name in ("SUBMISSION_KEY", "WEBSITE_AUTH_ENABLED", "DEVHOST_IDENTITIES", "STOREFRONTS"):
             settings.pop(name, None)
         settings.update(auth_settings(a.auth, self.keys, a.trust_principal_headers))
         # The workers take the keys as settings, like the rest of their configuration.
@@ -380,8 +425,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --auth roles: pass clients' X-MS-CLIENT-PRINCIPAL* headers on as if App Service "
         "authentication had set them (tests acting as an Entra ID principal); otherwise they are removed",
     )
+    p.add_argument(
+        "--storefronts",
+        type=_storefront_names,
+        default=[],
+        help="with --auth roles: declare these storefronts (comma-separated names), each with its own key "
+        "in <data-dir>/devhost.json and its own status queue",
+    )
     p.add_argument("--verbose", action="store_true", help="DEBUG logs from the emulator and the workers")
     return p
+
+
+def _storefront_names(value: str) -> list[str]:
+    try:
+        return list(storefronts({"STOREFRONTS": value}))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,6 +451,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.trust_principal_headers and args.auth != "roles":
         print("orders-devhost: --trust-principal-headers needs --auth roles", file=sys.stderr)
+        return 2
+    if args.storefronts and args.auth != "roles":
+        print(
+            "orders-devhost: --storefronts needs --auth roles (a storefront is known by its key)",
+            file=sys.stderr,
+        )
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s devhost: %(message)s", stream=sys.stdout)
     stack = Stack(args)

@@ -40,9 +40,9 @@ async def deliver(sender: MessageSender, messages: Iterable[Outgoing], alerts: I
     by_queue: dict[str, list[Outgoing]] = {}
     for message in messages:
         by_queue.setdefault(message.queue, []).append(message)
-    if queues.STATUS_QUEUE in by_queue:
+    for queue in [q for q in by_queue if queues.is_status_queue(q)]:
         # The work's next message starts first; a status message only reports the move to the application.
-        by_queue[queues.STATUS_QUEUE] = by_queue.pop(queues.STATUS_QUEUE)
+        by_queue[queue] = by_queue.pop(queue)
     if len(by_queue) == 1:
         [only] = by_queue.values()
         await _send_in_order(sender, only)

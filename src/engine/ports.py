@@ -152,10 +152,16 @@ class StateStore(Protocol):
         ...
 
     async def list_by_state(
-        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        waiting_for: str | None = None,
+        submitter: str | None = None,
     ) -> Page:
         """Tasks in one ProcessState, a page at a time; Waiting ones only those waiting for
-        ``waiting_for`` (``timer``, ``approval``) when given.
+        ``waiting_for`` (``timer``, ``approval``) when given; only those ``submitter`` submitted, when
+        given (a page may then hold fewer than asked for before the end: go on with its token).
 
         Raises :class:`engine.errors.InvalidContinuation` for a token it did not issue.
         """

@@ -19,6 +19,32 @@ def agent_queue(agent: str) -> str:
     return f"{AGENT_QUEUE_PREFIX}{agent}"
 
 
+def status_queue(submitter: str) -> str:
+    """The status queue of one submitting application (a storefront): its own, which only it reads."""
+    return f"{STATUS_QUEUE}-{submitter}"
+
+
+def is_status_queue(queue: str) -> bool:
+    """Whether a queue carries status messages (the shared one or a submitter's)."""
+    return queue == STATUS_QUEUE or queue.startswith(f"{STATUS_QUEUE}-")
+
+
+# A submitter's order ids are its own: the task's id is ``<submitter>.<id>`` (an id a client gives has no
+# dot), so two submitters may use the same id and never meet.
+SCOPE_SEPARATOR = "."
+
+
+def scoped_id(order_id: str, submitter: str | None) -> str:
+    """The task id of a submitter's order id (the id itself when there is no submitter)."""
+    return f"{submitter}{SCOPE_SEPARATOR}{order_id}" if submitter else order_id
+
+
+def unscoped_id(task_id: str, submitter: str | None) -> str:
+    """The order id as its submitter gave it."""
+    prefix = f"{submitter}{SCOPE_SEPARATOR}" if submitter else ""
+    return task_id[len(prefix) :] if prefix and task_id.startswith(prefix) else task_id
+
+
 def all_queues(agents: list[str]) -> list[str]:
     """Every queue a workflow with these agents uses."""
     return [SCHEDULER_QUEUE, REPLY_QUEUE, STATUS_QUEUE, *(agent_queue(a) for a in agents)]
@@ -71,6 +97,8 @@ def queue_properties(queue: str) -> QueueProperties:
     """The properties of one of :func:`all_queues`: every agent's request queue gets the agent kind's."""
     if queue in QUEUE_PROPERTIES:
         return QUEUE_PROPERTIES[queue]
+    if is_status_queue(queue):
+        return _STATUS
     if queue.startswith(AGENT_QUEUE_PREFIX):
         return _AGENT
     raise KeyError(f"{queue!r} is not a queue of the engine")

@@ -96,6 +96,11 @@ class TaskState(BaseModel):
     # Set with Error, cleared once the alert is known to be raised (or an operator took the task out of
     # Error): a process that dies between the two leaves it set, and the Supervisor raises the alert.
     alert_pending: bool = Field(default=False, alias="AlertPending")
+    # The application that submitted the task, when it named itself (a storefront), and the queue its
+    # status messages go to: the pattern's private response queue, named in the request and kept with
+    # the state. None: the shared status queue (and tasks submitted before these were kept).
+    submitter: str | None = Field(default=None, alias="Submitter")
+    status_queue: str | None = Field(default=None, alias="StatusQueue")
     created_at: datetime = Field(alias="CreatedAt")
     updated_at: datetime = Field(alias="UpdatedAt")
 

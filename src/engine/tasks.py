@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import machine, saved_task, telemetry, transitions
+from . import machine, queues, saved_task, telemetry, transitions
 from .decisions import Decision, Outcome
 from .errors import (
     ConcurrencyError,
@@ -53,7 +53,12 @@ class TaskService:
         self.parts = parts
 
     async def submit(
-        self, order_id: str, task_input: dict[str, Any], input_hash: str, workflow_name: str | None = None
+        self,
+        order_id: str,
+        task_input: dict[str, Any],
+        input_hash: str,
+        workflow_name: str | None = None,
+        submitter: str | None = None,
     ) -> tuple[bool, TaskRecord]:
         """Record the task and its steps (not started) in one transaction, then kick the Scheduler.
 
@@ -63,6 +68,10 @@ class TaskService:
         Returns (created, record). The same id with the same input again changes nothing; with other
         input it raises :class:`~engine.errors.Conflict`. The id of a task purged after the retention
         period raises :class:`~engine.retention.Purged` while its tombstone lasts.
+
+        ``submitter`` (a storefront) names the submitting application: ``order_id`` is then already its
+        scoped id (:func:`engine.queues.scoped_id`), and the task's status messages go to that
+        application's own queue (:func:`engine.queues.status_queue`).
         """
         catalog = self.parts.catalog
         workflow = catalog.current(workflow_name or catalog.default)
@@ -74,6 +83,8 @@ class TaskService:
                 order_id=order_id,
                 workflow=workflow.name,
                 workflow_version=workflow.version,
+                submitter=submitter,
+                status_queue=queues.status_queue(submitter) if submitter else None,
                 created_at=ctx.now,
                 updated_at=ctx.now,
             ),
@@ -103,11 +114,19 @@ class TaskService:
         return record
 
     async def list_by_state(
-        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        waiting_for: str | None = None,
+        submitter: str | None = None,
     ) -> Page:
         """Tasks in one state, a page at a time (a finished state: those within the retention period;
-        Waiting: only those waiting for ``waiting_for``, when given)."""
-        return await self.parts.store.list_by_state(state, page_size, continuation, waiting_for)
+        Waiting: only those waiting for ``waiting_for``, when given; only ``submitter``'s, when given)."""
+        store = self.parts.store
+        if submitter is None:
+            return await store.list_by_state(state, page_size, continuation, waiting_for)
+        return await store.list_by_state(state, page_size, continuation, waiting_for, submitter)
 
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks are in each state, counting at most ``limit`` tasks."""

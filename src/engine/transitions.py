@@ -119,10 +119,11 @@ def _moved(*messages: Outgoing) -> Decision:
 def status(
     record: TaskRecord, ctx: Context, event: StatusEvent, step: str | None = None, detail: str | None = None
 ) -> Outgoing:
-    """A status message for the submitting application, correlated by order id."""
+    """A status message for the submitting application, on its own status queue if it named one, with the
+    order id as that application gave it (without its :func:`engine.queues.scoped_id` prefix)."""
     state = record.state
     body = StatusMessage(
-        order_id=state.order_id,
+        order_id=queues.unscoped_id(state.order_id, state.submitter),
         event=event,
         process_state=state.process_state.value,
         step=step,
@@ -130,10 +131,10 @@ def status(
         at=ctx.now,
     )
     return Outgoing(
-        queue=queues.STATUS_QUEUE,
+        queue=state.status_queue or queues.STATUS_QUEUE,
         body=body,
         message_id=f"{state.order_id}:{event.value}:{state.current_step}:{state.phase.value}:{state.attempt}",
-        correlation_id=state.order_id,
+        correlation_id=body.order_id,
     )
 
 

@@ -15,11 +15,16 @@ Who is asking, in the order checked:
   (``Orders.Operator``, ``Orders.Reader``). Its headers are believed only when the platform says its
   authentication is on (``WEBSITE_AUTH_ENABLED``): the platform then removes any the client sent and
   sets its own. With it off they are ignored, so a forged one earns a 401;
-- the submission key (``SUBMISSION_KEY``) in ``x-functions-key``: a storefront's credential, worth the
-  submitter role only. The app checks it, not the Functions host: every route is anonymous at the host,
-  because the host takes no App Service session in place of a function key, and the submitter's two
-  routes are also people's, who sign in and hold no key. A key in the address (``?code=``) is not
-  accepted: addresses end up in logs.
+- a storefront's key (``STOREFRONT_<NAME>_KEY``, for each name in ``STOREFRONTS``) in ``x-functions-key``:
+  worth the submitter role within that storefront only (its orders are its own: see
+  :func:`engine.queues.scoped_id` and docs/operating.md, Storefronts);
+- the shared submission key (``SUBMISSION_KEY``) in ``x-functions-key``: the submitter role, for orders
+  that belong to no storefront (as every order did before storefronts were declared).
+
+The app checks a key, not the Functions host: every route is anonymous at the host, because the host
+takes no App Service session in place of a function key, and the submitter's two routes are also
+people's, who sign in and hold no key. A key in the address (``?code=``) is not accepted: addresses end
+up in logs.
 
 ``API_AUTH=open`` lets everyone do everything, as ``func start`` does locally; it is ignored on App
 Service (``WEBSITE_INSTANCE_ID`` or ``WEBSITE_SITE_NAME`` set, outside Core Tools). No credential: 401;
@@ -31,8 +36,9 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final, Literal
 
@@ -102,6 +108,28 @@ def rule(method: str, path: str) -> Rule:
     return ROUTES[(method.upper(), path)]
 
 
+STOREFRONT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+
+
+def storefront_key_setting(name: str) -> str:
+    """The app setting that holds a storefront's key: ``STOREFRONT_<NAME>_KEY`` (``-`` as ``_``)."""
+    return f"STOREFRONT_{name.upper().replace('-', '_')}_KEY"
+
+
+def storefronts(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The declared storefronts (``STOREFRONTS``, comma-separated); ValueError naming a bad name."""
+    names = tuple(n.strip() for n in environ.get("STOREFRONTS", "").split(",") if n.strip())
+    for name in names:
+        if not STOREFRONT_NAME.match(name):
+            raise ValueError(
+                f"STOREFRONTS: {name!r} is not a storefront name (a lower-case letter, then up to 23 "
+                "lower-case letters, digits or hyphens)"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError("STOREFRONTS names a storefront twice")
+    return names
+
+
 @dataclass(frozen=True)
 class AccessSettings:
     """What the check trusts, from the app settings."""
@@ -109,11 +137,13 @@ class AccessSettings:
     open: bool = False
     platform_authentication: bool = False
     submission_key: str | None = None
+    # Each declared storefront's key, by name (a storefront without a key yet cannot sign in).
+    storefront_keys: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> AccessSettings:
         """``API_AUTH``, ``WEBSITE_AUTH_ENABLED`` (set by App Service, never by this repository) and
-        ``SUBMISSION_KEY``."""
+        ``SUBMISSION_KEY``, ``STOREFRONTS`` and each storefront's ``STOREFRONT_<NAME>_KEY``."""
         env = os.environ if environ is None else environ
         # App Service names the site and the instance; Core Tools says it is Core Tools.
         on_app_service = bool(env.get("WEBSITE_INSTANCE_ID") or env.get("WEBSITE_SITE_NAME")) and (
@@ -126,6 +156,9 @@ class AccessSettings:
             open=wants_open and not on_app_service,
             platform_authentication=env.get("WEBSITE_AUTH_ENABLED", "").strip().lower() == "true",
             submission_key=env.get("SUBMISSION_KEY") or None,
+            storefront_keys={
+                name: key for name in storefronts(env) if (key := env.get(storefront_key_setting(name)))
+            },
         )
 
 
@@ -136,6 +169,8 @@ class Caller:
     roles: frozenset[Role]
     actor: str
     principal: Principal | None = None
+    # The storefront whose key it holds: its orders only (None: any order, as its roles allow).
+    storefront: str | None = None
 
 
 def _same(supplied: str, key: str) -> bool:
@@ -149,6 +184,11 @@ def authenticate(headers: Mapping[str, str], settings: AccessSettings) -> Caller
         return Caller(frozenset(Role), "local")
     principal = principal_of(headers) if settings.platform_authentication else None
     supplied = headers.get(KEY_HEADER)
+    if supplied and principal is None:
+        # Every key is compared (in constant time), so how long this takes says nothing of which matched.
+        matched = [name for name, key in settings.storefront_keys.items() if _same(supplied, key)]
+        if matched:
+            return Caller(frozenset({Role.SUBMITTER}), f"storefront:{matched[0]}", storefront=matched[0])
     keyed = bool(supplied and settings.submission_key and _same(supplied, settings.submission_key))
     if principal is None and not keyed:
         return None
@@ -176,7 +216,7 @@ def check(allowed: Rule, caller: Caller | None) -> Refusal | None:
         return Refusal(
             401,
             "Unauthorized",
-            f"sign in with Microsoft Entra ID (/.auth/login/aad), or send the submission key in {KEY_HEADER}",
+            f"sign in with Microsoft Entra ID (/.auth/login/aad), or send your key in {KEY_HEADER}",
         )
     if caller.roles & allowed:
         return None

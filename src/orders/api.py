@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine import queues
 from engine.errors import (
     Conflict,
     EngineError,
@@ -35,6 +36,7 @@ from engine.retention import Purged
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
+from .access import STOREFRONT_NAME
 from .models import (
     WAIT_KINDS,
     ActionRequest,
@@ -71,7 +73,18 @@ MAX_PAGE_SIZE = 100
 # Counting reads the live orders' listing entries (in flight, in Error), shard by shard; past this many in
 # one shard it stops and says the counts are lower bounds. Finished orders are counted by tallies.
 COUNT_LIMIT = 10_000
+# An order id as a client gives it, and as the API names any order: a storefront's orders are
+# <storefront>.<id> (engine.queues.scoped_id) to everyone but that storefront.
 _ORDER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_TASK_ID = re.compile(r"^(?:[a-z][a-z0-9-]{0,23}\.)?[A-Za-z0-9-]{1,64}$")
+
+
+def task_id(order_id: str, storefront: str | None) -> str | None:
+    """The task an order id names for a caller: a storefront's own order (an id with no storefront in
+    it), or for anyone else the id as the API shows it; None for an id that names none."""
+    if storefront is not None:
+        return queues.scoped_id(order_id, storefront) if _ORDER_ID.match(order_id) else None
+    return order_id if _TASK_ID.match(order_id) else None
 
 
 @dataclass
@@ -273,12 +286,15 @@ class OrdersApi:
         which the client chooses (``Host: evil.example`` would come back as a link to evil.example)."""
         return f"{self._base_url}/api/orders/{order_id}"
 
-    async def submit(self, body: bytes, content_type: str | None) -> Reply:
-        """``POST /api/orders``."""
+    async def submit(self, body: bytes, content_type: str | None, storefront: str | None = None) -> Reply:
+        """``POST /api/orders``; by a storefront, the order is its own: its id is scoped to it
+        (:func:`engine.queues.scoped_id`), so another storefront's order of the same id is another order,
+        and its status messages go to its own queue."""
         order = parse_body(OrderRequest, body, content_type, required=True, what="the order")
         if isinstance(order, Reply):
             return order
         order_id = order.order_id or str(uuid.uuid4())
+        scoped = queues.scoped_id(order_id, storefront)
         try:
             tasks = await self._tasks()
             catalog = tasks.parts.catalog
@@ -297,28 +313,30 @@ class OrdersApi:
                     _validation_details(exc),
                 )
             identity = body_hash(document, None if workflow == tasks.parts.catalog.default else workflow)
-            created, record = await tasks.submit(order_id, document, identity, workflow)
+            created, record = await tasks.submit(scoped, document, identity, workflow, storefront)
         except EngineError as exc:
             return engine_error(exc)
-        location = self.status_url(order_id)
+        location = self.status_url(order_id if storefront else scoped)
         reply = OrderAccepted(
             order_id=order_id, process_state=record.state.process_state, status_url=location
         )
         return Reply(202 if created else 200, reply.wire(), {"Location": location})
 
-    async def get(self, order_id: str) -> Reply:
-        """``GET /api/orders/{orderId}``."""
-        if not _ORDER_ID.match(order_id):
+    async def get(self, order_id: str, storefront: str | None = None) -> Reply:
+        """``GET /api/orders/{orderId}``; a storefront reads its own orders only, and another's is
+        answered as one that does not exist (the same 404, the same body)."""
+        wanted = task_id(order_id, storefront)
+        if wanted is None:
             return engine_error(NotFound(order_id))
         try:
-            record = await (await self._tasks()).get(order_id)
+            record = await (await self._tasks()).get(wanted)
         except EngineError as exc:
-            return engine_error(exc)
-        return Reply(200, status_view(record).wire(), {"ETag": etag(record)})
+            return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)
+        return Reply(200, status_view(record, storefront).wire(), {"ETag": etag(record)})
 
     async def audit(self, order_id: str) -> Reply:
         """``GET /api/orders/{orderId}/audit``: who did what to the order, oldest first."""
-        if not _ORDER_ID.match(order_id):
+        if not _TASK_ID.match(order_id):
             return engine_error(NotFound(order_id))
         try:
             entries = await (await self._tasks()).audit(order_id)
@@ -344,9 +362,12 @@ class OrdersApi:
         waiting_for = query.get("waitingFor") or None
         if waiting_for is not None and waiting_for not in WAIT_KINDS:
             return error(400, "ValidationFailed", f"waitingFor must be one of {', '.join(WAIT_KINDS)}")
+        storefront = query.get("storefront") or None
+        if storefront is not None and not STOREFRONT_NAME.match(storefront):
+            return error(400, "ValidationFailed", "storefront must be a storefront's name")
         try:
             tasks = await self._tasks()
-            page = await tasks.list_by_state(ProcessState(wanted), page_size, token, waiting_for)
+            page = await tasks.list_by_state(ProcessState(wanted), page_size, token, waiting_for, storefront)
         except EngineError as exc:
             return engine_error(exc)
         listing = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
@@ -420,7 +441,7 @@ class OrdersApi:
     ) -> Reply:
         """An operator action: validate, insist on ``If-Match``, then change only the version the
         caller saw. Answers 202 with the order and its new ETag."""
-        if not _ORDER_ID.match(order_id):
+        if not _TASK_ID.match(order_id):
             return engine_error(NotFound(order_id))
         body = parse_body(model, call.body, call.content_type, required=required)
         if isinstance(body, Reply):

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from engine import queues
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 from engine.workflow import WorkflowDefinition
 
@@ -80,7 +81,11 @@ class StepView(_View):
 class OrderSummary(_View):
     """An order's task state."""
 
-    order_id: str = Field(alias="orderId")
+    order_id: str = Field(
+        alias="orderId",
+        description="a storefront sees the id it gave; others see <storefront>.<id> for a storefront's order",
+    )
+    storefront: str | None = Field(default=None, description="the storefront that submitted it, if any")
     workflow: str
     workflow_version: int = Field(alias="workflowVersion")
     process_state: ProcessState = Field(alias="processState")
@@ -230,10 +235,11 @@ class SkipRequest(ActionRequest):
     note: Note
 
 
-def summary(state: TaskState) -> OrderSummary:
-    """The order's task state as the API shows it."""
+def summary(state: TaskState, storefront: str | None = None) -> OrderSummary:
+    """The order's task state as the API shows it (to ``storefront``: under the id that storefront gave)."""
     return OrderSummary(
-        order_id=state.order_id,
+        order_id=queues.unscoped_id(state.order_id, storefront),
+        storefront=state.submitter,
         workflow=state.workflow,
         workflow_version=state.workflow_version,
         process_state=state.process_state,
@@ -249,7 +255,7 @@ def summary(state: TaskState) -> OrderSummary:
     )
 
 
-def status_view(record: TaskRecord) -> OrderStatus:
+def status_view(record: TaskRecord, storefront: str | None = None) -> OrderStatus:
     """``GET /api/orders/{orderId}``: the task state and every step."""
     steps = [
         StepView(
@@ -264,7 +270,7 @@ def status_view(record: TaskRecord) -> OrderStatus:
         )
         for s in record.steps
     ]
-    return OrderStatus(**summary(record.state).model_dump(), steps=steps, input=record.input)
+    return OrderStatus(**summary(record.state, storefront).model_dump(), steps=steps, input=record.input)
 
 
 def audit_view(entry: AuditEntry) -> AuditView:

@@ -56,6 +56,8 @@ from .models import (
 TITLE = "Orders (Scheduler Agent Supervisor)"
 VERSION = "1.0.0"
 ID_PATTERN = "^[A-Za-z0-9-]{1,64}$"
+# An order as the API names it: a storefront's order is <storefront>.<id> to all but that storefront.
+ORDER_ID_PATTERN = "^(?:[a-z][a-z0-9-]{0,23}\\.)?[A-Za-z0-9-]{1,64}$"
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,13 @@ def _error(text: str) -> Answer:
     return Answer(text, ErrorBody)
 
 
-ORDER_ID = Param("orderId", "path", {"type": "string", "pattern": ID_PATTERN}, description="the order's id")
+ORDER_ID = Param(
+    "orderId",
+    "path",
+    {"type": "string", "pattern": ORDER_ID_PATTERN},
+    description="the order's id: a storefront gives the id it submitted (its own orders only); anyone else "
+    "gives <storefront>.<id> for a storefront's order",
+)
 STEP = Param(
     "step", "path", {"type": "string", "pattern": ID_PATTERN}, description="a step of the order's workflow"
 )
@@ -230,6 +238,13 @@ OPERATIONS: tuple[Operation, ...] = (
                 False,
                 description="only the orders waiting for this (in Waiting, or in Error past an approval's "
                 "deadline)",
+            ),
+            Param(
+                "storefront",
+                "query",
+                {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,23}$"},
+                False,
+                description="only the orders this storefront submitted",
             ),
             Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
             Param("continuationToken", "query", {"type": "string"}, False),

@@ -298,6 +298,7 @@ def start_stack(
     master_key: str | None = None,
     auth: str = "open",
     trust_principal_headers: bool = False,
+    storefronts: tuple[str, ...] = (),
 ) -> LocalStack:
     """Start orders-devhost on free ports and wait until its HTTP API answers.
 
@@ -315,6 +316,7 @@ def start_stack(
             master_key=master_key,
             auth=auth,
             trust_principal_headers=trust_principal_headers,
+            storefronts=storefronts,
         )
     except RuntimeError as exc:
         log = data_dir / "devhost.out"

@@ -24,7 +24,7 @@ from engine import queues
 from orders import access
 from orders.access import Role
 from orders.catalog import SERVICES
-from tests.e2e.conftest import FIRST_STEP, LocalStack, new_order, start_stack, stop_stack
+from tests.e2e.conftest import FIRST_STEP, LocalStack, another_order, new_order, start_stack, stop_stack
 from tests.e2e.test_openapi_contract import Store
 from tests.e2e.test_retention import kept_as
 from tests.support import wait_for
@@ -110,9 +110,12 @@ def key(stack: LocalStack, role: str) -> dict[str, str]:
 
 
 # ---- the devhost playing the platform --------------------------------------------------------------------
+STOREFRONTS = ("web", "kiosk")
+
+
 @pytest.fixture(scope="module")
 def roles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    running = start_stack(tmp_path_factory.mktemp("roles"), workers=1, auth="roles")
+    running = start_stack(tmp_path_factory.mktemp("roles"), workers=1, auth="roles", storefronts=STOREFRONTS)
     try:
         yield running
     finally:
@@ -130,8 +133,9 @@ def processed(roles: LocalStack) -> dict[str, Any]:
 
 def test_the_keys_are_in_devhost_json(roles: LocalStack) -> None:
     state = roles.state
-    assert state["auth"] == "roles" and set(state["keys"]) == {r.value for r in Role}
-    assert state["keys"] == roles.devhost.keys and len(set(state["keys"].values())) == len(Role)
+    storefronts = {f"storefront:{name}" for name in STOREFRONTS}
+    assert state["auth"] == "roles" and set(state["keys"]) == {r.value for r in Role} | storefronts
+    assert state["keys"] == roles.devhost.keys and len(set(state["keys"].values())) == len(state["keys"])
 
 
 def test_every_operation_refuses_whom_it_should_and_refusals_change_nothing(
@@ -208,6 +212,82 @@ def test_the_submitters_key_submits_and_reads_its_order(roles: LocalStack) -> No
             timeout=10,
         )
         assert keyless.status_code == 401
+
+
+# ---- storefronts ------------------------------------------------------------------------------------------
+def storefront(stack: LocalStack, name: str) -> httpx.Client:
+    """A client holding one storefront's key."""
+    return httpx.Client(base_url=stack.devhost.api_url, headers=key(stack, f"storefront:{name}"), timeout=10)
+
+
+def status_bodies(
+    stack: LocalStack, queue: str, wanted: set[str], timeout: float = 30
+) -> dict[str, list[str]]:
+    """The status messages on one queue, by the order id they carry, until every wanted id has one saying
+    it is processed (the rest are kept too, so a test sees what should not be there)."""
+    found: dict[str, list[str]] = {}
+    with stack.servicebus() as client, client.get_queue_receiver(queue) as receiver:
+
+        def arrived() -> bool:
+            for message in receiver.receive_messages(max_message_count=100, max_wait_time=1):
+                receiver.complete_message(message)
+                body = json.loads(str(message))
+                assert message.correlation_id == body["orderId"]
+                found.setdefault(body["orderId"], []).append(body["event"])
+            return all("processed" in found.get(order_id, []) for order_id in wanted)
+
+        wait_for(arrived, timeout=timeout, interval=0.0, what=f"the status messages on {queue}")
+    return found
+
+
+def test_storefronts_each_keep_their_own_orders_and_status_queue_and_operators_see_both(
+    roles: LocalStack,
+) -> None:
+    order_id = f"shop-{uuid.uuid4().hex[:12]}"
+    mine = f"only-web-{uuid.uuid4().hex[:8]}"
+    web, kiosk = storefront(roles, "web"), storefront(roles, "kiosk")
+    with web, kiosk:
+        # The same id at both: two orders, each its storefront's.
+        first = web.post("/api/orders", json=new_order(order_id))
+        second = kiosk.post("/api/orders", json=another_order(order_id))
+        assert (first.status_code, second.status_code) == (202, 202), (first.text, second.text)
+        assert first.json()["orderId"] == second.json()["orderId"] == order_id
+        assert first.headers["location"].endswith(f"/api/orders/{order_id}")
+        assert web.post("/api/orders", json=new_order(mine)).status_code == 202
+        for client in (web, kiosk):
+            body = client.get(f"/api/orders/{order_id}").json()
+            assert body["orderId"] == order_id and body["input"]["orderId"] == order_id
+        assert (
+            web.get(f"/api/orders/{order_id}").json()["input"]
+            != kiosk.get(f"/api/orders/{order_id}").json()["input"]
+        )
+        # Another storefront's order is answered as one that does not exist, by id or by its full name.
+        unknown = kiosk.get(f"/api/orders/never-{uuid.uuid4().hex[:8]}")
+        for path in (f"/api/orders/{mine}", f"/api/orders/web.{mine}"):
+            refused = kiosk.get(path)
+            assert refused.status_code == unknown.status_code == 404
+            assert (
+                set(refused.json()) == set(unknown.json()) and refused.json()["error"]["code"] == "NotFound"
+            )
+        assert kiosk.get("/api/orders", params={"processState": "Pending"}).status_code == 403
+    # Each storefront's status messages on its own queue, under its own ids; none on the shared queue.
+    for name, wanted in (("web", {order_id, mine}), ("kiosk", {order_id})):
+        roles.wait_terminal(f"{name}.{order_id}")
+        found = status_bodies(roles, queues.status_queue(name), wanted)
+        assert set(found) == wanted, (name, found)
+    # Operators (and readers) see both, under their full names, and filter by storefront.
+    operator = roles.api
+    for name in STOREFRONTS:
+        body = operator.get(f"/api/orders/{name}.{order_id}").json()
+        assert body["orderId"] == f"{name}.{order_id}" and body["storefront"] == name
+    listed = operator.get(
+        "/api/orders", params={"processState": "Processed", "storefront": "web", "pageSize": "100"}
+    )
+    ids = {item["orderId"] for item in listed.json()["items"]}
+    assert f"web.{order_id}" in ids and all(i.startswith("web.") for i in ids), ids
+    with roles.servicebus() as client, client.get_queue_receiver(queues.STATUS_QUEUE) as receiver:
+        shared = [json.loads(str(m))["orderId"] for m in receiver.peek_messages(max_message_count=500)]
+    assert not {order_id, mine, f"web.{order_id}", f"kiosk.{order_id}"} & set(shared)
 
 
 # ---- the devhost trusting principal headers ----------------------------------------------------------------

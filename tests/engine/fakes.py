@@ -166,9 +166,19 @@ class MemoryStore:
         return [s for s in live + kept if state is None or s.process_state is state]
 
     async def list_by_state(
-        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        waiting_for: str | None = None,
+        submitter: str | None = None,
     ) -> Page:
-        matching = [s for s in self._states(state) if waiting_for is None or s.waiting_for == waiting_for]
+        matching = [
+            s
+            for s in self._states(state)
+            if (waiting_for is None or s.waiting_for == waiting_for)
+            and (submitter is None or s.submitter == submitter)
+        ]
         try:
             start = int(continuation or 0)
         except ValueError as exc:

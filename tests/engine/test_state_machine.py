@@ -703,3 +703,18 @@ async def test_the_sweep_reads_the_breakers_once_and_only_when_something_expired
     world.clock.advance(10)
     assert (await world.supervisor.sweep()).held == 3
     assert world.breakers.operations == before + 1
+
+
+async def test_a_submitter_s_order_reports_to_its_own_status_queue_under_the_id_it_gave() -> None:
+    world = World()
+    task_id = queues.scoped_id("o-1", "web")
+    assert task_id == "web.o-1" and queues.unscoped_id(task_id, "web") == "o-1"
+    created, record = await world.tasks.submit(task_id, {"n": 1}, "hash-1", submitter="web")
+    assert created and (record.state.submitter, record.state.status_queue) == ("web", "order-status-web")
+    await world.kick()
+    await world.reply(world.take_request())
+    assert world.statuses() == []  # nothing on the shared queue
+    mine = world.sender.take(queues.status_queue("web"))
+    assert [s.body.event.value for s in mine] == ["received", "step-completed"]
+    assert {(s.body.order_id, s.correlation_id) for s in mine} == {("o-1", "o-1")}
+    assert all(s.message_id.startswith("web.o-1:") for s in mine)  # unique across storefronts

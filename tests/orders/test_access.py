@@ -128,6 +128,33 @@ def test_the_submission_key_is_worth_the_submitter_role_only() -> None:
     assert both.actor.startswith("user:alice")
 
 
+def test_a_storefront_key_is_the_submitter_role_within_that_storefront_only() -> None:
+    env = {
+        "STOREFRONTS": "web, my-shop",
+        "STOREFRONT_WEB_KEY": "web-key",
+        "STOREFRONT_MY_SHOP_KEY": "shop-key",
+        "SUBMISSION_KEY": KEY,
+    }
+    settings = AccessSettings.from_environment(env)
+    assert settings.storefront_keys == {"web": "web-key", "my-shop": "shop-key"}
+    web = authenticate({"x-functions-key": "web-key"}, settings)
+    assert web is not None and (web.roles, web.storefront, web.actor) == (
+        {Role.SUBMITTER},
+        "web",
+        "storefront:web",
+    )
+    shop = authenticate({"x-functions-key": "shop-key"}, settings)
+    assert shop is not None and shop.storefront == "my-shop"
+    shared = authenticate({"x-functions-key": KEY}, settings)
+    assert shared is not None and shared.storefront is None  # the shared key: orders of no storefront
+    # A storefront without its key yet cannot sign in; one not declared is not read at all.
+    assert AccessSettings.from_environment({"STOREFRONTS": "web"}).storefront_keys == {}
+    assert AccessSettings.from_environment({"STOREFRONT_WEB_KEY": "k"}).storefront_keys == {}
+    for bad in ("Web", "web,web", "9lives", "a" * 25, "we.b"):
+        with pytest.raises(ValueError, match="STOREFRONTS"):
+            AccessSettings.from_environment({"STOREFRONTS": bad})
+
+
 def test_open_lets_everyone_do_everything_but_not_on_app_service() -> None:
     opened = authenticate({}, AccessSettings(open=True))
     assert opened is not None and opened.roles == frozenset(Role) and opened.actor == "local"
