@@ -39,7 +39,8 @@ log = logging.getLogger("orders.deadletters")
 
 MAX_SEQUENCE_NUMBER = 2**63 - 1
 COUNT_LIMIT = 1000  # per queue: counting peeks every message, so it stops here and says "at least"
-_ORDER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+# A task's id: an order id, or a storefront's <storefront>.<id> (engine.queues.scoped_id).
+_ORDER_ID = re.compile(r"^(?:[a-z][a-z0-9-]{0,23}\.)?[A-Za-z0-9-]{1,64}$")
 _DIGITS = re.compile(r"^[0-9]{1,19}$")
 
 

@@ -188,6 +188,7 @@
     $("order-loaded").textContent = loadedAt.toLocaleTimeString();
     const facts = [
       ["State", stateCell(order.processState)],
+      ...(order.storefront ? [["Storefront", order.storefront]] : []),
       ["Failures", String(order.failureCount)],
       ["Locked by", order.lockedBy || "-"],
       ["Time left", countdown(order.completeBy)],
