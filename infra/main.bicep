@@ -46,6 +46,9 @@ param simulatorsKey string = newGuid()
 @description('AZURE_AUTH_CLIENT_ID: client ID of the Microsoft Entra ID app registration people sign in with, made by infra/hooks/create-app-registration.sh (app roles Orders.Operator and Orders.Reader). Empty: App Service authentication is not configured; storefronts still submit with the submission key, and nobody can use the console or the operator routes.')
 param authClientId string = ''
 
+@description('Storefronts: the applications that submit orders, each with its own key and its own status queue, as a JSON array of {"name": "<name>", "principalId": "<object id>"} (STOREFRONTS_JSON), e.g. [{"name": "web"}, {"name": "kiosk", "principalId": "00000000-0000-0000-0000-000000000000"}]. name: a lower-case letter, then up to 23 lower-case letters, digits or hyphens, the last not a hyphen (the app refuses any other, so the deployment stops first, naming it); its key is the app setting STOREFRONT_<NAME>_KEY (upper case, \'-\' as \'_\'), made once by the predeploy hook, and its status messages go to the queue order-status-<name>. principalId, optional: the object ID of the service principal or managed identity that reads that queue; it gets Azure Service Bus Data Receiver on that queue only. Empty: no storefronts; orders submitted with the shared key keep the order-status queue.')
+param storefronts array = []
+
 @minValue(1)
 @description('STEP_COMPLETE_BY_SECONDS: a step\'s budget in seconds, and how long a Pending task may wait to be claimed.')
 param stepCompleteBySeconds int = 30
@@ -124,6 +127,35 @@ var serviceName = 'api'
 var functionAppName = 'func-${serviceName}-${resourceToken}'
 var deploymentContainerName = 'app-package-${resourceToken}'
 
+// ---- Storefronts -------------------------------------------------------------------------------------
+
+// Each storefront's name as the app will read it from STOREFRONTS (engine.queues.SUBMITTER_PATTERN): it also
+// names a queue, which ends with a letter or digit.
+// Bicep has no regular expressions: a name is at most 24 characters, starts with a letter, and nothing is
+// left of it once every lower-case letter, digit and hyphen is split out.
+var storefrontNames = [for storefront in storefronts: storefront.name]
+var storefrontLetters = split('a b c d e f g h i j k l m n o p q r s t u v w x y z', ' ')
+var storefrontNameCharacters = union(storefrontLetters, split('0 1 2 3 4 5 6 7 8 9 -', ' '))
+// Every operand in parentheses: pycep, the parser of the offline checks, reads a chain of || or a
+// leading ! with the wrong precedence.
+var invalidStorefrontNames = filter(storefrontNames, name => (length(name) > 24) || (!contains(storefrontLetters, take(name, 1))) || (endsWith(name, '-')) || (!empty(join(split(name, storefrontNameCharacters), ''))))
+var duplicateStorefrontNames = length(union(storefrontNames, [])) != length(storefrontNames)
+var storefrontProblem = empty(invalidStorefrontNames) ? (duplicateStorefrontNames ? 'storefronts: a name is given twice' : '') : 'storefronts: not a storefront name (a lower-case letter, then up to 23 lower-case letters, digits or hyphens, the last not a hyphen): ${string(invalidStorefrontNames)}'
+// A list the app would refuse (orders.access stops on a bad or repeated name in STOREFRONTS) stops the
+// deployment here instead, before anything is created. Bicep has no fail(): reading a property the
+// object does not have makes ARM report "the language expression property '<problem>' doesn't exist".
+var checkedStorefronts = empty(storefrontProblem) ? storefronts : {
+  valid: storefronts
+}[storefrontProblem]
+// Each storefront as the modules take it: its name, and the principal that reads its queue or ''.
+var storefrontList = [
+  for storefront in checkedStorefronts: {
+    name: storefront.name
+    principalId: union({ principalId: '' }, storefront).principalId
+  }
+]
+var checkedStorefrontNames = [for storefront in storefrontList: storefront.name]
+
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: 'rg-${environmentName}'
   location: location
@@ -163,6 +195,7 @@ module messaging 'app/servicebus.bicep' = {
     tags: tags
     sku: serviceBusSku
     capacity: serviceBusCapacity
+    storefrontNames: checkedStorefrontNames
   }
 }
 
@@ -217,6 +250,7 @@ module api 'app/function-app.bicep' = {
     serviceUrls: serviceUrls
     simulatorsKey: simulatorsKey
     authClientId: authClientId
+    storefrontNames: checkedStorefrontNames
   }
   // The host starts as soon as the app exists: its identity must already hold its data roles.
   dependsOn: [
@@ -234,6 +268,7 @@ module rbac 'app/rbac.bicep' = {
     appPrincipalId: identity.outputs.principalId
     userPrincipalId: principalId
     userPrincipalType: principalType
+    storefronts: storefrontList
   }
 }
 
@@ -263,6 +298,8 @@ output SERVICE_API_ENDPOINTS array = [
 output SERVICE_API_URI string = api.outputs.url
 // The app settings the predeploy hook makes once, a secret per service that answers later (catalog.json).
 output CALLBACK_SECRET_SETTINGS string = api.outputs.callbackSecretSettings
+// The app settings the predeploy hook makes once, a key per storefront (STOREFRONT_<NAME>_KEY): names only.
+output STOREFRONT_KEY_SETTINGS string = api.outputs.storefrontKeySettings
 output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applicationInsightsConnectionString
 output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = messaging.outputs.fullyQualifiedNamespace
 output STATE_STORE_ENDPOINT string = storage.outputs.tableEndpoint

@@ -79,6 +79,9 @@ param simulatorsKey string
 @description('Client ID of the Microsoft Entra ID app registration people sign in with (App Service authentication; its app roles Orders.Operator and Orders.Reader are the API\'s operator and reader). Empty: authentication is not configured, and only the submission key is accepted.')
 param authClientId string
 
+@description('STOREFRONTS: the names of the storefronts (main.bicep checks them). Each one\'s key, the app setting STOREFRONT_<NAME>_KEY, is not set here: the predeploy hook makes it once (storefrontKeySettings).')
+param storefrontNames array = []
+
 var storageSuffix = environment().suffixes.storage
 var baseUrl = 'https://${name}.azurewebsites.net'
 // function_app.py serves the simulators of every declared service under /api/sim when ENABLE_SIMULATORS is true.
@@ -112,6 +115,9 @@ var serviceUrlPairs = [
   for (service, i) in serviceList: '"${service.urlSetting}":${substring(serviceUrlJson[i], 1, length(serviceUrlJson[i]) - 2)}'
 ]
 var serviceUrlSettings = json('{${join(serviceUrlPairs, ',')}}')
+// The app setting holding each storefront's key, as orders.access names it: STOREFRONT_<NAME>_KEY, the
+// name upper-cased with '-' as '_' (web: STOREFRONT_WEB_KEY, my-shop: STOREFRONT_MY_SHOP_KEY).
+var storefrontKeySettings = [for storefront in storefrontNames: 'STOREFRONT_${toUpper(replace(storefront, '-', '_'))}_KEY']
 
 var appSettings = {
   // Functions host storage (timer leases, keys), identity-based.
@@ -148,6 +154,9 @@ var appSettings = {
   ENABLE_SIMULATORS: useSimulators ? 'true' : 'false'
   // Sent as x-simulators-key to the service URLs under /api/sim only (orders.settings.service_keys).
   SIMULATORS_KEY: useSimulators ? simulatorsKey : ''
+  // The declared storefronts; each one's key (STOREFRONT_<NAME>_KEY) is made by the predeploy hook and
+  // kept (retainCurrentAppSettings below). Empty: only the shared submission key.
+  STOREFRONTS: join(storefrontNames, ',')
 }
 
 // App Service authentication with Microsoft Entra ID. Anonymous requests still reach the app
@@ -192,8 +201,9 @@ var authConfig = {
 }
 var appSettingsConfig = {
   name: 'appsettings'
-  // Settings set on the app and not here are kept: SUBMISSION_KEY, which the predeploy hook creates
-  // once (infra/hooks/predeploy.sh), so that a storefront's key survives every deployment.
+  // Settings set on the app and not here are kept: SUBMISSION_KEY and each STOREFRONT_<NAME>_KEY, which
+  // the predeploy hook creates once (infra/hooks/predeploy.sh), so that a storefront's key survives every
+  // deployment.
   retainCurrentAppSettings: true
   // The <NAME>_SERVICE_URL settings and the waits' are not in appSettings: their names come from
   // catalog.json.
@@ -276,3 +286,6 @@ output authenticationEnabled bool = !empty(authClientId)
 
 @description('The app settings holding a callback secret, one per service that answers later (catalog.json), comma-separated: the predeploy hook makes each once.')
 output callbackSecretSettings string = join(loadJsonContent('catalog.json').callbackSecrets, ',')
+
+@description('The app settings holding a storefront\'s key, one per storefront, comma-separated: the predeploy hook makes each once. Names only, never a key.')
+output storefrontKeySettings string = join(storefrontKeySettings, ',')

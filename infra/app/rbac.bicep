@@ -10,6 +10,9 @@
 // - Application Insights: Monitoring Metrics Publisher (telemetry with Entra ID, local auth is off).
 // The person running azd (principalId, optional) gets the same data roles on Service Bus and storage,
 // to run the code and the tests against the deployment.
+// A storefront's reader (its principalId, optional) gets Azure Service Bus Data Receiver on that
+// storefront's status queue only: it reads its own orders' status messages and no other queue (the others
+// carry every order in flight). The app's Data Sender on the namespace covers these queues too.
 
 @description('Name of the storage account (host storage, deployment package, state tables).')
 param storageAccountName string
@@ -33,6 +36,9 @@ param userPrincipalId string = ''
 ])
 param userPrincipalType string = 'User'
 
+@description('Storefronts (main.bicep checks their names), each {"name": "<name>", "principalId": "<object id>" or ""}: a principalId (a service principal or managed identity) gets Azure Service Bus Data Receiver on the queue order-status-<name> only; "" grants nothing.')
+param storefronts array = []
+
 // Built-in role definition IDs (the same in every tenant).
 var roles = {
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
@@ -43,10 +49,20 @@ var roles = {
 }
 
 var grantUser = !empty(userPrincipalId)
+// The storefronts that name who reads their status queue.
+var storefrontReaders = filter(storefronts, storefront => !empty(storefront.principalId))
 
 resource serviceBus 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
   name: serviceBusNamespaceName
 }
+
+// Each reader's queue, created by servicebus.bicep: the scope of its one role assignment.
+resource storefrontStatusQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [
+  for storefront in storefrontReaders: {
+    parent: serviceBus
+    name: 'order-status-${storefront.name}'
+  }
+]
 
 resource storage 'Microsoft.Storage/storageAccounts@2024-01-01' existing = {
   name: storageAccountName
@@ -158,3 +174,18 @@ resource userBlobData 'Microsoft.Authorization/roleAssignments@2022-04-01' = if 
     description: 'Developer: run the Functions host locally against this storage'
   }
 }
+
+// ---- Storefronts' readers (optional) -----------------------------------------------------------------
+
+resource storefrontStatusReceivers 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (storefront, i) in storefrontReaders: {
+    name: guid(storefrontStatusQueues[i].id, storefront.principalId, roles.serviceBusDataReceiver)
+    scope: storefrontStatusQueues[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+      principalId: storefront.principalId
+      principalType: 'ServicePrincipal'
+      description: 'Storefront ${storefront.name}: receive its status messages, on its own queue only'
+    }
+  }
+]

@@ -6,7 +6,8 @@
 // declared workflows (src/orders/catalog.py) and the queue properties of each kind (src/engine/queues.py,
 // where the values are explained); local/servicebus-config.json, which the local emulators read, comes
 // from the same source. The properties set nothing tier-specific, so the same list is valid on Standard
-// and Premium.
+// and Premium. Each storefront (main.bicep) adds its own status queue, order-status-<name>, with the
+// properties of the shared status queue: only that storefront reads it (rbac.bicep).
 
 @description('Name of the Service Bus namespace (globally unique).')
 param name string
@@ -34,10 +35,22 @@ param sku string = 'Standard'
 ])
 param capacity int = 1
 
+@description('Names of the storefronts (main.bicep checks them): each gets the status queue order-status-<name>.')
+param storefrontNames array = []
+
 var isPremium = sku == 'Premium'
 
 // Every queue of every deployed workflow version, as the module's queues items.
-var queues = loadJsonContent('catalog.json').queues
+var catalogQueues = loadJsonContent('catalog.json').queues
+// A storefront's status queue carries what the shared one does, for fewer readers: the same properties.
+// (queue.name) in parentheses: pycep, the parser of the offline checks, reads `queue.name == x` as
+// `queue.(name == x)`.
+var statusQueue = filter(catalogQueues, queue => (queue.name) == 'order-status')[0]
+var storefrontQueues = [for storefront in storefrontNames: union(statusQueue, { name: 'order-status-${storefront}' })]
+// Without storefronts the module gets the catalog's list itself, which the offline contract check
+// (make check-infra) follows item by item; it cannot see through flatten(), and each storefront's queue
+// differs from the checked status queue by its name only.
+var queues = empty(storefrontQueues) ? catalogQueues : flatten([catalogQueues, storefrontQueues])
 
 module namespace 'br/public:avm/res/service-bus/namespace:0.16.1' = {
   name: 'service-bus-namespace'

@@ -1,8 +1,9 @@
 # azd `predeploy` hook on Windows (azure.yaml): the same as predeploy.sh. Makes sure the Function App has
 # its submission key, the app setting SUBMISSION_KEY with which a storefront submits and reads orders
-# (the API's submitter role, and only that), and each callback secret (<SERVICE>_CALLBACK_SECRET), once: the site module keeps the settings it does not set
-# (retainCurrentAppSettings), so the key survives every deployment, and no deployment parameter, output
-# or azd variable ever holds it.
+# (the API's submitter role, and only that), each storefront's key (STOREFRONT_<NAME>_KEY) and each
+# callback secret (<SERVICE>_CALLBACK_SECRET), once: the site module keeps the settings it does not set
+# (retainCurrentAppSettings), so a key survives every deployment, and no deployment parameter, output or
+# azd variable ever holds it.
 #
 # azd hands the environment's values to hooks as variables (AZURE_RESOURCE_GROUP, AZURE_FUNCTION_APP_NAME).
 #   SUBMISSION_KEY_SETUP=skip   leave the app's settings alone (azd env set SUBMISSION_KEY_SETUP skip)
@@ -26,7 +27,8 @@ $app = $env:AZURE_FUNCTION_APP_NAME
 
 # One setting at a time: read it, and make it only if the app has none. The submission key, then the
 # callback secret of each service that answers later (CALLBACK_SECRET_SETTINGS, a main.bicep output
-# from infra/app/catalog.json, comma-separated): the service signs its callbacks with it.
+# from infra/app/catalog.json, comma-separated): the service signs its callbacks with it; then each
+# storefront's key (STOREFRONT_KEY_SETTINGS, a main.bicep output from its storefronts parameter).
 function Set-Once([string] $name) {
     $existing = az functionapp config appsettings list -g $env:AZURE_RESOURCE_GROUP -n $app `
         --query "[?name=='$name'].value | [0]" -o tsv
@@ -51,8 +53,14 @@ function Set-Once([string] $name) {
 }
 
 Set-Once 'SUBMISSION_KEY'
+# Each name is checked before it goes into a query; -cnotmatch because -notmatch ignores case.
 foreach ($name in ("$env:CALLBACK_SECRET_SETTINGS" -split ',' | Where-Object { $_ })) {
-    if ($name -notmatch '^[A-Z0-9_]+$') { Fail "CALLBACK_SECRET_SETTINGS holds $name, which is not a setting name" }
+    if ($name -cnotmatch '^[A-Z0-9_]+$') { Fail "CALLBACK_SECRET_SETTINGS holds $name, which is not a setting name" }
+    Set-Once $name
+}
+foreach ($name in ("$env:STOREFRONT_KEY_SETTINGS" -split ',' | Where-Object { $_ })) {
+    if ($name -cnotmatch '^[A-Z0-9_]+$') { Fail "STOREFRONT_KEY_SETTINGS holds $name, which is not a setting name" }
+    if ($name -cnotmatch '^STOREFRONT_[A-Z0-9_]+_KEY$') { Fail "STOREFRONT_KEY_SETTINGS holds $name, which is not a storefront's key setting" }
     Set-Once $name
 }
 exit 0

@@ -1,9 +1,11 @@
 #!/bin/sh
 # azd `predeploy` hook (azure.yaml): makes sure the Function App has its submission key, the app setting
 # SUBMISSION_KEY with which a storefront submits and reads orders (the API's submitter role, and only
-# that), and the callback secret of each service that answers later (<SERVICE>_CALLBACK_SECRET). It is made once, here, not in Bicep: the site module keeps the settings it does not set
-# (retainCurrentAppSettings), so the key a storefront holds survives every deployment, and no deployment
-# parameter, output or azd variable ever holds it. Rotating it: docs/deploying.md.
+# that), the key of each declared storefront (STOREFRONT_<NAME>_KEY) and the callback secret of each
+# service that answers later (<SERVICE>_CALLBACK_SECRET). Each is made once, here, not in Bicep: the site
+# module keeps the settings it does not set (retainCurrentAppSettings), so the key a storefront holds
+# survives every deployment, and no deployment parameter, output or azd variable ever holds it. Rotating
+# one: docs/deploying.md.
 #
 # azd hands the environment's values to hooks as variables (AZURE_RESOURCE_GROUP, AZURE_FUNCTION_APP_NAME).
 #   SUBMISSION_KEY_SETUP=skip   leave the app's settings alone (azd env set SUBMISSION_KEY_SETUP skip)
@@ -26,7 +28,8 @@ app=$AZURE_FUNCTION_APP_NAME
 
 # One setting at a time: read it, and make it only if the app has none. The submission key, then the
 # callback secret of each service that answers later (CALLBACK_SECRET_SETTINGS, a main.bicep output
-# from infra/app/catalog.json, comma-separated): the service signs its callbacks with it.
+# from infra/app/catalog.json, comma-separated): the service signs its callbacks with it; then each
+# storefront's key (STOREFRONT_KEY_SETTINGS, a main.bicep output from its storefronts parameter).
 make_once() {
   name=$1
   existing=$(az functionapp config appsettings list -g "$AZURE_RESOURCE_GROUP" -n "$app" \
@@ -56,6 +59,14 @@ make_once SUBMISSION_KEY
 for name in $(echo "${CALLBACK_SECRET_SETTINGS:-}" | tr ',' ' '); do
   case $name in
     *[!A-Z0-9_]* | "") fail "CALLBACK_SECRET_SETTINGS holds $name, which is not a setting name" ;;
+  esac
+  make_once "$name"
+done
+for name in $(echo "${STOREFRONT_KEY_SETTINGS:-}" | tr ',' ' '); do
+  case $name in
+    *[!A-Z0-9_]* | "") fail "STOREFRONT_KEY_SETTINGS holds $name, which is not a setting name" ;;
+    STOREFRONT_?*_KEY) ;;
+    *) fail "STOREFRONT_KEY_SETTINGS holds $name, which is not a storefront's key setting" ;;
   esac
   make_once "$name"
 done

@@ -30,8 +30,12 @@ def is_status_queue(queue: str) -> bool:
 
 
 # A submitter's order ids are its own: the task's id is ``<submitter>.<id>`` (an id a client gives has no
-# dot), so two submitters may use the same id and never meet.
+# dot), so two submitters may use the same id and never meet. A submitter's name also names its status
+# queue, so it starts and ends with a letter or digit, as a queue's name does.
 SCOPE_SEPARATOR = "."
+SUBMITTER_PATTERN = r"[a-z](?:[a-z0-9-]{0,22}[a-z0-9])?"
+ORDER_ID_PATTERN = r"[A-Za-z0-9-]{1,64}"
+TASK_ID_PATTERN = rf"(?:{SUBMITTER_PATTERN}\.)?{ORDER_ID_PATTERN}"
 
 
 def scoped_id(order_id: str, submitter: str | None) -> str:

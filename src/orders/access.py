@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final, Literal
 
+from engine import queues
+
 from .identity import Principal, principal_of
 
 log = logging.getLogger("orders.access")
@@ -108,7 +110,7 @@ def rule(method: str, path: str) -> Rule:
     return ROUTES[(method.upper(), path)]
 
 
-STOREFRONT_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+STOREFRONT_NAME = re.compile(rf"^{queues.SUBMITTER_PATTERN}$")
 
 
 def storefront_key_setting(name: str) -> str:
@@ -123,7 +125,7 @@ def storefronts(environ: Mapping[str, str]) -> tuple[str, ...]:
         if not STOREFRONT_NAME.match(name):
             raise ValueError(
                 f"STOREFRONTS: {name!r} is not a storefront name (a lower-case letter, then up to 23 "
-                "lower-case letters, digits or hyphens)"
+                "lower-case letters, digits or hyphens, the last not a hyphen)"
             )
     if len(set(names)) != len(names):
         raise ValueError("STOREFRONTS names a storefront twice")

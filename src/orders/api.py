@@ -76,7 +76,7 @@ COUNT_LIMIT = 10_000
 # An order id as a client gives it, and as the API names any order: a storefront's orders are
 # <storefront>.<id> (engine.queues.scoped_id) to everyone but that storefront.
 _ORDER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-_TASK_ID = re.compile(r"^(?:[a-z][a-z0-9-]{0,23}\.)?[A-Za-z0-9-]{1,64}$")
+_TASK_ID = re.compile(rf"^{queues.TASK_ID_PATTERN}$")
 
 
 def task_id(order_id: str, storefront: str | None) -> str | None:

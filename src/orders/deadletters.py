@@ -21,6 +21,7 @@ from typing import Protocol
 
 from pydantic import Field
 
+from engine import queues
 from engine.deadletters import (
     DeadLetter,
     DeadLetterAction,
@@ -40,7 +41,7 @@ log = logging.getLogger("orders.deadletters")
 MAX_SEQUENCE_NUMBER = 2**63 - 1
 COUNT_LIMIT = 1000  # per queue: counting peeks every message, so it stops here and says "at least"
 # A task's id: an order id, or a storefront's <storefront>.<id> (engine.queues.scoped_id).
-_ORDER_ID = re.compile(r"^(?:[a-z][a-z0-9-]{0,23}\.)?[A-Za-z0-9-]{1,64}$")
+_ORDER_ID = re.compile(rf"^{queues.TASK_ID_PATTERN}$")
 _DIGITS = re.compile(r"^[0-9]{1,19}$")
 
 

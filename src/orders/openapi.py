@@ -22,6 +22,7 @@ from typing import Any, cast
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from engine import queues
 from engine.state import ProcessState
 from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
@@ -57,7 +58,7 @@ TITLE = "Orders (Scheduler Agent Supervisor)"
 VERSION = "1.0.0"
 ID_PATTERN = "^[A-Za-z0-9-]{1,64}$"
 # An order as the API names it: a storefront's order is <storefront>.<id> to all but that storefront.
-ORDER_ID_PATTERN = "^(?:[a-z][a-z0-9-]{0,23}\\.)?[A-Za-z0-9-]{1,64}$"
+ORDER_ID_PATTERN = f"^{queues.TASK_ID_PATTERN}$"
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param(
                 "storefront",
                 "query",
-                {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,23}$"},
+                {"type": "string", "pattern": f"^{queues.SUBMITTER_PATTERN}$"},
                 False,
                 description="only the orders this storefront submitted",
             ),

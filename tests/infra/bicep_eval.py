@@ -6,11 +6,17 @@ interpreter over the tree ``bicep_contracts.syntax`` reads. It knows only the fu
 infra uses; anything else raises NotImplementedError, so a new construct is noticed rather than
 guessed. Where ARM differs from Python it follows ARM: property names are case-insensitive, ``string()``
 of an array is compact JSON, ``items()`` sorts by key, a conditional evaluates one branch only.
+
+A declared resource evaluates to its body (a list of bodies for a ``[for ...]``) with its ``type`` and an
+``id`` built from its name and its parent's, so that role assignments can be followed to their scope.
+``guid()`` and the ids are deterministic stand-ins, not the values ARM would compute.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,8 @@ from bicep_contracts.syntax import (
 )
 
 _ESCAPES = {"\\": "\\", "'": "'", "n": "\n", "r": "\r", "t": "\t", "$": "$"}
+SUBSCRIPTION = "/subscriptions/00000000-0000-0000-0000-0000000000su"
+RESOURCE_GROUP = f"{SUBSCRIPTION}/resourceGroups/rg-x"
 
 
 class ArmError(Exception):
@@ -90,14 +98,38 @@ def _substring(text: str, start: int, length: int | None = None) -> str:
     return text[start:] if length is None else text[start : start + length]
 
 
+def _split(text: str, delimiter: str | list[str]) -> list[str]:
+    if isinstance(delimiter, str):
+        return text.split(delimiter)
+    if not delimiter:
+        return [text]
+    return re.split("|".join(re.escape(d) for d in sorted(delimiter, key=len, reverse=True)), text)
+
+
+def guid(*parts: str) -> str:
+    """A stand-in for ARM's guid(): deterministic in its parts, not ARM's value."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "-".join(parts)))
+
+
+def _subscription_resource_id(type_name: str, *names: str) -> str:
+    return f"{SUBSCRIPTION}/providers/{type_name}/{'/'.join(names)}"
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "string": _string,
     "json": json.loads,
     "join": lambda items, sep: sep.join(items),
-    "split": lambda text, sep: text.split(sep),
+    "split": _split,
     "replace": lambda text, old, new: text.replace(old, new),
     "trim": lambda text: text.strip(),
     "toLower": lambda text: text.lower(),
+    "toUpper": lambda text: text.upper(),
+    "take": lambda value, count: value[: max(count, 0)],
+    "endsWith": lambda text, suffix: text.lower().endswith(suffix.lower()),
+    "skip": lambda value, count: value[max(count, 0) :],
+    "flatten": lambda arrays: [item for array in arrays for item in array],
+    "guid": guid,
+    "subscriptionResourceId": _subscription_resource_id,
     "first": lambda items: items[0] if items else None,
     "contains": _contains,
     "indexOf": _index_of,
@@ -160,6 +192,7 @@ class Evaluator:
         if unknown:
             raise ValueError(f"{path.name} has no parameter(s) {sorted(unknown)}")
         self._variables: dict[str, Any] = {}
+        self._resources: dict[str, Any] = {}
         self.params = dict(params)
         for name, param in self.file.params.items():
             if name not in self.params:
@@ -170,6 +203,38 @@ class Evaluator:
             self._variables[name] = self.eval(self.file.variables[name])
         return self._variables[name]
 
+    def resource(self, symbol: str) -> Any:
+        """A declared resource: its body with ``type`` and ``id``; a list of them for a loop; None for an
+        ``if (...)`` whose condition is false."""
+        if symbol not in self._resources:
+            declared = self.file.resources[symbol]
+            body = declared.body
+            if isinstance(body, Op) and body.kind == "deploy_condition":
+                condition, inner = body.operands
+                deployed = self.eval(condition)
+                self._resources[symbol] = self._resource(declared.type, inner, {}) if deployed else None
+            elif isinstance(body, Loop):
+                name, *index = body.names
+                self._resources[symbol] = [
+                    self._resource(declared.type, body.body, {name: item, **dict.fromkeys(index, i)})
+                    for i, item in enumerate(self.eval(body.source))
+                ]
+            else:
+                self._resources[symbol] = self._resource(declared.type, body, {})
+        return self._resources[symbol]
+
+    def _resource(self, type_name: str, body: Expr, scope: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(body, Obj):
+            raise NotImplementedError(f"cannot evaluate the resource body {body!r}")
+        value = self.eval(body, scope)
+        parent = value.get("parent")
+        if parent is not None:
+            child_type = type_name.rsplit("/", 1)[1]
+            resource_id = f"{parent['id']}/{child_type}/{value['name']}"
+        else:
+            resource_id = f"{RESOURCE_GROUP}/providers/{type_name}/{value['name']}"
+        return {**value, "type": type_name, "id": resource_id}
+
     def eval(self, expr: Expr, scope: dict[str, Any] | None = None) -> Any:
         scope = scope or {}
         if isinstance(expr, Lit):
@@ -179,6 +244,8 @@ class Evaluator:
                 return scope[expr.name]
             if expr.name in self.params:
                 return self.params[expr.name]
+            if expr.name in self.file.resources:
+                return self.resource(expr.name)
             return self.variable(expr.name)
         if isinstance(expr, Interp):
             return "".join(

@@ -89,6 +89,8 @@ MAIN_PARAMETERS: dict[str, str | None] = {
     "maximumInstanceCount": None,
     "serviceBusSku": "${SERVICE_BUS_SKU=Standard}",
     "serviceBusCapacity": "${SERVICE_BUS_CAPACITY=1}",
+    # A JSON array (azd 1.23.4 and later parse a JSON value for an array parameter).
+    "storefronts": "${STOREFRONTS_JSON=[]}",
 }
 
 

@@ -235,7 +235,14 @@ def emulator_queues() -> dict[str, dict[str, Any]]:
 
 def test_the_namespace_module_creates_the_queues_of_the_generated_catalog() -> None:
     assert module(APP / "servicebus.bicep", "avm/res/service-bus/namespace")["queues"] == "queues"
-    assert loads_catalog(variable(APP / "servicebus.bicep", "queues"), "queues")
+    assert loads_catalog(variable(APP / "servicebus.bicep", "catalogQueues"), "queues")
+    # Without storefronts, the catalog's list itself (the contract check follows it item by item); with
+    # them, each one's status queue after it (tests/infra/test_storefronts.py).
+    operands = variable(APP / "servicebus.bicep", "queues")["operator"]["operands"]
+    assert operands["condition"] == {
+        "function": {"type": "empty", "parameters": {"item_to_test": "storefrontQueues"}}
+    }
+    assert operands["true_value"] == "catalogQueues"
 
 
 def test_bicep_creates_exactly_the_queues_the_code_uses() -> None:
@@ -512,8 +519,10 @@ def test_the_action_group_mails_the_alert_address_only_when_set() -> None:
 
 
 # ---- role assignments -----------------------------------------------------------------------------------
-def role_assignments() -> list[tuple[str, str, str, bool]]:
-    """(scope resource type, role GUID, principal, conditional) for every assignment in rbac.bicep."""
+def role_assignments() -> list[tuple[str, str, Any, bool]]:
+    """(scope resource type, role GUID, principal, conditional) for every assignment in rbac.bicep. One
+    made per item of a ``[for ...]`` counts as conditional, and its scope is the type of the collection it
+    indexes (``storefrontStatusQueues[i]``)."""
     rbac = parsed(APP / "rbac.bicep")
     roles = variable(APP / "rbac.bicep", "roles")
     existing = {name: r["type"] for name, r in rbac["resources"].items() if r["existing"]}
@@ -524,8 +533,11 @@ def role_assignments() -> list[tuple[str, str, str, bool]]:
         config = body(resource)
         role_ref = config["properties"]["roleDefinitionId"]["function"]["parameters"]["resource_name_1"]
         role = roles[role_ref["operator"]["operands"]["operand_2"]]
-        conditional = "condition" in resource["config"]
-        found.append((existing[config["scope"]], role, config["properties"]["principalId"], conditional))
+        conditional = resource["config"].get("condition") is not None or "loop_type" in resource["config"]
+        scope = config["scope"]
+        if isinstance(scope, dict):  # <collection>[i]
+            scope = scope["operator"]["operands"]["operand_1"]
+        found.append((existing[scope], role, config["properties"]["principalId"], conditional))
     return found
 
 
