@@ -112,6 +112,10 @@ FINISHED = tuple(state for state in ProcessState if state.finished)
 _TALLY = "count"
 # The kinds of the history table's one-entity tasks: a finished task, and a parked one.
 _WHOLE = ("archive", "parked")
+# What a parked task leaves under its key once it is back in the live records: a marker saying "read the
+# live records again" (a reader that missed them just before they were written finds them then), written
+# over when the task moves to the history or is parked again.
+_RETURNED = "returned"
 # Each shard's tally of the parked tasks, by what they wait for (a row of its own: parks and their returns
 # never contend with the history's tally).
 WAITING_TALLY = _WAITING_TALLY = "count|waiting"
@@ -532,13 +536,13 @@ class TableStateStore:
             if self.history is not None:
                 # The history first: an id it holds is answered with nothing written, so a lost answer or a
                 # crash cannot leave a task behind.
-                found = await self._read_archive(record.order_id)
+                found = await self._read_kept(record.order_id)
                 written = await self._create_live(operations) if found is None else None
                 if written is not None and added is None:
                     # An entry was there: an earlier task with this id may have been leaving the live
                     # table during that read, so the history is read again after the write. (When this
                     # submission inserted the entry, no earlier task can be, and once is enough.)
-                    found = await self._read_archive(record.order_id)
+                    found = await self._read_kept(record.order_id)
             else:
                 written = await self._create_live(operations)
             if written is not None and found is None:
@@ -576,7 +580,7 @@ class TableStateStore:
         Supervisor removes it once the task no longer needs it."""
         order_id = record.order_id
         if found is None and self.history is not None:
-            found = await self._read_archive(order_id)
+            found = await self._read_kept(order_id)
         existing: TaskRecord | None = None
         if found is None:
             existing = await self._load_live(order_id)
@@ -612,6 +616,11 @@ class TableStateStore:
         await self._transact(self.table, deletes)
         log.info("order %s was submitted again after it finished; its history answered", order_id)
 
+    async def _read_kept(self, order_id: str) -> TableEntity | None:
+        """The history table's entity for the id, unless it only says the task is live again."""
+        found = await self._read_archive(order_id)
+        return None if found is not None and found.get("Kind") == _RETURNED else found
+
     async def _read_archive(self, order_id: str) -> TableEntity | None:
         """The history's entity for the id: the finished task, its tombstone, or None."""
         self.counter.add(table=HISTORY, entities=1)
@@ -632,7 +641,9 @@ class TableStateStore:
         found = await self._read_archive(order_id)
         if found is not None and found.get("Kind") in _WHOLE:
             return self._from_archive(found)
-        return await self._load_live(order_id) if found is None else None
+        if found is not None and found.get("Kind") == _RETURNED:
+            return await self._load_live(order_id)
+        return None
 
     async def _load_live(self, order_id: str) -> TaskRecord | None:
         entities = [
@@ -985,7 +996,7 @@ class TableStateStore:
         live records deleted in one transaction conditional on the ETags read."""
         if self.history is None or record.archived:
             return False
-        if await self._read_archive(record.order_id) is None:
+        if await self._read_kept(record.order_id) is None:
             return False
         if not await self._delete_live(record, await self._audit_rows(self.table, record.order_id, STATE)):
             raise ConcurrencyError(record.order_id)
@@ -1024,6 +1035,21 @@ class TableStateStore:
                 # task is the task): the history's copy takes its place.
                 if await self._replace_parked(pk, found, archive, listing, copies, fresh):
                     return True
+                continue
+            if found.get("Kind") == _RETURNED:
+                # The marker of a task that was parked and came back: the history's copy takes its place.
+                over = ("update", archive, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH})
+                try:
+                    await self._submit_counted(
+                        pk,
+                        [over, ("upsert", listing, {"mode": UpdateMode.REPLACE}), *copies],
+                        await self._tally(pk, fresh),
+                        change,
+                    )
+                    return True
+                except TableTransactionError as exc:
+                    if not _conflict(exc):
+                        raise
                 continue
             if found.get("Kind") != "archive" or found.get("CreatedAt") != archive["CreatedAt"]:
                 # Cannot happen while the task is live: its id is refused as long as the history has it.
@@ -1329,6 +1355,23 @@ class TableStateStore:
                 found = await self._read_archive(order_id)
                 if found is None:
                     continue
+                if found.get("Kind") == _RETURNED:
+                    # Parked before and came back: parked again over its marker, counted.
+                    over = ("update", parked, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH})
+                    try:
+                        await self._submit_counted(
+                            pk,
+                            [over, operations[1]],
+                            await self._tally(pk, True, _WAITING_TALLY),
+                            change,
+                            _WAITING_TALLY,
+                        )
+                    except TableTransactionError as again:
+                        if not _conflict(again):
+                            raise
+                        continue
+                    found = await self._read_archive(order_id)
+                    return _etag(found) if found is not None and found.get("Kind") == "parked" else None
                 if found.get("Kind") != "parked" or found.get("CreatedAt") != parked["CreatedAt"]:
                     log.error(
                         "order %s: the history table holds another task with its id; not parked", order_id
@@ -1352,11 +1395,17 @@ class TableStateStore:
         return None
 
     async def _remove_parked(self, pk: str, order_id: str, etag: str, parked: Mapping[str, Any]) -> bool:
-        """Delete a parked copy (conditional on ``etag``) with its listing entry, lowering the waiting tally;
-        False if the copy changed or went meanwhile."""
-        operations: list[Any] = [
-            ("delete", {"PartitionKey": pk, "RowKey": _archive_key(order_id)}, {"etag": etag, **_IF_MATCH})
-        ]
+        """Replace a parked copy (conditional on ``etag``) by the marker of a task back in the live records,
+        and delete its listing entry, lowering the waiting tally; False if the copy changed or went
+        meanwhile."""
+        marker = {
+            "PartitionKey": pk,
+            "RowKey": _archive_key(order_id),
+            "Kind": _RETURNED,
+            "OrderID": order_id,
+            "CreatedAt": parked.get("CreatedAt"),
+        }
+        operations: list[Any] = [("update", marker, {"mode": UpdateMode.REPLACE, "etag": etag, **_IF_MATCH})]
         if parked.get("IndexKey"):
             operations.append(("delete", {"PartitionKey": pk, "RowKey": parked["IndexKey"]}))
         change = {str(parked.get("WaitingFor")): -1}
@@ -1378,9 +1427,10 @@ class TableStateStore:
     async def _unpark(self, record: TaskRecord) -> TaskRecord:
         """Save a parked task back to the live records: claim its parked copy (a conditional write, so of
         two that bring it back only one goes on), put its watch entry, write its live records (state, input,
-        steps, listing entry, audit entries) in one transaction that only inserts, then delete the parked
-        copy. A crash in between leaves the task live and its copy stale: the live records are the task, and
-        the copy goes when the task is moved to the history (:meth:`_replace_parked`)."""
+        steps, listing entry, audit entries) in one transaction that only inserts, then replace the parked
+        copy by a marker that sends readers to the live records (one that missed them a moment before
+        reads them again). A crash in between leaves the task live and its copy stale: the live records are
+        the task, and the copy goes when the task is moved to the history (:meth:`_replace_parked`)."""
         order_id, pk = record.order_id, self._pk(record.order_id)
         key = _archive_key(order_id)
         etag = record.etags.get(key)
@@ -1397,7 +1447,11 @@ class TableStateStore:
         except (ResourceModifiedError, ResourceNotFoundError) as exc:
             raise ConcurrencyError(order_id) from exc
         # What it waited for when it was parked is in its listing key (the state has moved on since).
-        parked = {"IndexKey": record.listed, "WaitingFor": _listed_wait(record.listed or "")}
+        parked = {
+            "IndexKey": record.listed,
+            "WaitingFor": _listed_wait(record.listed or ""),
+            "CreatedAt": record.state.created_at,
+        }
         trail = await self._audit_rows(self._history(), order_id, HISTORY) if record.audited else []
         state_entity = self._state_entity(record)
         listed = self._listing_key(record)

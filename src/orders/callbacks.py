@@ -35,7 +35,7 @@ from engine import queues
 from engine.errors import EngineError, NotFound, PermanentError
 from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
 from engine.ports import MessageSender
-from engine.state import Phase, StepStatus
+from engine.state import Phase, ProcessState, StepStatus
 from engine.tasks import TaskService
 
 from .services.client import declared_result
@@ -149,12 +149,18 @@ class Callbacks:
         state = record.state
         step = record.steps[index] if index < len(record.steps) else None
         awaited = (StepStatus.COMPENSATING,) if compensating else (StepStatus.RUNNING, StepStatus.WAITING)
+        # The task's state too, not only the step's: a step the Supervisor gave back (Pending, to be
+        # dispatched again) or put in Error still says Waiting, and the Scheduler would drop its reply.
+        working = (
+            (ProcessState.COMPENSATING,) if compensating else (ProcessState.PROCESSING, ProcessState.WAITING)
+        )
         current = (
             step is not None
             and state.current_step == index
             and state.attempt == attempt
             and (state.phase is Phase.COMPENSATE) == compensating
             and step.status in awaited
+            and state.process_state in working
         )
         workflow = tasks.parts.catalog.find(state.workflow, state.workflow_version)
         definition = workflow.steps[index] if workflow is not None and index < len(workflow.steps) else None

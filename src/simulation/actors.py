@@ -31,6 +31,7 @@ from engine.scheduler import Scheduler
 from engine.supervisor import Supervisor
 from engine.tasks import Action, TaskService
 from engine.workflow import WorkflowDefinition
+from orders.callbacks import Callbacks
 
 from .bus import Message
 from .oracle import OPERATOR_NOTE
@@ -50,6 +51,7 @@ class Host:
     supervisor: Supervisor
     retention: Retention
     agents: dict[str, Agent]
+    callbacks: Callbacks  # the callback route's own object (function_app.py's service_callback)
 
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
@@ -81,12 +83,19 @@ def build_host(sim: Simulation, worker: Worker) -> Host:
         max_seconds=1e12,  # bounded by batches, not the wall clock (a run must not depend on it)
         idle=timedelta(seconds=sim.profile.sweep_seconds * 3),
     )
+    tasks = TaskService(parts)
+
+    async def task_service() -> TaskService:
+        return tasks
+
     return Host(
-        tasks=TaskService(parts),
+        tasks=tasks,
         scheduler=Scheduler(parts, worker.name),
         supervisor=Supervisor(parts),
         retention=Retention(store, sim.clock, policy),
         agents=agents,
+        # As function_app.py builds it: the declared services, the secrets the run sets, this process's tasks.
+        callbacks=Callbacks(sim.service_definitions, sim.webhooks.secrets, task_service, sim.webhooks.now),
     )
 
 

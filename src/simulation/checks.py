@@ -300,5 +300,7 @@ def stats(sim: Simulation) -> dict[str, Any]:
         "wake-ups delivered early": bus.wakes_early,
         "wake-ups delivered late": bus.wakes_late,
         "wake-ups delivered more than once": wakes_again,
+        **sim.services.counts,
+        **sim.webhooks.counts,
         **oracle.counts,
     }

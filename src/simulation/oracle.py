@@ -9,12 +9,18 @@ During the run, on every committed change of a task's state record:
 - a step's outcome was reported by that very attempt: a step is Completed only after its current attempt's
   Agent sent a success (or an operator skipped it, audited in the same transaction), Failed only after
   that attempt's Agent reported a lasting failure, Compensated only after its current undo's Agent
-  reported success; an Error for a failed undo only after that undo's Agent reported the failure;
+  reported success; an Error for a failed undo only after that undo's Agent reported the failure (a
+  callback's outcome is reported by the reply the callback route sends for its dispatch); a step becomes
+  Completed once (its outcome and its result are recorded once);
+- a step that calls a service waits only for its callback (:meth:`Oracle._callback_awaited`): from
+  Running, after its service, which may answer later, answered that very attempt 202, the task Waiting for
+  a "callback" until the step's CompleteBy; a cancel ends that wait ("cancelled while waiting"), an
+  extend moves it and re-sends nothing;
 - Error is entered only as the policy says: by the Scheduler for a failed undo (above), or by the
   Supervisor once the step has had ``SUPERVISOR_MAX_FAILURES`` attempts in its phase since the failures
   were last reset that each outlived their CompleteBy while the service's breaker was closed (or could
   not be read) at some moment between that CompleteBy and the next attempt: time spent held for an
-  open breaker never counts;
+  open breaker never counts (an attempt its service took, 202, counts whatever the breaker);
 - every audit entry describes the change it is written with (states before and after);
 - a task is created once per id;
 - a step is left out only when its condition does not hold on the order's input and the values earlier
@@ -44,7 +50,14 @@ At the services, on every call and every effect:
 - a step that cannot be undone is never applied after an undo of its order landed: a cancel (or a failure)
   waits for it to land or to be unable to land before it undoes the steps before it;
 - no call of a step reaches its service before a timer before it ends, or after a wait before it was
-  rejected, expired or cancelled.
+  rejected, expired or cancelled;
+- an undo waits for the callback: it never reaches a service still deciding, within the budget, the apply
+  it answered 202 (:meth:`Oracle.withdrawn`).
+
+At the callback route, on every callback it answers (:meth:`Oracle.callback_answered`): a forged one is
+refused 401; one its service signed is taken only for the dispatch the order waited for meanwhile, as the
+reply of that dispatch with the service's outcome, and refused (409) only when the order did not wait for it
+throughout (404: its order is finished and purged).
 
 Once the run has settled (faults stopped, every message settled, the Supervisor has swept):
 
@@ -130,6 +143,7 @@ class Attempt:
     number: int
     complete_by: float
     dispatched_at: float
+    accepted: bool = False  # its service answered 202: the step waited for its callback
 
 
 @dataclass(slots=True)
@@ -227,6 +241,13 @@ class OrderTruth:
     until: dict[int, float] = field(default_factory=dict)  # a wait's time (its deadline), moved by extends
     ended: set[tuple[int, int]] = field(default_factory=set)  # (step, attempt) of the waits that ended
     closed: dict[int, tuple[str, float]] = field(default_factory=dict)  # waits ended badly: how, when
+    # callbacks (services that answer later)
+    later: list[bool] = field(default_factory=list)  # per step: its service may answer 202 and call back
+    completed: set[int] = field(default_factory=set)  # steps that became Completed (once each)
+    # The dispatch whose outcome the order waits for, from each save that changed it: (when, (step,
+    # undoing, attempt) or None, whether the Scheduler would apply its outcome then). None while no call
+    # of it runs or waits.
+    awaiting: list[tuple[float, tuple[int, bool, int] | None, bool]] = field(default_factory=list)
 
 
 class Oracle:
@@ -240,8 +261,11 @@ class Oracle:
         returns: Callable[[str, str], list[str]] | None = None,
         trace_limit: int = 80,
         settings: EngineSettings | None = None,
+        asynchronous: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.catalog = catalog
+        # whether a service may answer an action 202 and call back (its resource's declaration)
+        self.asynchronous = asynchronous or (lambda service, action: False)
         settings = settings or EngineSettings()
         self.wait_seconds = dict(settings.wait_seconds)  # the waits' durations the run set, by setting
         self.window = settings.step_complete_by_seconds  # a timer's CompleteBy is its time plus this
@@ -316,6 +340,10 @@ class Oracle:
                 producers=self._producers(definition),
                 views=[StepView() for _ in definition.steps],
                 waits=[self._wait(step) for step in definition.steps],
+                later=[
+                    step.calls and self.asynchronous(step.call_agent, step.action or "")
+                    for step in definition.steps
+                ],
             )
         return found
 
@@ -448,6 +476,9 @@ class Oracle:
             truth.alert_owed = False  # an operator took it out: the alert, if lost, is no longer needed
         truth.state = became
         truth.current_step, truth.phase = after.current_step, after.phase
+        awaits, applies = self._awaits(truth, after)
+        if (truth.awaiting[-1][1:] if truth.awaiting else (None, False)) != (awaits, applies):
+            truth.awaiting.append((now, awaits, applies))
         if became.terminal:
             truth.terminal_at = now
             self._terminal_on_time(truth, now)
@@ -514,6 +545,8 @@ class Oracle:
             elif attempts and attempts[-1].number == number and cb is not None and phase is after.phase:
                 attempts[-1].complete_by = cb  # extended
         old, new = view.status, step.status
+        if old is not new and new is StepStatus.WAITING and _wait_of(truth, step.index) is None:
+            self._callback_awaited(truth, before, after, step, old)
         if old is not new:
             # When the move was decided (UpdatedAt, the transition's clock): a save can land a little later.
             decided = at_seconds(after.updated_at)
@@ -545,12 +578,22 @@ class Oracle:
                 self._wait_ended(truth, before, step, old, new, acts, now, decided)
             return
         if new is StepStatus.COMPLETED:
+            if step.index in truth.completed:
+                self.violation(
+                    order_id,
+                    f"step {step.name} became Completed again (from {old.value}, attempt {step.attempts}): a "
+                    f"step's outcome is recorded once",
+                )
+            truth.completed.add(step.index)
             if "skip" in acts and _skipped(step):
                 truth.skipped.add(step.index)
                 return
             wanted = (step.index, False, step.attempts, ReplyOutcome.SUCCEEDED)
             self._result_recorded(truth, step)
         elif new is StepStatus.FAILED:
+            if old is StepStatus.WAITING and "cancel" in acts and step.last_error == CANCELLED_WAITING:
+                self.count("cancelled while waiting for a callback")  # undone once it can no longer come
+                return
             wanted = (step.index, False, step.attempts, ReplyOutcome.FAILED)
         elif new is StepStatus.COMPENSATED:
             wanted = (step.index, True, step.compensation_attempts, ReplyOutcome.SUCCEEDED)
@@ -562,6 +605,146 @@ class Oracle:
                 f"step {step.name} became {new.value} (from {old.value}) but attempt {wanted[2]} "
                 f"of its {'undo' if wanted[1] else 'action'} never reported {wanted[3].value}",
             )
+
+    # ---- callbacks -------------------------------------------------------------------------------------
+    def _callback_awaited(
+        self, truth: OrderTruth, before: TaskState, after: TaskState, step: StepState, old: StepStatus
+    ) -> None:
+        """A step that calls a service waits: only for its service's callback, after the service
+        answered that very attempt 202 (the Agent's reply said so), from Running, with the task Waiting for
+        a "callback" until the step's CompleteBy; the accept moves no CompleteBy (the task's may be a
+        hold's)."""
+        order_id, name, index = truth.order_id, step.name, step.index
+        self.count("steps waiting for a callback")
+        later = truth.later[index] if index < len(truth.later) else False
+        accepted = (index, False, step.attempts, ReplyOutcome.ACCEPTED) in truth.replies
+        view = truth.views[index]
+        if not later or not accepted or old is not StepStatus.RUNNING or after.phase is not Phase.FORWARD:
+            why = (
+                "its service always answers at once"
+                if not later
+                else f"its service never answered attempt {step.attempts} 202"
+                if not accepted
+                else f"it was {old.value} ({after.phase.value})"
+            )
+            self.violation(order_id, f"step {name}, which calls a service, was saved as waiting, but {why}")
+            return
+        if (
+            after.process_state is not ProcessState.WAITING
+            or after.waiting_for != "callback"
+            or after.wait_until != step.complete_by
+            or after.complete_by != before.complete_by
+            or step.complete_by != view.complete_by
+        ):
+            self.violation(
+                order_id,
+                f"the task waiting for {name}'s callback is {after.process_state.value}, waiting for "
+                f"{after.waiting_for} until {after.wait_until}, CompleteBy {after.complete_by} (was "
+                f"{before.complete_by}); the step's CompleteBy was {view.complete_by}, is {step.complete_by}",
+            )
+        attempts = truth.attempts.get((index, Phase.FORWARD), [])
+        if attempts and attempts[-1].number == step.attempts:
+            attempts[-1].accepted = True
+
+    def _awaits(self, truth: OrderTruth, after: TaskState) -> tuple[tuple[int, bool, int] | None, bool]:
+        """The dispatch whose outcome the order waits for after a save, as the callback route's fence reads
+        it (its current step calls a service and runs, waits for its callback, or is being undone, in that
+        phase and attempt), and whether the Scheduler would apply that outcome (the task in flight on it:
+        Processing or Waiting forward, Compensating back)."""
+        index = after.current_step
+        if after.process_state.finished or index >= len(truth.views) or _wait_of(truth, index) is not None:
+            return None, False
+        back = after.phase is Phase.COMPENSATE
+        status = truth.views[index].status
+        if status not in ((StepStatus.COMPENSATING,) if back else (StepStatus.RUNNING, StepStatus.WAITING)):
+            return None, False
+        if back:
+            applies = after.process_state is ProcessState.COMPENSATING
+        else:
+            applies = after.process_state is ProcessState.PROCESSING or (
+                after.process_state is ProcessState.WAITING and after.waiting_for == "callback"
+            )
+        return (index, back, after.attempt), applies
+
+    def _awaited(
+        self, truth: OrderTruth, start: float, end: float
+    ) -> list[tuple[tuple[int, bool, int] | None, bool]]:
+        """What the order waited for from ``start`` to ``end``: the value at ``start``, then each change."""
+        found: list[tuple[tuple[int, bool, int] | None, bool]] = [(None, False)]
+        for at, dispatch, applies in truth.awaiting:
+            if at <= start:
+                found[0] = (dispatch, applies)
+            elif at <= end:
+                found.append((dispatch, applies))
+            else:
+                break
+        return found
+
+    def callback_answered(
+        self,
+        service: str,
+        dispatch: tuple[str, int, bool, int],
+        outcome: str,
+        forged: bool,
+        answer: Any,
+        start: float,
+        end: float,
+    ) -> None:
+        """The callback route answered a callback (``answer``: ``Taken`` or ``Refused``), sent at ``start``
+        and answered at ``end``. A forged one is refused 401. One the service signed is refused only as not
+        awaited (409), or for an order gone (404, a finished order purged); it is taken only if the order
+        waited for that very dispatch at some moment meanwhile (the route's fence), and becomes the reply of
+        that dispatch with the outcome the service sent; refused (409), the order did not wait for it
+        throughout (the Scheduler would not have applied it at some moment). One taken while the step still
+        said so but the Scheduler would drop its reply (the task given back, or in Error) is counted (finding
+        14)."""
+        order_id, index, undoing, attempt = dispatch
+        key = (index, undoing, attempt)
+        truth = self.orders.get(order_id)
+        what = f"the callback of {'undo' if undoing else 'attempt'} {attempt} of step {index} ({outcome})"
+        status = getattr(answer, "status", None)
+        self.count("callbacks answered " + (str(status) if status is not None else "202 (taken)"))
+        if truth is None:
+            self.violation(order_id, f"{what} came for an order never submitted")
+            return
+        self.note(order_id, "callback {} of {} answered {}", outcome, key, status or 202)
+        name = truth.steps[index] if index < len(truth.steps) else str(index)
+        what = what.replace(f"step {index}", name)
+        awaited = self._awaited(truth, start, end)
+        if forged:
+            if status != 401:
+                self.violation(order_id, f"a forged copy of {what} was answered {status or 202}, not 401")
+            return
+        if status is not None:
+            message = getattr(answer, "message", "")
+            if status == 409:
+                if all(dispatch_ == key and applies for dispatch_, applies in awaited):
+                    self.violation(
+                        order_id, f"{what} was refused ({message}), yet the order waited for it throughout"
+                    )
+            elif status != 404 or (truth.state is not None and not truth.state.finished):
+                self.violation(order_id, f"{what}, signed by its service, was refused {status}: {message}")
+            return
+        reply = answer.reply
+        wanted = ReplyOutcome.SUCCEEDED if outcome == "done" else ReplyOutcome.FAILED
+        made = (reply.order_id, reply.step_index, reply.compensating, reply.attempt)
+        if made != dispatch or reply.outcome is not wanted:
+            self.violation(
+                order_id,
+                f"{what} was handed to the Scheduler as the reply {reply.outcome.value} of "
+                f"{'undo' if reply.compensating else 'attempt'} {reply.attempt} of step {reply.step_index}",
+            )
+        if not any(dispatch_ == key for dispatch_, _ in awaited):
+            waited = ", ".join(str(d) for d, _ in awaited)
+            self.violation(
+                order_id,
+                f"{what} was taken, but the order never waited for it meanwhile (it waited for {waited}): a "
+                f"callback for a dispatch the order no longer waits for is refused (409)",
+            )
+        elif not any(dispatch_ == key and applies for dispatch_, applies in awaited):
+            self.count("callbacks taken that the Scheduler drops (finding 14)")
+        else:
+            self.count("callbacks taken")
 
     # ---- waits -----------------------------------------------------------------------------------------
     def _wait_started(
@@ -841,7 +1024,11 @@ class Oracle:
         counted = 0
         for i, attempt in enumerate(attempts):
             end = attempts[i + 1].dispatched_at if i + 1 < len(attempts) else now
-            if attempt.complete_by <= now and self._closed_between(service, attempt.complete_by, end):
+            # An attempt whose service took it (202) timed out waiting for its callback: the breaker, which
+            # says how the service answers calls, has nothing to hold it for.
+            if attempt.complete_by <= now and (
+                attempt.accepted or self._closed_between(service, attempt.complete_by, end)
+            ):
                 counted += 1
         if counted < self.max_failures:
             self.violation(
@@ -990,13 +1177,16 @@ class Oracle:
         nor released the task). Once a step has had ``max_failures`` of them in its phase since its count
         was last reset (an operator taking the order out of Error; the undo phase counts afresh), its
         handling is Error."""
-        if before.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+        callback = before.process_state is ProcessState.WAITING and before.waiting_for == "callback"
+        if before.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING) and not callback:
             return
         if before.locked_by is None or before.complete_by is None or before.hold_end is not None:
             return  # waiting for a Scheduler (a lost command is sent again, not counted), or held
         deadline = at_seconds(before.complete_by)
         index, phase = before.current_step, before.phase
         running = StepStatus.RUNNING if phase is Phase.FORWARD else StepStatus.COMPENSATING
+        if callback:
+            running = StepStatus.WAITING
         if deadline > now or truth.views[index].status is not running:
             return
         if after.current_step != index or after.phase is not phase or after.attempt != before.attempt:
@@ -1009,8 +1199,8 @@ class Oracle:
         acted = any(e.action not in ENGINE_ENTRIES for e in audit)
         if not supervisor_error and (acted or (after.locked_by is not None and after.hold_end is None)):
             return  # an operator's action, or not given back
-        if not self._closed_throughout(truth.agents[index], deadline, now):
-            return  # the Supervisor may have held or released it, uncounted
+        if not callback and not self._closed_throughout(truth.agents[index], deadline, now):
+            return  # the Supervisor may have held or released it, uncounted (a callback's wait is not held)
         key = (index, phase)
         counted = truth.expiries[key] = truth.expiries.get(key, 0) + 1
         if counted >= self.max_failures and after.process_state is not ProcessState.ERROR:
@@ -1121,6 +1311,11 @@ class Oracle:
                 return None
             if after.complete_by != new or became is not was or after.attempt != before.attempt:
                 return f"the task is {became.value}, attempt {after.attempt}, CompleteBy {after.complete_by}"
+            if was is ProcessState.WAITING:  # a callback awaited: later, nothing re-sent (the service has it)
+                if after.wait_until != new or after.waiting_for != "callback":
+                    return f"the task waits for {after.waiting_for} until {after.wait_until}"
+                self.count("callback waits extended")
+                return None
             act.complete_by = at_seconds(new)
         elif act.what == "retry":
             wanted = ProcessState.PENDING if before.phase is Phase.FORWARD else ProcessState.COMPENSATING
@@ -1443,6 +1638,23 @@ class Oracle:
                     f"a result passed on is not the one returned: the {'undo' if compensating else 'call'} "
                     f"of {truth.steps[index]} carried {name}={value!r}, {made} returned {expected!r}",
                 )
+
+    def withdrawn(self, effect: Effect, taken_at: float, decide_at: float, due: float, slow: bool) -> None:
+        """An undo reached a service while it was still deciding the step's apply, which it took at
+        ``taken_at`` and would have decided at ``decide_at``, within the CompleteBy ``due`` of the dispatch
+        it took, unless ``slow``. Only a decision slower than the budget may be overtaken so: a cancel (or a
+        skip) undoes a step waiting for its callback only once its CompleteBy plus the grace has passed."""
+        truth = self.orders.get(effect.order_id)
+        if truth is None:
+            return
+        self.note(effect.order_id, "withdrawn {} by its undo (taken at {:.3f})", effect.key, taken_at)
+        if not slow:
+            self.violation(
+                effect.order_id,
+                f"an undo of {effect.key} reached {effect.service} while it was still deciding the apply it "
+                f"took at {taken_at:.3f}, due by its CompleteBy {due:.3f} (it would have decided at "
+                f"{decide_at:.3f}): the undo did not wait for the callback",
+            )
 
     # ---- alerts ----------------------------------------------------------------------------------------
     def alerted(self, order_id: str) -> None:

@@ -71,6 +71,16 @@ class Profile:
     wake_early_rate: float = 0.0  # a timer's wake-up delivered a little before its time ...
     wake_early_seconds: float = 0.0  # ... by up to this much (the broker's clock is not the processes')
     wake_late_rate: float = 0.0  # a wake-up delivered late, up to two budgets (it races the Supervisor's)
+    # services that answer later (a resource declared asynchronous; drawn after the waits, so a seed draws
+    # what it drew before callbacks came): not faults, what such a service does ...
+    async_rate: float = 0.0  # the share of its calls (applies and undos) it answers 202 Accepted
+    decide_seconds: float = 0.0  # how long it takes to decide a call it accepted, at most
+    # ... and faults, while they last: a decision that takes one to three budgets, and its callbacks
+    slow_decision_rate: float = 0.0
+    callback_lost_rate: float = 0.0  # never sent
+    callback_duplicate_rate: float = 0.0  # sent twice
+    callback_late_rate: float = 0.0  # sent half a budget to two budgets late (after the Supervisor came)
+    callback_forged_rate: float = 0.0  # a forged copy (signed with another secret) is sent as well
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -87,7 +97,10 @@ class Profile:
             f"permanent={self.permanent_rate:.2f} hang={self.hang_rate:.2f} lost={self.lost_reply_rate:.2f} "
             f"slow={self.slow_rate:.2f} outages={len(self.outages)} operator={self.operator_actions} "
             f"completeBy={self.complete_by_seconds:g}s sweep={self.sweep_seconds:g}s "
-            f"timer={self.timer_seconds:g}s approval={self.approval_seconds:g}s"
+            f"timer={self.timer_seconds:g}s approval={self.approval_seconds:g}s "
+            f"async={self.async_rate:g} decide={self.decide_seconds:g}s "
+            f"callbacks(lost={self.callback_lost_rate:.2f} twice={self.callback_duplicate_rate:.2f} "
+            f"late={self.callback_late_rate:.2f} slow={self.slow_decision_rate:.2f})"
         )
 
 
@@ -163,4 +176,13 @@ def draw(seed: int, services: list[str], orders: int | None = None, max_orders: 
         wake_early_rate=rate(0.0, 0.3),
         wake_early_seconds=_pick(rng, 0.01, 0.2, 1.0),
         wake_late_rate=rate(0.0, 0.1),
+        # A service that answers later answers most calls so, and decides within part of the budget; under
+        # faults some decisions take longer than the budget, and its callbacks are lost, sent twice or late.
+        async_rate=_pick(rng, 0.3, 0.7, 1.0),
+        decide_seconds=complete_by * _pick(rng, 0.05, 0.2, 0.4),
+        slow_decision_rate=rate(0.0, 0.1),
+        callback_lost_rate=rate(0.0, 0.15),
+        callback_duplicate_rate=rate(0.0, 0.15),
+        callback_late_rate=rate(0.0, 0.15),
+        callback_forged_rate=rate(0.0, 0.03),
     )

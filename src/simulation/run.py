@@ -22,6 +22,7 @@ from orders.services.declaration import ServiceDefinition
 from . import checks
 from .actors import Approver, Client, Operator, Timers, build_host, consume
 from .bus import Bus
+from .callbacks import Webhooks
 from .liveness import Limits
 from .loop import VirtualClock, VirtualLoop
 from .oracle import AlertHandler, Oracle
@@ -164,6 +165,8 @@ class Simulation:
         if services is None:
             services = default_services() if catalog is None else ()
         declarations = Declarations(services)
+        self.service_definitions = tuple(services)
+        self.declarations = declarations
         self.seed = seed
         self.servicebus = servicebus
         self.profile = profile = draw(seed, base.agents, orders, max_orders)
@@ -180,10 +183,17 @@ class Simulation:
             wait_seconds=_wait_seconds(self.catalog, profile),
         )
         self.oracle = Oracle(
-            self.catalog, self.loop.time, profile.max_failures, declarations.returns, settings=self.settings
+            self.catalog,
+            self.loop.time,
+            profile.max_failures,
+            declarations.returns,
+            settings=self.settings,
+            asynchronous=declarations.asynchronous,
         )
         self.oracle.dispatched = self._dispatched
         self.cancel_on_dispatch: dict[str, int] = {}  # order -> the step it is cancelled at, once dispatched
+        # order -> a step whose service may answer later, cancelled while its service may still be deciding
+        self.cancel_while_deciding: dict[str, int] = {}
         # Waits: order -> (the wait it is cancelled in, where in it); (order, step) -> what the approver does
         # once the approval waits; (order, step) -> where in a timer an approver (wrongly) approves it.
         self.cancel_in_wait: dict[str, tuple[int, float]] = {}
@@ -193,6 +203,9 @@ class Simulation:
         self.breakers = self.storage.breaker_store(_BreakerRequests(self.world, self.oracle))
         self.services = Services(self.world, self.catalog, self.oracle, declarations)
         self.actions = self.services.actions()
+        # The services that answer later call back through each process's callback route.
+        self.webhooks = Webhooks(self)
+        self.services.call_back = self.webhooks.send
         consumed = {
             queues.SCHEDULER_QUEUE,
             queues.REPLY_QUEUE,
@@ -218,7 +231,8 @@ class Simulation:
         return worker
 
     # ---- scheduling the load ------------------------------------------------------------------------
-    def _later(self, at: float, make: Any, *args: Any) -> None:
+    def later(self, at: float, make: Any, *args: Any) -> None:
+        """Start ``make(*args)`` at ``at`` (virtual seconds); the run does not settle before it has ended."""
         self.outstanding += 1
 
         def start() -> None:
@@ -245,14 +259,14 @@ class Simulation:
             assert current is not None
             oracle.expect(order_id, workflow, current.version, self.client.order(order_id, current))
             order_ids.append(order_id)
-            self._later(at, self.client.submit, order_id, workflow)
+            self.later(at, self.client.submit, order_id, workflow)
             if rng.random() < profile.resubmit_rate:
                 again = at + rng.uniform(0.0, min(profile.retention_seconds, profile.arrival_seconds * 2))
-                self._later(again, self.client.submit, order_id, workflow, int(rng.random() < 0.3))
+                self.later(again, self.client.submit, order_id, workflow, int(rng.random() < 0.3))
             if rng.random() < profile.resubmit_rate:  # a double submission at once
-                self._later(at + rng.uniform(0.0, 0.05), self.client.submit, order_id, workflow)
+                self.later(at + rng.uniform(0.0, 0.05), self.client.submit, order_id, workflow)
             if rng.random() < profile.cancel_rate:
-                self._later(
+                self.later(
                     at + rng.uniform(0.0, profile.complete_by_seconds * 3), self.operator.cancel, order_id
                 )
             # Some cancels come just after a step that cannot be undone was dispatched: the moment a cancel
@@ -263,6 +277,15 @@ class Simulation:
             ]
             if undo_less and rng.random() < profile.cancel_rate:
                 self.cancel_on_dispatch[order_id] = undo_less[rng.randrange(len(undo_less))]
+            # Some cancels come while a service that answers later may still be deciding a call of the order
+            # (drawn only for a workflow that has such a step).
+            deciding = [
+                j
+                for j, step in enumerate(current.steps)
+                if step.calls and self.declarations.asynchronous(step.call_agent, step.action or "")
+            ]
+            if deciding and rng.random() < profile.cancel_rate * 3:
+                self.cancel_while_deciding[order_id] = deciding[rng.randrange(len(deciding))]
             if any(step.wait is not None for step in current.steps):  # drawn only where there are waits
                 self._plan_waits(order_id, current, at)
             if rng.random() < profile.poison_rate:
@@ -279,7 +302,7 @@ class Simulation:
             at = rng.uniform(0.0, profile.arrival_seconds * 1.5)
             known = [o for o, t in zip(order_ids, times, strict=True) if t <= at]
             if known:
-                self._later(at, self.operator.act, known[rng.randrange(len(known))])
+                self.later(at, self.operator.act, known[rng.randrange(len(known))])
 
     def _plan_waits(self, order_id: str, workflow: WorkflowDefinition, at: float) -> None:
         """What people do about the order's waits, drawn when it is planned: some orders are cancelled
@@ -300,7 +323,7 @@ class Simulation:
             if step.when is not None and not step.when.holds({"input": document, "results": {}}):
                 if rng.random() < 0.05:  # an approval that never waits: refused
                     later = at + rng.uniform(0.0, profile.complete_by_seconds * 3)
-                    self._later(later, self.approver.decide, order_id, step.name, "approve", False)
+                    self.later(later, self.approver.decide, order_id, step.name, "approve", False)
                 continue
             draw = rng.random()
             when = "soon" if draw < 0.6 else "deadline" if draw < 0.75 else "late" if draw < 0.85 else "never"
@@ -317,18 +340,23 @@ class Simulation:
         if self.cancel_on_dispatch.get(order_id) == index:
             del self.cancel_on_dispatch[order_id]
             delay = self.world.rng.uniform(0.0, self.profile.delivery_delay_seconds)
-            self._later(self.loop.time() + delay, self.operator.cancel, order_id)
+            self.later(self.loop.time() + delay, self.operator.cancel, order_id)
+        if self.cancel_while_deciding.get(order_id) == index:
+            del self.cancel_while_deciding[order_id]
+            profile = self.profile
+            delay = self.world.rng.uniform(0.0, profile.delivery_delay_seconds + profile.decide_seconds)
+            self.later(self.loop.time() + delay, self.operator.cancel, order_id)
         truth = self.oracle.orders.get(order_id)
         if truth is None or index >= len(truth.waits) or truth.waits[index] is None:
             return
         now, length = self.loop.time(), self.oracle.wait_length(truth, index)
         if self.cancel_in_wait.get(order_id, (-1, 0.0))[0] == index:
             where = self.cancel_in_wait.pop(order_id)[1]
-            self._later(now + where * length, self.operator.cancel, order_id)
+            self.later(now + where * length, self.operator.cancel, order_id)
         mistake = self.mistakes.pop((order_id, index), None)
         if mistake is not None:
             name = truth.steps[index]
-            self._later(now + mistake * length, self.approver.decide, order_id, name, "approve", False)
+            self.later(now + mistake * length, self.approver.decide, order_id, name, "approve", False)
         decision = self.decisions.pop((order_id, index), None)
         if decision is not None:
             self._decide(order_id, truth.steps[index], decision, now, length)
@@ -345,9 +373,9 @@ class Simulation:
         else:  # after the Supervisor has applied the deadline's policy
             at = now + deadline + 2 * sweep + decision.at * deadline
         at = max(at, now)
-        self._later(at, self.approver.decide, order_id, step, decision.verdict, decision.versioned)
+        self.later(at, self.approver.decide, order_id, step, decision.verdict, decision.versioned)
         if decision.cancel:
-            self._later(at + 0.001 * decision.at, self.operator.cancel, order_id)
+            self.later(at + 0.001 * decision.at, self.operator.cancel, order_id)
 
     def _bound(self) -> float:
         """How long after the faults stopped the run may take to settle (a failure if it does not).

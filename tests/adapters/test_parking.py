@@ -101,8 +101,13 @@ def _entry(order_id: str) -> AuditEntry:
 
 
 async def history_keys(store: TableStateStore, order_id: str) -> list[str]:
+    """The order's rows in the history table, a marker of an order back in the live records left out (its
+    kind checked)."""
     assert store.history is not None
-    return sorted(k for k in await rows(store.history) if order_id in k)
+    found = {k: v for k, v in (await rows(store.history)).items() if order_id in k}
+    markers = [k for k, v in found.items() if v.get("Kind") == "returned"]
+    assert markers in ([], [f"order|{order_id}"])
+    return sorted(k for k in found if k not in markers)
 
 
 async def parked_counts(store: TableStateStore) -> tuple[int, dict[str, int]]:
@@ -345,3 +350,36 @@ async def test_two_supervisors_that_park_the_same_order_at_once_leave_it_parked_
     record = await store.load("a-1")
     assert record is not None and record.parked and record.state.process_state is ProcessState.WAITING
     assert await live_keys(store, "a-1") == [] and await parked_counts(store) == (1, {"approval": 1})
+
+
+async def test_a_returned_order_s_marker_is_written_over_when_it_is_parked_again_or_finishes(
+    store: TableStateStore,
+) -> None:
+    engine = Engine(store)
+    await waiting(store, "t-1", WINDOW)
+    engine.at(11)
+    await engine.supervisor.sweep()
+    back = await store.load("t-1")
+    assert back is not None and back.parked
+    await store.save(back)  # back in the live records: its key holds the marker
+    assert (await rows(store.history, shard_of("t-1", 2)))["order|t-1"]["Kind"] == "returned"
+    loaded = await store.load("t-1")
+    assert loaded is not None and not loaded.parked
+    # Parked again over the marker, and counted once.
+    [entry] = [e async for e in store.expired(NOW + timedelta(days=1))]
+    assert await store.park(loaded, entry)
+    assert await parked_counts(store) == (1, {"timer": 1})
+    again = await store.load("t-1")
+    assert again is not None and again.parked
+    # Back, then finished: the history's copy takes the marker's place, counted as finished.
+    ctx = Context(WINDOW, SETTINGS, NOW + timedelta(seconds=600), "sched-1")
+    transitions.wake(again, ctx, 1, again.state.attempt)
+    await store.save(again)
+    transitions.claim(again, ctx)
+    transitions.step_succeeded(again, ctx, {})
+    await store.save(again)
+    assert again.state.process_state is ProcessState.PROCESSED and await store.archive(again)
+    kept = await store.load("t-1")
+    assert kept is not None and kept.archived
+    counts = await store.count_by_state(1000)
+    assert counts.counts[ProcessState.PROCESSED] == 1 and counts.counts[ProcessState.WAITING] == 0

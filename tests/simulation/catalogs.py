@@ -17,6 +17,10 @@ were found on, whatever the declaration (``orders.catalog``) says today. The fix
   (the declared one's is ``compensate``, which the fixed seeds run), so that the planted bugs of waits and
   ``test_waits.py`` see an approval decided from Error too. The waits' durations are the run's (their
   settings, drawn from the seed).
+- ``CALLBACKS``: fulfilment version 2 as the example declares it since services may answer later: the steps
+  of ``WAITS`` with the declared review's deadline policy (``compensate``), on the services of
+  ``CONSTRUCTS`` whose charges are ``asynchronous`` (the payment may answer a charge or a refund 202 and call
+  back), for the planted bugs of callbacks and ``test_callbacks.py``.
 """
 
 from __future__ import annotations
@@ -242,9 +246,45 @@ WAITS = WorkflowCatalog(
 )
 check_catalog(CONSTRUCTS_SERVICES, WAITS)
 
+CALLBACKS_SERVICES: tuple[ServiceDefinition, ...] = tuple(
+    ServiceDefinition(
+        name="payment",
+        description="charges, which the provider may answer later",
+        resources=(_resource("charge", "refund", AmountBody, result=_Charge, asynchronous=True),),
+    )
+    if service.name == "payment"
+    else service
+    for service in CONSTRUCTS_SERVICES
+)
+
+_WAITS_STEPS = WAITS.workflows[0].steps
+CALLBACKS = WorkflowCatalog(
+    workflows=(
+        WAITS.workflows[0].model_copy(
+            update={
+                "steps": (
+                    _WAITS_STEPS[0],
+                    _WAITS_STEPS[1].model_copy(
+                        update={
+                            "wait": Approval(
+                                deadline_seconds=86_400,
+                                on_deadline="compensate",
+                                setting="FRAUD_REVIEW_SECONDS",
+                            )
+                        }
+                    ),
+                    *_WAITS_STEPS[2:],
+                )
+            }
+        ),
+    )
+)
+check_catalog(CALLBACKS_SERVICES, CALLBACKS)
+
 # By name, for the jobs of tests/simulation/pool.py: the workflows, and the services they run on.
 PINNED: dict[str, tuple[WorkflowCatalog, Sequence[ServiceDefinition]]] = {
     "engine-only": (ENGINE_ONLY, ()),
     "constructs": (CONSTRUCTS, CONSTRUCTS_SERVICES),
     "waits": (WAITS, CONSTRUCTS_SERVICES),
+    "callbacks": (CALLBACKS, CALLBACKS_SERVICES),
 }

@@ -2,27 +2,40 @@
 must catch every one of them, each by the invariant it names (tests/simulation/test_planted_bugs.py). Each
 runs on the pinned catalog it was found on (tests/simulation/catalogs.py): the first eight on the engine-only
 workflows, those of conditions, results and steps without undo on the catalog that has them, those of waits
-on the catalog with a fraud review and a cancellation window."""
+on the catalog with a fraud review and a cancellation window, those of callbacks on that catalog with a
+payment that may answer later."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from adapters import table_store
 from engine import queues, transitions
 from engine.breaker import BreakerRecord, BreakerState, hold_until
 from engine.decisions import REFUSED, UNCHANGED, Decision, Outcome, Outgoing
+from engine.errors import EngineError, NotFound
 from engine.machine import Operation
-from engine.messages import AgentReply, AgentRequest, CommandKind, StatusEvent, request_message_id
+from engine.messages import (
+    AgentReply,
+    AgentRequest,
+    CommandKind,
+    ReplyOutcome,
+    StatusEvent,
+    parse_callback_context,
+    request_message_id,
+)
 from engine.scheduler import Scheduler
 from engine.state import Phase, ProcessState, StepStatus, TaskRecord
 from engine.transitions import Context
 from engine.workflow import Approval, Timer
+from orders.callbacks import CallbackBody, Callbacks, Refused, Taken, verify
 
 
 def apply_reply_without_attempt_fence(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision:
@@ -308,6 +321,95 @@ def approve_any_wait(record: TaskRecord, ctx: Context, index: int) -> Decision:
     return transitions._end_wait(record, ctx, "approved", scheduler=False)
 
 
+# ---- callbacks ---------------------------------------------------------------------------------------
+async def receive_without_the_attempt_fence(
+    self: Callbacks, service: str, headers: Mapping[str, str], body: bytes
+) -> Taken | Refused:
+    """``Callbacks.receive`` whose fence compares the step and the phase, not the attempt: a callback is
+    taken for whichever dispatch of its step the order waits for (the Scheduler still fences its reply)."""
+    declared = self.services.get(service)
+    secret = self.secrets.get(service)
+    if declared is None or secret is None:
+        return Refused(404, "NotFound", f"service {service!r} sends no callbacks here")
+    refused = verify(headers, body, secret, self._clock())
+    if refused is not None:
+        return refused
+    try:
+        callback = CallbackBody.model_validate(json.loads(body))
+    except (ValueError, ValidationError, RecursionError):
+        return Refused(400, "ValidationFailed", "the body is not a callback: see CallbackBody")
+    dispatch = parse_callback_context(callback.context)
+    if dispatch is None:
+        return Refused(400, "ValidationFailed", "the context is not one this app sent")
+    order_id, index, compensating, attempt = dispatch
+    tasks = await self._tasks()
+    try:
+        record = await tasks.get(order_id)
+    except NotFound:
+        return Refused(404, "NotFound", f"no order {order_id}")
+    except EngineError as exc:
+        return Refused(409, "Conflict", str(exc))
+    state = record.state
+    step = record.steps[index] if index < len(record.steps) else None
+    awaited = (StepStatus.COMPENSATING,) if compensating else (StepStatus.RUNNING, StepStatus.WAITING)
+    current = (
+        step is not None
+        and state.current_step == index
+        and (state.phase is Phase.COMPENSATE) == compensating
+        and step.status in awaited
+    )
+    workflow = tasks.parts.catalog.find(state.workflow, state.workflow_version)
+    definition = workflow.steps[index] if workflow is not None and index < len(workflow.steps) else None
+    if not current or definition is None or definition.agent != service:
+        return Refused(409, "Conflict", f"order {order_id} does not wait for this callback")
+    reply = self._reply(declared, definition.action or "", callback, dispatch)
+    message_id = request_message_id(order_id, index, compensating, attempt) + ":callback"
+    await tasks.parts.sender.send(queues.REPLY_QUEUE, reply, message_id=message_id, correlation_id=order_id)
+    return Taken(reply)
+
+
+def reply_operation_taking_accepted_for_done(reply: AgentReply) -> Operation:
+    """``transitions.reply_operation`` as a reply's outcome was read before services could answer later:
+    anything but a failure is a success, so a 202 completes the step (with no result)."""
+    succeeded = reply.outcome is not ReplyOutcome.FAILED
+    if reply.compensating:
+        return Operation.COMPENSATION_SUCCEEDED if succeeded else Operation.COMPENSATION_FAILED
+    return Operation.STEP_SUCCEEDED if succeeded else Operation.STEP_FAILED
+
+
+def cancel_waiting_for_running_steps_only(record: TaskRecord, ctx: Context) -> Decision:
+    """``transitions.cancel`` as it was before services could answer later: it waits for the steps running,
+    not for one waiting for its callback, whose wait ends at once while the service may still be deciding."""
+    rule = transitions.allows(Operation.CANCEL, record)
+    if rule is None:
+        return REFUSED
+    if not rule.changes:
+        return UNCHANGED
+    state = record.state
+    if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
+        state.phase = Phase.COMPENSATE
+        return transitions._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+    for step in record.steps:
+        if step.status is StepStatus.WAITING:
+            step.status = StepStatus.FAILED
+            step.last_error = "cancelled while waiting"
+    running = [s.complete_by for s in record.steps if s.status is StepStatus.RUNNING and s.complete_by]
+    resume_at = max([ctx.now, *(transitions.settled(complete_by, ctx) for complete_by in running)])
+    state.phase = Phase.COMPENSATE
+    state.process_state = ProcessState.COMPENSATING
+    transitions._fresh_failure_counts(record)
+    state.locked_by = None
+    state.next_attempt_at = resume_at
+    state.complete_by = resume_at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    state.current_step = max(i for i, s in enumerate(record.steps) if s.status is not StepStatus.NOT_STARTED)
+    transitions._touch(record, ctx)
+    at = resume_at if resume_at > ctx.now else None
+    return transitions._moved(
+        transitions.status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
+        transitions.command(state.order_id, CommandKind.RESUME, "cancel", at=at, new_id=ctx.new_id),
+    )
+
+
 def _undo_every_step(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_of_every_step)
     mp.setattr(transitions, "_request", request_undoing_by_the_action)
@@ -399,5 +501,20 @@ PLANTS: dict[str, Plant] = {
         lambda mp: mp.setattr(transitions, "approve", approve_any_wait),
         "nothing runs before its timer",
         "waits",
+    ),
+    "a callback route without the attempt's fence": Plant(
+        lambda mp: mp.setattr(Callbacks, "receive", receive_without_the_attempt_fence),
+        "but the order never waited for it meanwhile",
+        "callbacks",
+    ),
+    "an accepted call taken for a done one": Plant(
+        lambda mp: mp.setattr(transitions, "reply_operation", reply_operation_taking_accepted_for_done),
+        "never reported succeeded",
+        "callbacks",
+    ),
+    "a cancel that does not wait for a callback": Plant(
+        lambda mp: mp.setattr(transitions, "cancel", cancel_waiting_for_running_steps_only),
+        "the undo did not wait for the callback",
+        "callbacks",
     ),
 }

@@ -36,7 +36,8 @@ def _constructs() -> list[str]:
     (where an example fails a condition on the input alone), a result value carried by a later call or an
     undo, a cancel while a step without undo runs and such a step left applied in a Compensated order; a
     timer ended by its wake-up, an approval approved, one rejected, one expired, and a cancel during a
-    wait."""
+    wait; for a service that may answer later, a step waiting for its callback, a callback taken, one refused
+    as not awaited (late, duplicated or out of order) and a cancel while a callback was awaited."""
     declarations = Declarations(SERVICES)
     expected: set[str] = set()
     for workflow in CATALOG.workflows:
@@ -58,6 +59,13 @@ def _constructs() -> list[str]:
                 }
             if not step.calls:
                 continue
+            if declarations.asynchronous(step.call_agent, step.action or ""):
+                expected |= {
+                    "steps waiting for a callback",
+                    "callbacks taken",
+                    "callbacks answered 409",
+                    "cancelled while waiting for a callback",
+                }
             found = declarations.actions.get((step.call_agent, step.action or ""))
             if found is None:
                 continue
