@@ -103,7 +103,7 @@ bench-history: $(STAMP)
 	$(BIN)/python bench/history.py $(HISTORY_ARGS)
 
 # The Supervisor's sweep, listings, counts, a GET and a submission with 1,000, 10,000 and 100,000 orders
-# waiting (about ten minutes, half of it filling), e.g. WAITING_ARGS="--sizes 1000 10000" make bench-waiting
+# parked (about two minutes, most of it filling), e.g. WAITING_ARGS="--sizes 1000 10000" make bench-waiting
 bench-waiting: $(STAMP)
 	$(BIN)/python bench/waiting.py $(WAITING_ARGS)
 

@@ -1,8 +1,8 @@
 """What the Supervisor, operator reads and a submission cost as the number of orders waiting grows.
 
-Run with ``make bench-waiting`` (or ``python bench/waiting.py --sizes 1000 10000 100000``; about ten
+Run with ``make bench-waiting`` (or ``python bench/waiting.py --sizes 1000 10000 100000``; about two
 minutes on a 2-core machine, most of it filling the tables to 100,000; ``--sizes 1000 10000`` takes about
-a minute). Built on ``bench/history.py`` (its engine over the Table Storage store with the API's own
+twenty seconds). Built on ``bench/history.py`` (its engine over the Table Storage store with the API's own
 handlers, its live orders, its clock and its figures' arithmetic): a throwaway Azurite, the engine in this
 process, a sender that drops messages. It keeps the same live orders as that bench (Pending, Processing,
 Error), then adds fulfilment orders that wait, as the Supervisor leaves them once it has parked them
@@ -332,7 +332,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--rounds", type=int, default=10, help="samples of each figure at each size")
+    parser.add_argument("--rounds", type=int, default=20, help="samples of each figure at each size")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds at each size first")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes))
