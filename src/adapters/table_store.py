@@ -1318,10 +1318,23 @@ class TableStateStore:
     async def _mark_parking(self, record: TaskRecord) -> bool:
         """Mark the live state record, conditional on its ETag, before anything is parked: of two that
         park the task at once only one goes on, and a parked copy found while holding the mark is never
-        the task (the live records are), so it may be written over. False if the task changed."""
+        the task (the live records are), so it may be written over. The record is read first and one
+        already marked is refused: a Supervisor that loaded the task after another marked it holds the
+        marked record's ETag, and its own mark would succeed too (simulation finding 15: both parked it,
+        and the one that lost replaced the other's copy by a marker, so the order was in neither place). A
+        mark left by a park that died goes with the task's next save, which replaces the record. False if
+        the task is being parked or changed."""
         key = _state_key(record.order_id)
         etag = record.etags.get(key)
         if etag is None:
+            return False
+        pk = self._pk(record.order_id)
+        self.counter.add(table=STATE, entities=1)
+        try:
+            current = await self.table.get_entity(pk, key, select=["Parking"])
+        except ResourceNotFoundError:
+            return False
+        if current.get("Parking") or _etag(current) != etag:
             return False
         self.counter.add(table=STATE, entities=1)
         try:
@@ -1383,9 +1396,17 @@ class TableStateStore:
                 ]
                 if found.get("IndexKey") and found["IndexKey"] != listing["RowKey"]:
                     operations.append(("delete", {"PartitionKey": pk, "RowKey": found["IndexKey"]}))
-                self.counter.add(table=HISTORY, entities=len(operations))
+                # The stale copy was counted under what it waited for: move it to what this one waits for
+                # (simulation finding 17: a copy of the other kind left the tally wrong).
+                moved = {str(found.get("WaitingFor")): -1}
+                moved[parked["WaitingFor"]] = moved.get(parked["WaitingFor"], 0) + 1
                 try:
-                    await self._transact(self._history(), operations)
+                    if any(moved.values()):
+                        waiting = await self._tally(pk, True, _WAITING_TALLY)
+                        await self._submit_counted(pk, operations, waiting, moved, _WAITING_TALLY)
+                    else:
+                        self.counter.add(table=HISTORY, entities=len(operations))
+                        await self._transact(self._history(), operations)
                 except TableTransactionError as again:
                     if not _conflict(again):
                         raise
@@ -1477,7 +1498,12 @@ class TableStateStore:
         except TableTransactionError as exc:
             if exc.status_code != 409:
                 raise
-            # Brought back by someone else meanwhile: the live records are the task, the copy is stale.
+            # Brought back by someone else meanwhile: the live records are the task, the copy is stale. The
+            # watch entry was put at this save's CompleteBy, which may be later than the live task's: put
+            # it at the live task's (simulation finding 16: the Supervisor came late).
+            live = await self._load_live(order_id)
+            if live is not None and live.state.process_state.in_flight and live.state.complete_by is not None:
+                await self._put_watch(live.state)
             await self._remove_parked(pk, order_id, str(claimed.get("etag") or ""), parked)
             raise ConcurrencyError(order_id) from exc
         for extra in audits[room:]:

@@ -150,7 +150,9 @@ class Supervisor:
                 continue
             if record.state.complete_by > ctx.now:
                 # Still within its time: parked if it waits long, else looked at again then.
-                if _parks(record, ctx.now, horizon) and await store.park(record, entry):
+                # Judged at the clock's time now, not the sweep's start: a slow sweep would park a wait
+                # that ends before it is done (found by the simulation: parked past its deadline).
+                if _parks(record, self.parts.clock.now(), horizon) and await store.park(record, entry):
                     report.parked += 1
                     continue
                 if record.parked and not _parks(record, ctx.now, horizon):

@@ -337,6 +337,8 @@ class Timers:
         self.sim = sim
         self.running: dict[str, int] = {"sweep": 0, "retention": 0}
         self.sweeps = 0
+        self.parked = 0  # what the sweeps that ended reported: orders parked, and promoted by the calendar
+        self.promoted = 0
 
     def start(self) -> None:
         self.sim.loop.call_later(self.sim.profile.sweep_seconds, self._tick)
@@ -364,9 +366,11 @@ class Timers:
         if what == "sweep":
             self.sim.oracle.sweep_started(started)
         try:
-            await job
+            report = await job
             if what == "sweep":
                 self.sweeps += 1
+                self.parked += report.parked
+                self.promoted += report.promoted
                 self.sim.oracle.swept(started, None)
         except BaseException as exc:  # also its process's death, or the run's end
             if what == "sweep":

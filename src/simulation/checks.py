@@ -11,6 +11,7 @@ from engine.state import ProcessState, StepState, StepStatus, TaskState
 
 from . import liveness
 from .oracle import ENGINE_ENTRIES
+from .storage import CALENDAR
 from .tables import Row
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def final(sim: Simulation) -> None:
         _ledger(sim, order_id, final_name, where, row)
         _audit(sim, order_id, where)
     _records(sim)
+    _parked(sim)
     _messages(sim)
     liveness.final(sim)
 
@@ -260,6 +262,32 @@ def _history(sim: Simulation) -> None:
                 oracle.violation(order_id, f"a gone entry {key} without its tombstone")
 
 
+def _parked(sim: Simulation) -> None:
+    """Once every order is terminal and moved to the history, no parked copy remains (one beside an order
+    still live, in Error, is a stale copy a return left: counted), each shard's waiting tally counts its
+    parked copies."""
+    oracle, storage = sim.oracle, sim.storage
+    for pk in storage.history.partitions():
+        if pk == CALENDAR:  # entries of orders that came back before their time are dropped when due
+            continue
+        copies: dict[str, int] = {}
+        for rk, row in storage.history.scan(pk, "order|", "order|~"):
+            if row.props.get("Kind") != "parked":
+                continue
+            order_id = rk.removeprefix("order|")
+            kind = str(row.props.get("WaitingFor"))
+            copies[kind] = copies.get(kind, 0) + 1
+            if storage.is_live(order_id):
+                oracle.count("stale parked copies left beside a live order")
+            else:
+                oracle.violation(order_id, "a parked copy outlived the run (the order is not live)")
+        tally = storage.waiting_tally(pk)
+        if {k: n for k, n in copies.items() if n} != {k: n for k, n in tally.items() if n}:
+            oracle.violation(
+                "", f"shard {pk}: the waiting tally says {tally}, the parked copies are {copies}"
+            )
+
+
 def _messages(sim: Simulation) -> None:
     for message in sim.bus.unsettled():
         sim.oracle.violation(
@@ -294,6 +322,8 @@ def stats(sim: Simulation) -> dict[str, Any]:
         "undone_before_applied": sum(e.undone_before_applied for e in effects),
         "watch_entries_created": dict(oracle.watch_created),
         "sweeps": sim.timers.sweeps,
+        "sweeps' orders parked": sim.timers.parked,
+        "sweeps' orders promoted by the calendar": sim.timers.promoted,
         "missing_alerts": missing_alerts,
         "extra_alerts": extra_alerts,
         "errors": sum(t.errors for t in oracle.orders.values()),

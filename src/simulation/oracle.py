@@ -59,6 +59,12 @@ refused 401; one its service signed is taken only for the dispatch the order wai
 reply of that dispatch with the service's outcome, and refused (409) only when the order did not wait for it
 throughout (404: its order is finished and purged).
 
+Parked orders (the history table's changes, :class:`simulation.storage.Storage`): a park or a return is no
+change of the order's state (a return is checked as a save from the parked copy's state); an order is never
+in neither place (no live state record, no parked copy, unfinished); each shard's waiting tally counts its
+parked copies by kind; a parked order whose live records are gone keeps its listing entry and a calendar
+entry or a watch entry.
+
 Once the run has settled (faults stopped, every message settled, the Supervisor has swept):
 
 - every order reached a terminal state, within the bound after the faults stopped;
@@ -70,7 +76,8 @@ Once the run has settled (faults stopped, every message settled, the Supervisor 
   its cancellation window has no shipment);
 - no record outlives its order: no watch entry, no hold on a terminal order, no live record without its
   task (input, steps, listing entry, audit), one listing entry per live task naming its state, history
-  tallies that count the history, a ``gone`` entry per tombstone;
+  tallies that count the history, a ``gone`` entry per tombstone; no parked copy left but a stale one beside
+  an order still live (counted), and waiting tallies that count the parked copies;
 - the audit trail holds every operator action that was answered as done (and no other), and one "error"
   entry per time the order entered Error;
 - every entry into Error raised an ``OrderEnteredError`` alert, unless an operator took the order out of
@@ -248,6 +255,7 @@ class OrderTruth:
     # undoing, attempt) or None, whether the Scheduler would apply its outcome then). None while no call
     # of it runs or waits.
     awaiting: list[tuple[float, tuple[int, bool, int] | None, bool]] = field(default_factory=list)
+    parks: int = 0  # times its live records went for a parked copy (see simulation.storage)
 
 
 class Oracle:
@@ -1507,6 +1515,27 @@ class Oracle:
         truth.created -= 1
         truth.state = truth.state_before_creation
         self.note(order_id, "creation taken back: the id is in the history")
+
+    def parked(self, order_id: str, state: TaskState) -> None:
+        """The order's live records went, its parked copy written before (not a change of its state)."""
+        truth = self.orders.get(order_id)
+        self.count("orders parked")
+        if truth is None:
+            self.violation(order_id, "a task the client never submitted was parked")
+            return
+        truth.parks += 1
+        if truth.state is not state.process_state:
+            self.violation(
+                order_id,
+                f"parked as {state.process_state.value}, but its last save left it {truth.state}",
+            )
+        self.note(order_id, "parked waiting for {} until {}", state.waiting_for, state.wait_until)
+
+    def returned(self, order_id: str, how: str) -> None:
+        """The order's live records were written again from its parked copy (its change follows)."""
+        self.count("parked orders returned")
+        self.count(f"parked orders returned {how}")
+        self.note(order_id, "returned from its parked copy {}", how)
 
     def watch_written(self, order_id: str, complete_by: datetime | None, created: bool, cause: str) -> None:
         if created:

@@ -81,6 +81,9 @@ class Profile:
     callback_duplicate_rate: float = 0.0  # sent twice
     callback_late_rate: float = 0.0  # sent half a budget to two budgets late (after the Supervisor came)
     callback_forged_rate: float = 0.0  # a forged copy (signed with another secret) is sent as well
+    # parking (drawn last, so a seed draws what it drew before parking came): the Supervisor's horizon H
+    # (``EngineSettings.park_horizon_seconds``; 0 never parks), used only on a catalog that has waits
+    park_horizon_seconds: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -100,7 +103,8 @@ class Profile:
             f"timer={self.timer_seconds:g}s approval={self.approval_seconds:g}s "
             f"async={self.async_rate:g} decide={self.decide_seconds:g}s "
             f"callbacks(lost={self.callback_lost_rate:.2f} twice={self.callback_duplicate_rate:.2f} "
-            f"late={self.callback_late_rate:.2f} slow={self.slow_decision_rate:.2f})"
+            f"late={self.callback_late_rate:.2f} slow={self.slow_decision_rate:.2f}) "
+            f"parkHorizon={self.park_horizon_seconds:g}s"
         )
 
 
@@ -185,4 +189,7 @@ def draw(seed: int, services: list[str], orders: int | None = None, max_orders: 
         callback_duplicate_rate=rate(0.0, 0.15),
         callback_late_rate=rate(0.0, 0.15),
         callback_forged_rate=rate(0.0, 0.03),
+        # Parking: an order that waits more than two horizons is moved out of the live records until the
+        # calendar brings it back (sometimes never: the runs without parking stay covered).
+        park_horizon_seconds=complete_by * _pick(rng, 0.0, 0.1, 0.25),
     )

@@ -67,6 +67,11 @@ def _wait_seconds(catalog: WorkflowCatalog, profile: Profile) -> dict[str, float
     return found
 
 
+def _has_waits(catalog: WorkflowCatalog) -> bool:
+    """Whether a workflow of the catalog has a step that waits for a timer or an approval (what parks)."""
+    return any(isinstance(step.wait, Timer | Approval) for w in catalog.workflows for step in w.steps)
+
+
 @dataclass(frozen=True)
 class ApprovalPlan:
     """What the approver does with one approval once it waits: ``verdict`` (approve or reject), ``when``
@@ -181,6 +186,9 @@ class Simulation:
             backoff_max_seconds=profile.backoff_max_seconds,
             cancel_grace_seconds=profile.cancel_grace_seconds,
             wait_seconds=_wait_seconds(self.catalog, profile),
+            # Parking only where something waits: with a horizon the Supervisor reads the calendar's cursor
+            # every sweep, which would change what the seeds of catalogs without waits explore.
+            park_horizon_seconds=profile.park_horizon_seconds if _has_waits(self.catalog) else 0.0,
         )
         self.oracle = Oracle(
             self.catalog,

@@ -6,6 +6,16 @@ The simulation's checks see what is stored, not what the engine believes: every 
 is read here, entity by entity, and told to the :class:`Observer` (the oracle) as the change of a task's
 state, a watch entry, a taken-back creation or a breaker's record. The entities are read with the
 adapters' own mappings, since those are what the engine reads back.
+
+Parked orders (``TableStateStore.park``): a park deletes an order's live records once its parked copy (the
+history table's ``order|<id>``, ``Kind`` parked) is written, and a return inserts them again while that copy
+is still there (then replaces it by a ``returned`` marker). Neither is a change of the order's state: a park
+is told as :meth:`Observer.parked`, a return as :meth:`Observer.returned` followed by the change the saving
+of it carries (from the parked copy's state to the one inserted). The history table's changes keep the
+parking invariants, checked on the request that could break them (:meth:`Storage._history_changed`): each
+shard's waiting tally counts its parked copies by kind; an order is never in neither place (no live state,
+no parked copy, not finished); a parked order whose live records are gone keeps its listing entry and a
+calendar entry or a watch entry.
 """
 
 from __future__ import annotations
@@ -17,9 +27,9 @@ from typing import Any, Protocol, cast
 from azure.data.tables.aio import TableClient
 
 from adapters.breaker_store import BREAKER_PARTITION, TableBreakerStore
-from adapters.table_store import TableStateStore, shard_of
+from adapters.table_store import CALENDAR, PARKED_KINDS, WAITING_TALLY, TableStateStore, shard_of
 from engine.breaker import BreakerRecord
-from engine.state import AuditEntry, StepState, TaskRecord, TaskState
+from engine.state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 
 from .table_client import Requests, SimTableClient, _entity
 from .tables import Change, Row, Table, Tables
@@ -55,6 +65,24 @@ class Observer(Protocol):
         """A service's breaker record was written."""
         ...
 
+    def parked(self, order_id: str, state: TaskState) -> None:
+        """The order's live records were deleted, its parked copy (``state``) written before: no change of
+        its state."""
+        ...
+
+    def returned(self, order_id: str, how: str) -> None:
+        """The order's live records were inserted again from its parked copy (``how``: what brought it
+        back); :meth:`state_saved` follows with the change the return carries."""
+        ...
+
+    def violation(self, order_id: str, what: str) -> None:
+        """A broken invariant of the stored records (parking)."""
+        ...
+
+    def note(self, order_id: str, what: str, *args: Any) -> None:
+        """A line of the order's trace (``what`` formatted with ``args`` when shown)."""
+        ...
+
 
 class Storage:
     """The account: the live, watch and history tables (the breakers in the live table's ``breaker``
@@ -69,6 +97,9 @@ class Storage:
         self.history = self.tables.table(HISTORY)
         self.live.observers.append(self._live_changed)
         self.watch.observers.append(self._watch_changed)
+        self.history.observers.append(self._history_changed)
+        self.calendar: dict[str, set[str]] = {}  # order id -> its calendar entries' keys
+        self.parked_copies: dict[tuple[str, str], int] = {}  # (shard, what it waits for) -> parked copies
         self._tails = itertools.count(1)
         self._states: dict[str, tuple[str, TaskState]] = {}  # state row key -> (ETag, state as read)
         # Only its entity mapping is used (to read the history's tasks as the adapter does).
@@ -154,11 +185,42 @@ class Storage:
             self._states.pop(f"{pk}|{state.row_key}", None)
             gone = self.state(state.before)
             if not gone.process_state.finished:
+                copy = self.parked_copy(pk, gone.order_id)
+                if copy is not None:
+                    self._parked(pk, gone, copy)
+                    return
+                if gone.process_state is not ProcessState.PENDING or gone.attempt:
+                    observer.violation(
+                        gone.order_id,
+                        f"an order in neither place: its live records were deleted "
+                        f"({gone.process_state.value}, attempt {gone.attempt}), unfinished, with no parked "
+                        "copy",
+                    )
                 observer.creation_taken_back(gone.order_id)
+            return
+        if state.before is not None and len(changes) == 1 and _only_marked(state.before, state.after):
+            # A park's mark (TableStateStore._mark_parking): no change of the order.
+            self.observer.note(
+                str(state.after.props.get("OrderID")), "marked for parking ({})", state.after.etag
+            )
             return
         after = self.state(state.after)
         if state.before is None:
-            observer.state_saved(after.order_id, None, after, [], [])
+            copy = self.parked_copy(pk, after.order_id)
+            if copy is None:
+                observer.state_saved(after.order_id, None, after, [], [])
+                return
+            # Brought back from its parked copy: the change is from the copy's state to the one inserted,
+            # the audit entries copied back from the history not among the save's own.
+            before = self.state(copy)
+            new = [
+                self.audit_entry(c.after)
+                for c in audit
+                if c.after is not None and self.history.get(pk, c.row_key) is None
+            ]
+            steps_now = [self.step(c.after) for c in steps if c.after is not None]
+            observer.returned(after.order_id, _how(before, after, steps_now, new))
+            observer.state_saved(after.order_id, before, after, steps_now, new)
             return
         observer.state_saved(
             after.order_id,
@@ -174,3 +236,118 @@ class Storage:
             complete_by: Any = after.props.get("CompleteBy") if after is not None else None
             created = change.before is None and after is not None
             self.observer.watch_written(change.row_key, complete_by, created, change.verb)
+            if after is None:
+                self._remembered(change.row_key, "its watch entry was deleted")
+
+    # ---- parked orders ------------------------------------------------------------------------------
+    def parked_copy(self, pk: str, order_id: str) -> Row | None:
+        """The order's parked copy in the history table (None: none, or another kind of entity there)."""
+        row = self.history.get(pk, f"order|{order_id}")
+        return row if row is not None and row.props.get("Kind") == "parked" else None
+
+    def is_live(self, order_id: str) -> bool:
+        """Whether the order has its live state record."""
+        return self.live.get(self.pk(order_id), f"order|{order_id}|state") is not None
+
+    def _parked(self, pk: str, state: TaskState, copy: Row) -> None:
+        """The order's live records were deleted, its parked copy there: it keeps its listing entry, and its
+        deadline or its timer (a calendar entry, or its watch entry still there)."""
+        order_id = state.order_id
+        self.observer.parked(order_id, self.state(copy))
+        if self.history.get(pk, str(copy.props.get("IndexKey"))) is None:
+            self.observer.violation(order_id, "parked without its listing entry")
+        self._remembered(order_id, "its live records were deleted")
+
+    def _remembered(self, order_id: str, what: str) -> None:
+        """A parked order whose live records are gone is never forgotten: it has a calendar entry or a watch
+        entry (checked when the live records, a calendar entry or the watch entry go)."""
+        pk = self.pk(order_id)
+        if self.parked_copy(pk, order_id) is None or self.is_live(order_id):
+            return
+        if self.calendar.get(order_id) or self.watch.get(pk, order_id) is not None:
+            return
+        self.observer.violation(
+            order_id, f"a parked order forgotten: {what}, and it has no calendar entry and no watch entry"
+        )
+
+    def _history_changed(self, table: Table, pk: str, changes: list[Change]) -> None:
+        if pk == CALENDAR:
+            for change in changes:
+                if change.row_key == "cursor":
+                    continue
+                order_id = change.row_key.split("|", 1)[1]
+                entries = self.calendar.setdefault(order_id, set())
+                if change.after is None:
+                    entries.discard(change.row_key)
+                    self._remembered(order_id, "its calendar entry was deleted")
+                else:
+                    entries.add(change.row_key)
+            return
+        counted = False
+        for change in changes:
+            key = change.row_key
+            if key == WAITING_TALLY:
+                counted = True
+                continue
+            if not key.startswith("order|") or key.count("|") != 1:
+                continue
+            was, now = (r.props.get("Kind") if r is not None else None for r in (change.before, change.after))
+            for row, kind, sign in ((change.before, was, -1), (change.after, now, 1)):
+                if kind == "parked" and row is not None:
+                    slot = (pk, str(row.props.get("WaitingFor")))
+                    self.parked_copies[slot] = self.parked_copies.get(slot, 0) + sign
+                    counted = True
+            order_id = key.removeprefix("order|")
+            self.observer.note(
+                order_id, "history {} {} -> {} ({})", change.verb, was, now, _etag(change.after)
+            )
+            if was == "parked" and now not in ("parked", "archive") and not self.is_live(order_id):
+                self.observer.violation(
+                    order_id,
+                    f"an order in neither place: its parked copy became {now or 'nothing'}, and it has no "
+                    f"live records",
+                )
+        if counted:
+            self.check_tally(pk)
+
+    def waiting_tally(self, pk: str) -> dict[str, int]:
+        """The shard's waiting tally as stored (zeros: none written)."""
+        row = self.history.get(pk, WAITING_TALLY)
+        return {kind: int(row.props.get(kind, 0)) if row is not None else 0 for kind in PARKED_KINDS}
+
+    def check_tally(self, pk: str) -> None:
+        """The shard's waiting tally equals its parked copies, by what they wait for."""
+        tally = self.waiting_tally(pk)
+        copies = {kind: self.parked_copies.get((pk, kind), 0) for kind in PARKED_KINDS}
+        others = {k: n for (p, k), n in self.parked_copies.items() if p == pk and k not in PARKED_KINDS and n}
+        if tally != copies or others:
+            self.observer.violation(
+                "", f"shard {pk}: the waiting tally says {tally}, the parked copies are {copies | others}"
+            )
+
+
+def _only_marked(before: Row, after: Row) -> bool:
+    """Whether a state record's change is a park's mark alone (its ``Parking`` property)."""
+    mark = "Parking"
+    return after.props.get(mark) != before.props.get(mark) and {
+        k: v for k, v in before.props.items() if k != mark
+    } == {k: v for k, v in after.props.items() if k != mark}
+
+
+def _etag(row: Row | None) -> str:
+    return row.etag if row is not None else "-"
+
+
+def _how(before: TaskState, after: TaskState, steps: list[StepState], audit: list[AuditEntry]) -> str:
+    """What brought a parked order back: an action (its audit entry), a timer's wake-up, the Supervisor
+    (a deadline applied, or due soon), or the calendar (nothing changed)."""
+    acts = sorted({e.action for e in audit if e.action not in ("error", "left out")})
+    if acts:
+        return "by " + ", ".join(acts)
+    if before.waiting_for == "timer" and any(
+        s.index == before.current_step and s.status is StepStatus.COMPLETED for s in steps
+    ):
+        return "by a wake-up"
+    if after.process_state is not before.process_state:
+        return "by the Supervisor's deadline"
+    return "unchanged (the calendar, or the Supervisor)"

@@ -208,7 +208,7 @@ async def test_a_park_that_loses_a_race_leaves_the_order_live_and_nothing_parked
     assert [k for k in await history_keys(store, "a-1") if not k[0].isdigit()] == []
 
 
-async def test_a_crash_half_way_through_a_park_is_finished_by_the_next_sweep_counted_once(
+async def test_a_crash_half_way_through_a_park_leaves_the_order_live_and_parked_again_after_its_next_save(
     store: TableStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = Engine(store)
@@ -224,7 +224,18 @@ async def test_a_crash_half_way_through_a_park_is_finished_by_the_next_sweep_cou
     loaded = await store.load("a-1")
     assert loaded is not None and not loaded.parked  # live and parked: the live records are the order
     monkeypatch.undo()
-    assert (await engine.supervisor.sweep()).parked == 1
+    # Its mark stays: the next sweep cannot tell a park that died from one under way, and leaves it live,
+    # watched at its deadline.
+    report = await engine.supervisor.sweep()
+    assert (report.parked, report.rewatched) == (0, 1)
+    assert [e.order_id async for e in store.expired(NOW + timedelta(seconds=3600))] == ["a-1"]
+    # Its next save clears the mark; parked again, it is counted once.
+    record = await store.load("a-1")
+    assert record is not None
+    record.audit(_entry("a-1"))
+    await store.save(record)
+    [entry] = [e async for e in store.expired(NOW + timedelta(seconds=3600))]
+    assert await store.park(record, entry)
     assert await live_keys(store, "a-1") == [] and await parked_counts(store) == (1, {"approval": 1})
 
 

@@ -7,20 +7,24 @@ payment that may answer later."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableTransactionError, UpdateMode
 from pydantic import ValidationError
 
 from adapters import table_store
+from adapters.table_store import TableStateStore
 from engine import queues, transitions
 from engine.breaker import BreakerRecord, BreakerState, hold_until
 from engine.decisions import REFUSED, UNCHANGED, Decision, Outcome, Outgoing
-from engine.errors import EngineError, NotFound
+from engine.errors import ConcurrencyError, EngineError, NotFound
 from engine.machine import Operation
 from engine.messages import (
     AgentReply,
@@ -415,6 +419,101 @@ def _undo_every_step(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(transitions, "_request", request_undoing_by_the_action)
 
 
+# ---- parking (the state store's parked orders; on the pinned catalog WAITS, whose waits park) ------------
+async def mark_parking_without_writing(self: TableStateStore, record: TaskRecord) -> bool:
+    """``TableStateStore._mark_parking`` that writes no mark: two Supervisors that loaded the task both park
+    it (the bug ``make demo`` found before the mark existed)."""
+    return True
+
+
+async def unpark_dropping_the_copy_first(self: TableStateStore, record: TaskRecord) -> TaskRecord:
+    """``TableStateStore._unpark`` that replaces the parked copy by its marker before it inserts the live
+    records (instead of claiming the copy and replacing it once they are in): between the two, and for good
+    if its process dies there, the order is in neither place."""
+    order_id, pk = record.order_id, self._pk(record.order_id)
+    etag = record.etags.get(table_store._archive_key(order_id))
+    if etag is None:
+        raise ConcurrencyError(order_id)
+    parked = {
+        "IndexKey": record.listed,
+        "WaitingFor": table_store._listed_wait(record.listed or ""),
+        "CreatedAt": record.state.created_at,
+    }
+    trail = await self._audit_rows(self._history(), order_id, table_store.HISTORY) if record.audited else []
+    if not await self._remove_parked(pk, order_id, etag, parked):
+        raise ConcurrencyError(order_id)
+    state_entity = self._state_entity(record)
+    listed = self._listing_key(record)
+    state_entity["IndexKey"] = listed
+    entry = {**state_entity, "RowKey": listed, "Kind": "index"}
+    del entry["Watched"]
+    audits = [dict(e) for e in trail] + [
+        self._audit_entity(order_id, e, n) for n, e in enumerate(record.pending_audit())
+    ]
+    operations: list[Any] = [
+        ("create", self._input_entity(record)),
+        ("create", state_entity),
+        *(("create", self._step_entity(order_id, s)) for s in record.steps),
+        ("create", entry),
+        *(("create", a) for a in audits),
+    ]
+    if state_entity["Watched"]:
+        await self._put_watch(record.state)
+    try:
+        results = await self._transact(self.table, operations)
+    except TableTransactionError as exc:
+        if exc.status_code != 409:
+            raise
+        raise ConcurrencyError(order_id) from exc
+    record.etags = {}
+    for (_, entity), result in zip(operations, results, strict=False):
+        if entity.get("Kind") in ("state", "step", "input"):
+            record.etags[entity["RowKey"]] = result["etag"]
+    await self._delete_rows(pk, [e["RowKey"] for e in trail])
+    record.parked = record.audited = False
+    record.indexed = bool(state_entity["Watched"])
+    record.listed = listed
+    record.mark_saved()
+    return record
+
+
+async def promote_dropping_entries(
+    self: TableStateStore, now: datetime, horizon: float, limit: int = 1000
+) -> int:
+    """``TableStateStore.promote`` that deletes the calendar's due entries without bringing their orders
+    back (it counts them as brought back): a parked order is then never brought back by its time."""
+    history = self._history()
+    try:
+        cursor = await history.get_entity(table_store.CALENDAR, "cursor")
+        if cursor["NextAt"] > now:
+            return 0
+    except ResourceNotFoundError:
+        pass
+    query = history.query_entities(
+        table_store._RANGE,
+        parameters={
+            "pk": table_store.CALENDAR,
+            "lo": "0",
+            "hi": table_store._stamp(now + timedelta(seconds=horizon)),
+        },
+        select=["RowKey", "OrderID"],
+        results_per_page=limit,
+    ).by_page()
+    due = [entity async for entity in await anext(query, table_store._empty_page())][:limit]
+    for entity in due:
+        with contextlib.suppress(ResourceNotFoundError):
+            await history.delete_entity(table_store.CALENDAR, entity["RowKey"])
+    await history.upsert_entity(
+        {
+            "PartitionKey": table_store.CALENDAR,
+            "RowKey": "cursor",
+            "NextAt": now + timedelta(seconds=horizon / 2),
+        },
+        mode=UpdateMode.REPLACE,
+    )
+    return len(due)
+
+
 @dataclass(frozen=True)
 class Plant:
     """A bug to plant, words of the violation by which the invariant about its consequence reports it (the
@@ -509,12 +608,28 @@ PLANTS: dict[str, Plant] = {
     ),
     "an accepted call taken for a done one": Plant(
         lambda mp: mp.setattr(transitions, "reply_operation", reply_operation_taking_accepted_for_done),
-        "never reported succeeded",
+        # The step completes with no result: what is passed on is not what the service returned.
+        "is not the one returned",
         "callbacks",
     ),
     "a cancel that does not wait for a callback": Plant(
         lambda mp: mp.setattr(transitions, "cancel", cancel_waiting_for_running_steps_only),
         "the undo did not wait for the callback",
         "callbacks",
+    ),
+    "a park without its mark": Plant(
+        lambda mp: mp.setattr(TableStateStore, "_mark_parking", mark_parking_without_writing),
+        "an order in neither place",
+        "waits",
+    ),
+    "a return that drops the parked copy before the live records are in": Plant(
+        lambda mp: mp.setattr(TableStateStore, "_unpark", unpark_dropping_the_copy_first),
+        "an order in neither place",
+        "waits",
+    ),
+    "a promotion that drops the calendar's entries": Plant(
+        lambda mp: mp.setattr(TableStateStore, "promote", promote_dropping_entries),
+        "a parked order forgotten",
+        "waits",
     ),
 }

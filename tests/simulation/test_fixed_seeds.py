@@ -4,6 +4,7 @@ them they exercise every construct the declared workflows use."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from orders.catalog import CATALOG, SERVICES
 from simulation.run import Result, run
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
 from simulation.services import Declarations
+from tests.simulation.parking_findings import FAILING
 from tests.simulation.pool import Job, run_all
 
 
@@ -24,7 +26,19 @@ def fixed_runs() -> dict[int, Result]:
     return dict(zip(FIXED_SEEDS, runs, strict=True))
 
 
-@pytest.mark.parametrize("seed", FIXED_SEEDS)
+def _seeds() -> list[Any]:
+    """The fixed seeds; those that fail today by an open finding of parked orders are strict expected
+    failures (tests/simulation/parking_findings.py)."""
+    reason = "findings 15-17 (docs/simulation.md), open: parked orders (tests/simulation/parking_findings.py)"
+    return [
+        pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=reason))
+        if seed in FAILING[None]
+        else seed
+        for seed in FIXED_SEEDS
+    ]
+
+
+@pytest.mark.parametrize("seed", _seeds())
 def test_every_invariant_holds(seed: int, fixed_runs: dict[int, Result]) -> None:
     result = fixed_runs[seed]
     assert result.seed == seed
@@ -89,6 +103,12 @@ def _constructs() -> list[str]:
         }
         if returned & read:
             expected.add("result values passed on")
+    if any(isinstance(s.wait, Timer | Approval) for w in CATALOG.workflows for s in w.steps):
+        expected |= {  # parked orders: parked, brought back by the calendar and on demand
+            "orders parked",
+            "sweeps' orders promoted by the calendar",
+            "parked orders returned by a wake-up",
+        }
     return sorted(expected)
 
 

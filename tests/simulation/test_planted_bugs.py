@@ -1,7 +1,8 @@
 """Each deliberately planted engine bug (tests/simulation/planted.py) is caught by the fixed seeds that make
 test runs, on the pinned catalog it was found on (tests/simulation/catalogs.py), by the invariant about its
 consequence (its first violation says so), and the seed that caught it passes once the bug is taken out
-again."""
+again. The fixed seeds that fail without any planted bug (an open finding of parked orders,
+tests/simulation/parking_findings.py) are passed over."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from simulation.run import Result
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
+from tests.simulation.parking_findings import FAILING
 from tests.simulation.planted import PLANTS
 from tests.simulation.pool import Job, run_all, run_in_order
 
@@ -17,7 +19,9 @@ def _first_failure(bug: str) -> tuple[int, Result] | None:
     """The first fixed seed that fails with ``bug`` planted (seeds run on every core, in order)."""
     catalog = PLANTS[bug].catalog
     jobs = (
-        Job(seed, max_orders=FIXED_MAX_ORDERS, bug=("plant", bug), catalog=catalog) for seed in FIXED_SEEDS
+        Job(seed, max_orders=FIXED_MAX_ORDERS, bug=("plant", bug), catalog=catalog)
+        for seed in FIXED_SEEDS
+        if seed not in FAILING.get(catalog, frozenset())
     )
     for result in run_in_order(jobs):
         if not result.ok:

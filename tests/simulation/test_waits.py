@@ -11,7 +11,7 @@ from collections import Counter
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
 from tests.simulation.pool import Job, run_all
 
-SEEDS = FIXED_SEEDS[:2]  # one run per core
+SEEDS = (FIXED_SEEDS[0], FIXED_SEEDS[2])  # one run per core (seed 1: finding 15, test_parking.py)
 
 
 def test_an_approval_past_its_deadline_under_policy_error_waits_in_error_for_a_person() -> None:
