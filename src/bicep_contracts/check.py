@@ -87,12 +87,12 @@ class Opaque:
     allowed: tuple[object, ...] | None = None
 
 
-# Return types of the Bicep functions this tree may use; others are left unchecked.
+# Return types of the Bicep functions this tree may use; others are left unchecked, as are those whose type
+# is their arguments' (concat, skip and take give a string of strings and an array of arrays).
 _FUNCTION_KINDS = {
     **dict.fromkeys(
         (
             "string",
-            "concat",
             "format",
             "toLower",
             "toUpper",
@@ -119,9 +119,7 @@ _FUNCTION_KINDS = {
     **dict.fromkeys(
         ("bool", "empty", "contains", "startsWith", "endsWith", "equals", "and", "or", "not"), "bool"
     ),
-    **dict.fromkeys(
-        ("array", "split", "range", "items", "filter", "map", "flatten", "skip", "take"), "array"
-    ),
+    **dict.fromkeys(("array", "split", "range", "items", "filter", "map", "flatten"), "array"),
     **dict.fromkeys(("resourceGroup", "subscription", "tenant", "environment", "deployment"), "object"),
 }
 _OPERATOR_KINDS = {

@@ -411,3 +411,20 @@ def test_refresh_names_a_module_version_that_was_never_released(tmp_path: Path) 
     (infra / "main.bicep").write_text("module t 'br/public:avm/res/x/thing:9.9.9' = {\n  name: 't'\n}\n")
     with pytest.raises(LookupError, match=r"no release tag avm/res/x/thing/9\.9\.9"):
         refresh(infra, tmp_path / "contracts", avm, types)
+
+
+def test_concat_skip_and_take_have_their_arguments_type(tmp_path: Path) -> None:
+    # Their type is their arguments' (a string of strings, an array of arrays): neither is a false alarm.
+    (tmp_path / "kinds.bicep").write_text(
+        "param extra array = []\n"
+        "module m 'br/public:avm/res/managed-identity/user-assigned-identity:0.5.0' = {\n"
+        "  name: 'm'\n"
+        "  params: {\n"
+        "    name: concat('id-', take('abcdef', 3))\n"
+        "    roleAssignments: concat(skip(extra, 1), take(extra, 1))\n"
+        "    federatedIdentityCredentials: concat([], extra)\n"
+        "    bogus: 1 // expect: unknown parameter 'bogus'\n"
+        "  }\n"
+        "}\n"
+    )
+    assert self_test(tmp_path, CONTRACTS) == []
