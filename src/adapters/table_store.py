@@ -251,6 +251,13 @@ def _gone_key(until: datetime, order_id: str) -> str:
     return f"gone|{_stamp(until)}|{order_id}|"
 
 
+def _leftover(found: Mapping[str, Any], whole: Mapping[str, Any]) -> bool:
+    """Whether what the history table holds under a task's key is what the task may be written over: a
+    stale parked copy of the same task, or the marker of its return to the live records."""
+    kind = found.get("Kind")
+    return kind == _RETURNED or (kind == "parked" and found.get("CreatedAt") == whole["CreatedAt"])
+
+
 def _tally_names(row: str) -> tuple[str, ...]:
     return PARKED_KINDS if row == _WAITING_TALLY else tuple(s.value for s in FINISHED)
 
@@ -378,16 +385,22 @@ class TableStateStore:
     def _listing_operations(self, record: TaskRecord, state_entity: dict[str, Any]) -> list[Any]:
         """Set the state record's ``IndexKey`` and return the operations that keep the listing with it: the
         entry (a copy of the state record) written, and the previous state's entry deleted."""
-        key = self._listing_key(record)
-        state_entity["IndexKey"] = key
-        entry = {**state_entity, "RowKey": key, "Kind": "index"}
-        del entry["Watched"]
+        entry = self._listing_entry(record, state_entity)
+        key = entry["RowKey"]
         operations: list[Any] = [("upsert", entry, {"mode": UpdateMode.REPLACE})]
         if record.listed is not None and record.listed != key:
             operations.append(
                 ("delete", {"PartitionKey": state_entity["PartitionKey"], "RowKey": record.listed})
             )
         return operations
+
+    def _listing_entry(self, record: TaskRecord, state_entity: dict[str, Any]) -> dict[str, Any]:
+        """Set the state record's ``IndexKey`` and return its listing entry (a copy of the state record)."""
+        key = self._listing_key(record)
+        state_entity["IndexKey"] = key
+        entry = {**state_entity, "RowKey": key, "Kind": "index"}
+        del entry["Watched"]
+        return entry
 
     def _step_entity(self, order_id: str, step: StepState) -> dict[str, Any]:
         entity: dict[str, Any] = {
@@ -932,18 +945,19 @@ class TableStateStore:
         tally: tuple[str, dict[str, int]],
         change: Mapping[str, int],
         row: str = _TALLY,
-    ) -> None:
-        """A history transaction that changes the shard's tally by ``change`` (last operation)."""
-        await self._submit_tallied(pk, operations, {row: (tally, change)})
+    ) -> list[Mapping[str, Any]]:
+        """A history transaction that changes the shard's tally by ``change`` (last operation); its
+        results."""
+        return await self._submit_tallied(pk, operations, {row: (tally, change)})
 
     async def _submit_tallied(
         self,
         pk: str,
         operations: list[Any],
         changes: Mapping[str, tuple[tuple[str, dict[str, int]], Mapping[str, int]]],
-    ) -> None:
+    ) -> list[Mapping[str, Any]]:
         """A history transaction that changes one or more of the shard's tallies (by row: the tally as
-        read, and the change), the tallies last."""
+        read, and the change), the tallies last; its results."""
         operations = [
             *operations,
             *(self._tally_operation(pk, tally, change, row) for row, (tally, change) in changes.items()),
@@ -959,6 +973,7 @@ class TableStateStore:
             counts = {k: v + change.get(k, 0) for k, v in tally[1].items()}
             result = results[len(results) - len(changes) + n]
             self._tallies[pk, row] = str(result.get("etag") or ""), counts
+        return results
 
     async def archive(self, record: TaskRecord) -> bool:
         """Move a finished task to the history (see :meth:`engine.ports.StateStore.archive`).
@@ -1030,26 +1045,11 @@ class TableStateStore:
                 continue  # not the task: the tally appeared meanwhile
             if found.get("Kind") == "tombstone" and found.get("FinishedAt") == archive["UpdatedAt"]:
                 return True  # moved and purged since the first attempt: only the live records are left
-            if found.get("Kind") == "parked" and found.get("CreatedAt") == archive["CreatedAt"]:
+            if _leftover(found, archive):
                 # A parked copy of this task, left by a park or a return that did not finish (the live
-                # task is the task): the history's copy takes its place.
-                if await self._replace_parked(pk, found, archive, listing, copies, fresh):
+                # task is the task), or the marker of one that came back: the history's copy takes its place.
+                if await self._write_over(pk, found, archive, listing, copies, {_TALLY: change}, fresh):
                     return True
-                continue
-            if found.get("Kind") == _RETURNED:
-                # The marker of a task that was parked and came back: the history's copy takes its place.
-                over = ("update", archive, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH})
-                try:
-                    await self._submit_counted(
-                        pk,
-                        [over, ("upsert", listing, {"mode": UpdateMode.REPLACE}), *copies],
-                        await self._tally(pk, fresh),
-                        change,
-                    )
-                    return True
-                except TableTransactionError as exc:
-                    if not _conflict(exc):
-                        raise
                 continue
             if found.get("Kind") != "archive" or found.get("CreatedAt") != archive["CreatedAt"]:
                 # Cannot happen while the task is live: its id is refused as long as the history has it.
@@ -1238,41 +1238,42 @@ class TableStateStore:
                 dropped += len(keys) // 2
         return dropped
 
-    async def _replace_parked(
+    async def _write_over(
         self,
         pk: str,
-        parked: TableEntity,
-        archive: dict[str, Any],
+        found: TableEntity,
+        whole: dict[str, Any],
         listing: dict[str, Any],
         copies: list[Any],
+        changes: Mapping[str, Mapping[str, int]],
         fresh: bool,
-    ) -> bool:
-        """Write a finished task over its stale parked copy, moving it from one tally to the other; False
-        if a tally or the copy changed meanwhile."""
+    ) -> list[Mapping[str, Any]] | None:
+        """Write a task in one entity (finished, or parked) with its listing entry over what its key holds
+        (:func:`_leftover`), conditional on it, changing the tallies by ``changes`` (by row) and, for a
+        parked copy written over, taking it out of the waiting tally; the transaction's results, or None if
+        a tally or what was written over changed meanwhile."""
         operations: list[Any] = [
-            ("update", archive, {"mode": UpdateMode.REPLACE, "etag": _etag(parked), **_IF_MATCH}),
+            ("update", whole, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH}),
             ("upsert", listing, {"mode": UpdateMode.REPLACE}),
             *copies,
         ]
-        if parked.get("IndexKey") and parked["IndexKey"] != listing["RowKey"]:
-            operations.append(("delete", {"PartitionKey": pk, "RowKey": parked["IndexKey"]}))
+        counted = {row: dict(change) for row, change in changes.items()}
+        if found.get("Kind") == "parked":
+            if found.get("IndexKey") and found["IndexKey"] != listing["RowKey"]:
+                operations.append(("delete", {"PartitionKey": pk, "RowKey": found["IndexKey"]}))
+            waiting = counted.setdefault(_WAITING_TALLY, {})
+            kind = str(found.get("WaitingFor"))
+            waiting[kind] = waiting.get(kind, 0) - 1
         try:
-            await self._submit_tallied(
+            return await self._submit_tallied(
                 pk,
                 operations,
-                {
-                    _TALLY: (await self._tally(pk, fresh), {archive["ProcessState"]: 1}),
-                    _WAITING_TALLY: (
-                        await self._tally(pk, fresh, _WAITING_TALLY),
-                        {str(parked.get("WaitingFor")): -1},
-                    ),
-                },
+                {row: (await self._tally(pk, fresh, row), change) for row, change in counted.items()},
             )
         except TableTransactionError as exc:
             if not _conflict(exc):
                 raise
-            return False
-        return True
+            return None
 
     # ---- parked tasks ----------------------------------------------------------------------------
     async def park(self, record: TaskRecord, entry: ExpiredEntry) -> bool:
@@ -1352,67 +1353,34 @@ class TableStateStore:
     async def _write_parked(
         self, pk: str, order_id: str, parked: dict[str, Any], listing: dict[str, Any]
     ) -> str | None:
-        """The parked copy and its listing entry, counted; over a stale copy of the same task, uncounted.
-        Its ETag, or None if the history table holds another kind of entity under its key."""
-        change = {parked["WaitingFor"]: 1}
+        """The parked copy and its listing entry, counted, also over a stale copy of the same task or the
+        marker of its return (:func:`_leftover`). Its ETag, or None if the history table holds another
+        kind of entity under its key."""
+        change = {_WAITING_TALLY: {parked["WaitingFor"]: 1}}
         for fresh in (False, *([True] * (_RACES - 1))):
             tally = await self._tally(pk, fresh, _WAITING_TALLY)
             operations: list[Any] = [("create", parked), ("upsert", listing, {"mode": UpdateMode.REPLACE})]
             try:
-                await self._submit_counted(pk, operations, tally, change, _WAITING_TALLY)
+                results = await self._submit_counted(
+                    pk, operations, tally, change[_WAITING_TALLY], _WAITING_TALLY
+                )
+                return str(results[0].get("etag") or "")
             except TableTransactionError as exc:
                 if exc.status_code == 412:
                     continue  # the tally moved: read it again
                 if exc.status_code != 409:
                     raise
-                found = await self._read_archive(order_id)
-                if found is None:
-                    continue
-                if found.get("Kind") == _RETURNED:
-                    # Parked before and came back: parked again over its marker, counted.
-                    over = ("update", parked, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH})
-                    try:
-                        await self._submit_counted(
-                            pk,
-                            [over, operations[1]],
-                            await self._tally(pk, True, _WAITING_TALLY),
-                            change,
-                            _WAITING_TALLY,
-                        )
-                    except TableTransactionError as again:
-                        if not _conflict(again):
-                            raise
-                        continue
-                    found = await self._read_archive(order_id)
-                    return _etag(found) if found is not None and found.get("Kind") == "parked" else None
-                if found.get("Kind") != "parked" or found.get("CreatedAt") != parked["CreatedAt"]:
-                    log.error(
-                        "order %s: the history table holds another task with its id; not parked", order_id
-                    )
-                    return None
-                operations = [
-                    ("update", parked, {"mode": UpdateMode.REPLACE, "etag": _etag(found), **_IF_MATCH}),
-                    ("upsert", listing, {"mode": UpdateMode.REPLACE}),
-                ]
-                if found.get("IndexKey") and found["IndexKey"] != listing["RowKey"]:
-                    operations.append(("delete", {"PartitionKey": pk, "RowKey": found["IndexKey"]}))
-                # The stale copy was counted under what it waited for: move it to what this one waits for
-                # (simulation finding 17: a copy of the other kind left the tally wrong).
-                moved = {str(found.get("WaitingFor")): -1}
-                moved[parked["WaitingFor"]] = moved.get(parked["WaitingFor"], 0) + 1
-                try:
-                    if any(moved.values()):
-                        waiting = await self._tally(pk, True, _WAITING_TALLY)
-                        await self._submit_counted(pk, operations, waiting, moved, _WAITING_TALLY)
-                    else:
-                        self.counter.add(table=HISTORY, entities=len(operations))
-                        await self._transact(self._history(), operations)
-                except TableTransactionError as again:
-                    if not _conflict(again):
-                        raise
-                    continue
             found = await self._read_archive(order_id)
-            return _etag(found) if found is not None and found.get("Kind") == "parked" else None
+            if found is None:
+                continue
+            if not _leftover(found, parked):
+                log.error("order %s: the history table holds another task with its id; not parked", order_id)
+                return None
+            # A stale copy of another kind moves from its kind's count to this one's (simulation
+            # finding 17: it left the tally wrong).
+            written = await self._write_over(pk, found, parked, listing, [], change, True)
+            if written is not None:
+                return str(written[0].get("etag") or "")
         return None
 
     async def _remove_parked(self, pk: str, order_id: str, etag: str, parked: Mapping[str, Any]) -> bool:
@@ -1475,17 +1443,16 @@ class TableStateStore:
         }
         trail = await self._audit_rows(self._history(), order_id, HISTORY) if record.audited else []
         state_entity = self._state_entity(record)
-        listed = self._listing_key(record)
-        state_entity["IndexKey"] = listed
-        entry = {**state_entity, "RowKey": listed, "Kind": "index"}
-        del entry["Watched"]
+        # Only the entry: the one it had is in the history table, where the parked copy goes with it.
+        entry = self._listing_entry(record, state_entity)
+        listed = entry["RowKey"]
         operations: list[Any] = [
             ("create", self._input_entity(record)),
             ("create", state_entity),
             *(("create", self._step_entity(order_id, s)) for s in record.steps),
             ("create", entry),
         ]
-        audits: list[dict[str, Any]] = [{k: v for k, v in e.items()} for e in trail] + [
+        audits: list[dict[str, Any]] = [dict(e) for e in trail] + [
             self._audit_entity(order_id, e, n) for n, e in enumerate(record.pending_audit())
         ]
         room = _BATCH - len(operations)

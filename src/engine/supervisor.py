@@ -152,10 +152,11 @@ class Supervisor:
                 # Still within its time: parked if it waits long, else looked at again then.
                 # Judged at the clock's time now, not the sweep's start: a slow sweep would park a wait
                 # that ends before it is done (found by the simulation: parked past its deadline).
-                if _parks(record, self.parts.clock.now(), horizon) and await store.park(record, entry):
+                parks = _parks(record, self.parts.clock.now(), horizon)
+                if parks and await store.park(record, entry):
                     report.parked += 1
                     continue
-                if record.parked and not _parks(record, ctx.now, horizon):
+                if record.parked and not parks:
                     try:
                         await store.save(record)  # due soon and still parked: back to the live records
                     except ConcurrencyError:

@@ -123,10 +123,7 @@ class TaskService:
     ) -> Page:
         """Tasks in one state, a page at a time (a finished state: those within the retention period;
         Waiting: only those waiting for ``waiting_for``, when given; only ``submitter``'s, when given)."""
-        store = self.parts.store
-        if submitter is None:
-            return await store.list_by_state(state, page_size, continuation, waiting_for)
-        return await store.list_by_state(state, page_size, continuation, waiting_for, submitter)
+        return await self.parts.store.list_by_state(state, page_size, continuation, waiting_for, submitter)
 
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks are in each state, counting at most ``limit`` tasks."""

@@ -100,6 +100,16 @@ def _entry(order_id: str) -> AuditEntry:
     )
 
 
+async def parked(store: TableStateStore, order_id: str, definition: WorkflowDefinition) -> Engine:
+    """An order waiting at its second step, parked by the Supervisor's sweep at 11 s (its watch entry due);
+    the engine, its clock there."""
+    engine = Engine(store)
+    await waiting(store, order_id, definition)
+    engine.at(11)
+    await engine.supervisor.sweep()
+    return engine
+
+
 async def history_keys(store: TableStateStore, order_id: str) -> list[str]:
     """The order's rows in the history table, a marker of an order back in the live records left out (its
     kind checked)."""
@@ -145,10 +155,7 @@ async def test_the_supervisor_parks_a_long_wait_where_it_is_still_read_listed_co
 async def test_an_approval_brings_a_parked_order_back_to_the_live_records_watched_with_its_trail(
     store: TableStateStore,
 ) -> None:
-    engine = Engine(store)
-    await waiting(store, "a-1", REVIEW)
-    engine.at(11)
-    await engine.supervisor.sweep()
+    engine = await parked(store, "a-1", REVIEW)
     version = (await engine.tasks.get("a-1")).version
     engine.at(100)
     record = await engine.tasks.approve("a-1", "review", Action(actor="ada", note="ok", version=version))
@@ -242,10 +249,7 @@ async def test_a_crash_half_way_through_a_park_leaves_the_order_live_and_parked_
 async def test_a_crash_half_way_back_leaves_a_stale_copy_that_the_move_to_the_history_replaces(
     store: TableStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = Engine(store)
-    await waiting(store, "a-1", REVIEW)
-    engine.at(11)
-    await engine.supervisor.sweep()
+    engine = await parked(store, "a-1", REVIEW)
 
     async def crash(*_: Any) -> bool:
         raise RuntimeError("the process died")
@@ -277,10 +281,7 @@ async def test_a_crash_half_way_back_leaves_a_stale_copy_that_the_move_to_the_hi
 async def test_two_that_bring_a_parked_order_back_at_once_one_wins_and_the_other_reads_it_again(
     store: TableStateStore,
 ) -> None:
-    engine = Engine(store)
-    await waiting(store, "a-1", REVIEW)
-    engine.at(11)
-    await engine.supervisor.sweep()
+    await parked(store, "a-1", REVIEW)
     first, second = await store.load("a-1"), await store.load("a-1")
     assert first is not None and second is not None
     await store.save(first)
@@ -315,10 +316,7 @@ async def test_a_submission_of_a_parked_id_is_answered_from_the_parked_order_and
 async def test_a_parked_approval_past_its_deadline_comes_back_and_its_policy_applies(
     store: TableStateStore,
 ) -> None:
-    engine = Engine(store)
-    await waiting(store, "a-1", REVIEW)
-    engine.at(11)
-    await engine.supervisor.sweep()
+    engine = await parked(store, "a-1", REVIEW)
     engine.at(3600 - HISTORY_MARGIN)  # the calendar's reading brings it back, watched at its deadline
     assert (await engine.supervisor.sweep()).promoted == 1
     engine.at(3611)
@@ -366,10 +364,7 @@ async def test_two_supervisors_that_park_the_same_order_at_once_leave_it_parked_
 async def test_a_returned_order_s_marker_is_written_over_when_it_is_parked_again_or_finishes(
     store: TableStateStore,
 ) -> None:
-    engine = Engine(store)
-    await waiting(store, "t-1", WINDOW)
-    engine.at(11)
-    await engine.supervisor.sweep()
+    await parked(store, "t-1", WINDOW)
     back = await store.load("t-1")
     assert back is not None and back.parked
     await store.save(back)  # back in the live records: its key holds the marker

@@ -351,7 +351,12 @@ class CorruptStore(MemoryStore):
     """A store holding an entity that no longer validates (written by a broken release, say)."""
 
     async def list_by_state(
-        self, state: ProcessState, page_size: int, continuation: str | None, waiting_for: str | None = None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        waiting_for: str | None = None,
+        submitter: str | None = None,
     ) -> Any:
         TaskState.model_validate({"OrderID": "o-1", "ProcessState": "Nonsense"})
 
