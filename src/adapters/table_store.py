@@ -1419,7 +1419,7 @@ class TableStateStore:
         steps, listing entry, audit entries) in one transaction that only inserts, then replace the parked
         copy by a marker that sends readers to the live records (one that missed them a moment before
         reads them again). A crash in between leaves the task live and its copy stale: the live records are
-        the task, and the copy goes when the task is moved to the history (:meth:`_replace_parked`)."""
+        the task, and the copy goes when the task is moved to the history (:meth:`_write_over`)."""
         order_id, pk = record.order_id, self._pk(record.order_id)
         key = _archive_key(order_id)
         etag = record.etags.get(key)
