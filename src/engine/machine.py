@@ -41,6 +41,7 @@ class Operation(StrEnum):
     APPROVE = "approve"  # an approver or operator approves a waiting step
     REJECT = "reject"  # an approver or operator rejects a waiting step: undo the task
     DEADLINE = "deadline"  # the Supervisor applies a waiting approval's policy once its deadline passed
+    REDISPATCH = "redispatch"  # a Scheduler dispatches one step of a group again (a retry asked for it)
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,10 @@ class Rule:
 
     Guards: ``unlocked`` needs no Scheduler holding the task (``LockedBy`` empty); ``phase`` and
     ``step`` need the task's phase and its current step's status; ``wait`` needs the current step to be
-    that kind of wait (``WaitingFor``: ``timer``, ``approval``). A rule with ``changes=False`` is allowed
-    and does nothing (asking again for what is already under way).
+    that kind of wait (``WaitingFor``: ``timer``, ``approval``); ``grouped`` needs the step to be (True)
+    or not to be (False) one of a group that runs side by side, whose steps are each fenced, recovered and
+    acted on by their own status. A rule with ``changes=False`` is allowed and does nothing (asking again
+    for what is already under way).
     """
 
     operation: Operation
@@ -62,16 +65,19 @@ class Rule:
     phase: Phase | None = None
     step: StepStatus | None = None
     wait: str | None = None
+    grouped: bool | None = None
     changes: bool = True
 
-    def admits(self, state: TaskState, step: StepStatus | None) -> bool:
-        """Whether a task with this state record, whose current step has status ``step``, meets the row."""
+    def admits(self, state: TaskState, step: StepStatus | None, grouped: bool = False) -> bool:
+        """Whether a task with this state record, whose step acted on has status ``step`` (and is one of a
+        group when ``grouped``), meets the row."""
         return (
             state.process_state is self.source
             and (not self.unlocked or state.locked_by is None)
             and (self.phase is None or state.phase is self.phase)
             and (self.step is None or step is self.step)
             and (self.wait is None or state.waiting_for == self.wait)
+            and (self.grouped is None or self.grouped is grouped)
         )
 
     @property
@@ -88,6 +94,117 @@ RUNNING, UNDOING = StepStatus.RUNNING, StepStatus.COMPENSATING
 NOT_STARTED, WAITING = StepStatus.NOT_STARTED, StepStatus.WAITING
 
 TABLE: tuple[Rule, ...] = (
+    # Steps side by side (a group): the task is Processing while any of them is in flight; each step's
+    # reply, callback and recovery touch that step alone, and the task moves on when all are done.
+    Rule(
+        Op.STEP_SUCCEEDED,
+        R,
+        (
+            (R, "group: a step done, others run on"),
+            (W, "group done, next step waits"),
+            (D, "group done, last step"),
+        ),
+        phase=FORWARD,
+        step=RUNNING,
+        grouped=True,
+    ),
+    Rule(
+        Op.ACCEPT,
+        R,
+        ((R, "group: a step waits for its callback"),),
+        phase=FORWARD,
+        step=RUNNING,
+        grouped=True,
+    ),
+    Rule(
+        Op.STEP_SUCCEEDED,
+        R,
+        (
+            (R, "group: a callback done"),
+            (W, "group done, next step waits"),
+            (D, "group done, last step"),
+        ),
+        phase=FORWARD,
+        step=WAITING,
+        grouped=True,
+    ),
+    Rule(
+        Op.STEP_FAILED,
+        R,
+        ((C, "group: a step failed, the others settle, then undo"),),
+        phase=FORWARD,
+        step=WAITING,
+        grouped=True,
+    ),
+    Rule(
+        Op.REDISPATCH,
+        R,
+        ((R, "group: a step dispatched again"),),
+        phase=FORWARD,
+        step=RUNNING,
+        grouped=True,
+    ),
+    Rule(
+        Op.REDISPATCH,
+        R,
+        ((R, "group: a step dispatched again"),),
+        phase=FORWARD,
+        step=WAITING,
+        grouped=True,
+    ),
+    # The Supervisor recovers each step of a group past its CompleteBy on its own: the step is dispatched
+    # again after its backoff (or its breaker's hold), or, past the threshold, the task goes to Error.
+    Rule(
+        Op.EXPIRE,
+        R,
+        (
+            (R, "group: a step past CompleteBy (Supervisor, backoff or hold)"),
+            (E, "group: a step failed too often (Supervisor, alert)"),
+        ),
+        phase=FORWARD,
+        grouped=True,
+    ),
+    # An operator's retry, skip or extension of one step of a group in flight touches that step alone.
+    Rule(
+        Op.RETRY_STEP, R, ((R, "group: operator retry, skip or extend a step"),), phase=FORWARD, step=RUNNING, grouped=True
+    ),
+    Rule(
+        Op.RETRY_STEP, R, ((R, "group: operator retry, skip or extend a step"),), phase=FORWARD, step=WAITING, grouped=True
+    ),
+    Rule(
+        Op.SKIP_STEP,
+        R,
+        ((R, "group: operator retry, skip or extend a step"), (P, "operator skip step, group done")),
+        phase=FORWARD,
+        step=RUNNING,
+        grouped=True,
+    ),
+    Rule(
+        Op.SKIP_STEP,
+        R,
+        ((R, "group: operator retry, skip or extend a step"), (P, "operator skip step, group done")),
+        phase=FORWARD,
+        step=WAITING,
+        grouped=True,
+    ),
+    Rule(
+        Op.EXTEND_STEP,
+        R,
+        ((R, "group: operator retry, skip or extend a step"),),
+        phase=FORWARD,
+        step=WAITING,
+        grouped=True,
+    ),
+    # A group failed or was cancelled while a step of it ran: that step's result, if it comes before its
+    # undo is dispatched, is kept (its undo reads it); nothing else changes.
+    Rule(
+        Op.STEP_SUCCEEDED,
+        C,
+        ((C, "group failed: a step done, kept for its undo"),),
+        phase=BACK,
+        step=RUNNING,
+        grouped=True,
+    ),
     # The Scheduler claims a free task (ETag-conditional) and dispatches its current step, forward or
     # back; a task with nothing left to do finishes on the spot.
     Rule(
@@ -115,6 +232,7 @@ TABLE: tuple[Rule, ...] = (
         ((R, "step done, next step dispatched"), (W, "step done, next step waits"), (D, "last step done")),
         phase=FORWARD,
         step=RUNNING,
+        grouped=False,
     ),
     # Waits: a timer ends when its wake-up comes at its time; an approval when a person decides. Either
     # may start another wait at once (two waits in a row).
@@ -138,7 +256,14 @@ TABLE: tuple[Rule, ...] = (
     ),
     # A service that answers later: the step waits for its callback until its CompleteBy; the callback's
     # outcome is applied as an Agent's reply would be. An undo accepted so: nothing to record.
-    Rule(Op.ACCEPT, R, ((W, "service accepted, waits for its callback"),), phase=FORWARD, step=RUNNING),
+    Rule(
+        Op.ACCEPT,
+        R,
+        ((W, "service accepted, waits for its callback"),),
+        phase=FORWARD,
+        step=RUNNING,
+        grouped=False,
+    ),
     Rule(
         Op.ACCEPT, C, ((C, "undo accepted, waits for its callback"),), phase=BACK, step=UNDOING, changes=False
     ),
@@ -198,6 +323,7 @@ TABLE: tuple[Rule, ...] = (
             (P, "CompleteBy passed, FailureCount < max (Supervisor, backoff)"),
             (E, "CompleteBy passed, FailureCount >= max (Supervisor, alert)"),
         ),
+        grouped=False,
     ),
     Rule(
         Op.EXPIRE,
@@ -235,7 +361,7 @@ TABLE: tuple[Rule, ...] = (
     # failures an operator retries are a forward step that ran out of attempts (Error) and an undo that
     # failed or is still running.
     Rule(Op.RETRY_STEP, P, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
-    Rule(Op.RETRY_STEP, R, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.RETRY_STEP, R, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING, grouped=False),
     Rule(Op.RETRY_STEP, W, ((P, "operator retry step"),), phase=FORWARD, step=WAITING, wait="callback"),
     Rule(Op.RETRY_STEP, C, ((C, "operator retry undo"),), phase=BACK, step=UNDOING),
     Rule(
@@ -275,7 +401,7 @@ TABLE: tuple[Rule, ...] = (
     Rule(Op.EXTEND_STEP, C, ((C, "operator extend undo"),), phase=BACK, step=UNDOING),
     Rule(Op.SKIP_STEP, P, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING),
     Rule(Op.SKIP_STEP, P, ((P, "operator skip step"),), phase=FORWARD, step=NOT_STARTED),
-    Rule(Op.SKIP_STEP, R, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING),
+    Rule(Op.SKIP_STEP, R, ((P, "operator skip step"),), phase=FORWARD, step=RUNNING, grouped=False),
     Rule(Op.SKIP_STEP, W, ((P, "operator ends the wait"),), phase=FORWARD, step=WAITING),
     Rule(
         Op.SKIP_STEP,
@@ -293,9 +419,12 @@ TABLE: tuple[Rule, ...] = (
 del P, R, W, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING, NOT_STARTED, WAITING
 
 
-def rule(operation: Operation, state: TaskState, step: StepStatus | None = None) -> Rule | None:
-    """The row that allows ``operation`` on a task in this state, or None if the table forbids it."""
-    return next((r for r in TABLE if r.operation is operation and r.admits(state, step)), None)
+def rule(
+    operation: Operation, state: TaskState, step: StepStatus | None = None, grouped: bool = False
+) -> Rule | None:
+    """The row that allows ``operation`` on a task in this state, or None if the table forbids it (the
+    first row that admits it: a group's rows come first)."""
+    return next((r for r in TABLE if r.operation is operation and r.admits(state, step, grouped)), None)
 
 
 def sources(operation: Operation) -> tuple[ProcessState, ...]:

@@ -32,6 +32,7 @@ class CommandKind(StrEnum):
     START = "start"  # a new task, or one the Supervisor reset to Pending
     RESUME = "resume"  # continue whatever the task is doing (compensation retries, cancel)
     WAKE = "wake"  # a timer's time has come (scheduled for it); fenced by step and attempt
+    RETRY = "retry"  # dispatch one step of a group again (its retry's time has come); fenced likewise
 
 
 class SchedulerCommand(_Message):

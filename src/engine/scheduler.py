@@ -21,6 +21,8 @@ log = logging.getLogger("engine.scheduler")
 
 # A scheduled message may arrive a little before its time; within this, it counts as on time.
 _EARLY_TOLERANCE = timedelta(seconds=1)
+# How often a reply to a step of a group is applied again after losing a race to a reply beside it.
+_GROUP_REPLY_TRIES = 5
 
 
 def instance_id() -> str:
@@ -55,7 +57,9 @@ class Scheduler:
         The task is the copy the command carries when that copy claims it; otherwise (no copy, or the task
         changed since, or the copy says it cannot be claimed) the task as read from the store decides.
         """
-        act = self._wake if command.kind is CommandKind.WAKE else self._claim_for
+        act = {CommandKind.WAKE: self._wake, CommandKind.RETRY: self._retry}.get(
+            command.kind, self._claim_for
+        )
         copy = saved_task.decode(command.saved_task, command.order_id)
         if copy is not None and await act(copy, command, copy=True):
             return True
@@ -96,6 +100,23 @@ class Scheduler:
         await carry_out(self.parts.sender, Decision(Outcome.MOVED, (again,)), record, self.parts.store)
         telemetry.info(log, "early wake-up scheduled again", **telemetry.context(record.order_id))
         return True
+
+    async def _retry(self, record: TaskRecord, command: SchedulerCommand, *, copy: bool = False) -> bool:
+        """Dispatch one step of a group again, if the retry the command names is still that step's next
+        move; the other steps of the group run on."""
+        index, attempt = command.step_index, command.attempt
+        ctx = self.parts.context(self.instance, record)
+        if ctx.workflow is None:
+            return await self._workflow_gone(record, ctx, copy=copy)
+        if index is None or attempt is None:
+            telemetry.warning(log, "retry naming no step dropped", **telemetry.context(record.order_id))
+            return False
+        decision = transitions.redispatch(record, ctx, index, attempt)
+        if not decision.changed:
+            if not copy:
+                telemetry.info(log, "stale or duplicate retry dropped", **telemetry.context(record.order_id))
+            return False
+        return await self._commit(record, decision, copy=copy)
 
     async def _claim(self, record: TaskRecord, *, copy: bool = False) -> bool:
         ctx = self.parts.context(self.instance, record)
@@ -140,13 +161,22 @@ class Scheduler:
         copy = saved_task.decode(reply.saved_task, reply.order_id)
         if copy is not None and await self._apply(copy, reply, copy=True):
             return True
-        record = await self.parts.store.load(reply.order_id)
-        if record is None:
-            telemetry.warning(log, "reply for an unknown task dropped", **telemetry.context(reply.order_id))
-            return False
-        return await self._apply(record, reply)
+        for _ in range(_GROUP_REPLY_TRIES):
+            record = await self.parts.store.load(reply.order_id)
+            if record is None:
+                telemetry.warning(
+                    log, "reply for an unknown task dropped", **telemetry.context(reply.order_id)
+                )
+                return False
+            applied = await self._apply(record, reply)
+            if applied is not None:
+                return applied
+        return False
 
-    async def _apply(self, record: TaskRecord, reply: AgentReply, *, copy: bool = False) -> bool:
+    async def _apply(self, record: TaskRecord, reply: AgentReply, *, copy: bool = False) -> bool | None:
+        """True if the reply moved the task, False if not; None when it lost a race to another reply of
+        the same group (the steps of a group answer close together), so it is applied again on a fresh
+        read rather than dropped and left for the Supervisor."""
         state = record.state
         current = record.steps[state.current_step] if state.current_step < len(record.steps) else None
         fields = telemetry.context(
@@ -167,6 +197,8 @@ class Scheduler:
         applied = await self._commit(record, decision, copy=copy)
         if applied:
             telemetry.info(log, "reply applied", **fields, processState=record.state.process_state.value)
+        elif not copy and ctx.grouped(reply.step_index):
+            return None
         return applied
 
     async def _workflow_gone(self, record: TaskRecord, ctx: Context, *, copy: bool) -> bool:

@@ -128,6 +128,9 @@ class StepState(BaseModel):
     # Set when an operator skips the step while its Agent may still be calling the service: the call can
     # land until its CompleteBy plus the grace, so an undo of the step must not reach the service before.
     undo_not_before: datetime | None = Field(default=None, alias="UndoNotBefore")
+    # A step of a group the Supervisor (or an operator) asked a Scheduler to dispatch again, from this time
+    # on; its CompleteBy then watches that the ask is not lost. Cleared when it is dispatched or done.
+    retry_at: datetime | None = Field(default=None, alias="RetryAt")
     last_error: str | None = Field(default=None, alias="LastError")
     # What the step's service returned when it applied the step (its declared result values), passed on to
     # later steps' conditions and bodies.

@@ -74,16 +74,27 @@ class Context:
         """A step's complete-by budget."""
         return timedelta(seconds=step.complete_by_seconds or self.settings.step_complete_by_seconds)
 
+    def group(self, index: int) -> range:
+        """The steps that run side by side with step ``index``, itself included (just it, in no group)."""
+        if self.workflow is None or index >= len(self.workflow.steps):
+            return range(index, index + 1)
+        return self.workflow.group_range(index)
+
+    def grouped(self, index: int) -> bool:
+        """Whether step ``index`` is one of a group."""
+        return len(self.group(index)) > 1
+
 
 # ---- the table -------------------------------------------------------------------------------------
-def _current_status(record: TaskRecord) -> StepStatus | None:
-    index = record.state.current_step
-    return record.steps[index].status if index < len(record.steps) else None
-
-
-def allows(operation: Operation, record: TaskRecord) -> machine.Rule | None:
-    """The table's row that allows ``operation`` on this record now, or None."""
-    return machine.rule(operation, record.state, _current_status(record))
+def allows(
+    operation: Operation, record: TaskRecord, ctx: Context | None = None, index: int | None = None
+) -> machine.Rule | None:
+    """The table's row that allows ``operation`` on this record now, or None: on step ``index`` (by
+    default the current step), which ``ctx`` says is one of a group or not (without it: not)."""
+    at = record.state.current_step if index is None else index
+    status = record.steps[at].status if at < len(record.steps) else None
+    grouped = ctx is not None and ctx.grouped(at)
+    return machine.rule(operation, record.state, status, grouped)
 
 
 def reply_operation(reply: AgentReply) -> Operation:
@@ -117,11 +128,22 @@ def _moved(*messages: Outgoing) -> Decision:
 
 
 def status(
-    record: TaskRecord, ctx: Context, event: StatusEvent, step: str | None = None, detail: str | None = None
+    record: TaskRecord,
+    ctx: Context,
+    event: StatusEvent,
+    step: str | None = None,
+    detail: str | None = None,
+    index: int | None = None,
 ) -> Outgoing:
     """A status message for the submitting application, on its own status queue if it named one, with the
-    order id as that application gave it (without its :func:`engine.queues.scoped_id` prefix)."""
+    order id as that application gave it (without its :func:`engine.queues.scoped_id` prefix).
+
+    ``index`` names the step of a group the message is about: its id then says that step and its own
+    attempt, so the messages of two steps of one group are not taken for duplicates of each other."""
     state = record.state
+    at, attempt = state.current_step, state.attempt
+    if index is not None:
+        at, attempt = index, record.steps[index].attempts
     body = StatusMessage(
         order_id=queues.unscoped_id(state.order_id, state.submitter),
         event=event,
@@ -133,7 +155,7 @@ def status(
     return Outgoing(
         queue=state.status_queue or queues.STATUS_QUEUE,
         body=body,
-        message_id=f"{state.order_id}:{event.value}:{state.current_step}:{state.phase.value}:{state.attempt}",
+        message_id=f"{state.order_id}:{event.value}:{at}:{state.phase.value}:{attempt}",
         correlation_id=body.order_id,
     )
 
@@ -169,12 +191,17 @@ def wake_command(
     return command(state.order_id, CommandKind.WAKE, reason, at, new_id, (state.current_step, state.attempt))
 
 
-def document(record: TaskRecord, upto: int) -> dict[str, Any]:
+def document(record: TaskRecord, upto: int, before: int | None = None) -> dict[str, Any]:
     """What a step's condition and its calls' bodies read: the order's input, and the values the steps
     up to ``upto`` returned (an undo of a step sees the step's own result), by name; a later step's value
-    of the same name wins (the declaration refuses such clashes in one workflow)."""
+    of the same name wins (the declaration refuses such clashes in one workflow).
+
+    ``before``: the first step of the group ``upto`` is in. The steps of a group run side by side, so a
+    step of it reads only what the steps before the group returned (and, for its undo, its own result),
+    never a value a step beside it happened to return first."""
     results: dict[str, Any] = {}
-    for step in record.steps[: upto + 1]:
+    steps = record.steps[: upto + 1] if before is None else [*record.steps[:before], record.steps[upto]]
+    for step in steps:
         if step.result:
             results.update(step.result)
     return {"input": record.input, "results": results}
@@ -199,7 +226,7 @@ def _request(record: TaskRecord, ctx: Context, index: int, compensating: bool, r
         # The same key on every retry and re-dispatch of this step, so the service drops duplicates.
         idempotency_key=f"{record.order_id}:{definition.name}",
         complete_by=step.complete_by,
-        payload=document(record, index),
+        payload=document(record, index, ctx.group(index).start if ctx.grouped(index) else None),
     )
     return Outgoing(
         queue=queues.agent_queue(definition.call_agent),
@@ -278,6 +305,12 @@ def _dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
             decision = _finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
             break
         definition = ctx.steps[index]
+        if ctx.grouped(index):
+            dispatched = _dispatch_group(record, ctx, ctx.group(index), left_out)
+            if dispatched is not None:
+                decision = dispatched
+                break
+            continue  # every step of the group left out or done
         condition = definition.when
         if condition is None or condition.holds(document(record, index - 1)):
             if definition.wait is None:
@@ -293,6 +326,173 @@ def _dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
     for entry in left_out:
         entry.process_state_before, entry.process_state_after = before, record.state.process_state
     return decision
+
+
+# ---- groups: steps side by side -------------------------------------------------------------------
+_IN_FLIGHT = (StepStatus.RUNNING, StepStatus.WAITING)
+
+
+def _dispatch_group(
+    record: TaskRecord, ctx: Context, group: range, left_out: list[AuditEntry]
+) -> Decision | None:
+    """Dispatch every step of a group that is not done, together, each with its own CompleteBy, attempt
+    and request; a step whose condition does not hold on what the steps before the group returned is left
+    out. None when nothing of the group is left to run. The task is Processing at the group's first step
+    until all of its steps are done."""
+    before = document(record, group.start - 1)
+    messages: list[Outgoing] = []
+    for index in group:
+        step = record.steps[index]
+        if step.status in _DONE:
+            continue
+        condition = ctx.steps[index].when
+        if step.status is StepStatus.NOT_STARTED and condition is not None and not condition.holds(before):
+            left_out.append(_leave_out(record, ctx, index, f"condition not met: {condition.describe()}"))
+            continue
+        step.retry_at = None
+        messages.extend(_dispatch(record, ctx, index, compensating=False).messages)
+    if not messages:
+        return None
+    _at_group(record, ctx, group)
+    return _moved(*messages)
+
+
+def _at_group(record: TaskRecord, ctx: Context, group: range) -> None:
+    """The task's own fields while a group runs: at the group's first step, with the earliest CompleteBy
+    of its steps in flight (the Supervisor looks when the first of them passes)."""
+    state = record.state
+    state.current_step = group.start
+    state.attempt = record.steps[group.start].attempts
+    times = [
+        at
+        for i in group
+        if record.steps[i].status in _IN_FLIGHT and (at := record.steps[i].complete_by) is not None
+    ]
+    state.complete_by = (
+        min(times) if times else ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    )
+    _touch(record, ctx)
+
+
+def _group_in_flight(record: TaskRecord, ctx: Context, index: int) -> list[int]:
+    """The other steps of step ``index``'s group still in flight (running, or waiting for a callback)."""
+    return [i for i in ctx.group(index) if i != index and record.steps[i].status in _IN_FLIGHT]
+
+
+def redispatch(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision:
+    """Dispatch one step of a group again, as a retry asked (the Supervisor's, after its backoff or its
+    breaker's hold, or an operator's): a new attempt with a fresh CompleteBy; the others run on. Refused
+    unless the retry is still the step's next move (same attempt, still asked, its time come)."""
+    step = record.steps[index] if index < len(record.steps) else None
+    if (
+        step is None
+        or not ctx.grouped(index)
+        or index not in ctx.group(record.state.current_step)
+        or allows(Operation.REDISPATCH, record, ctx, index) is None
+        or step.attempts != attempt
+        or step.retry_at is None
+        or step.retry_at - timedelta(seconds=1) > ctx.now
+    ):
+        return REFUSED
+    step.retry_at = None
+    decision = _dispatch(record, ctx, index, compensating=False)
+    _at_group(record, ctx, ctx.group(index))
+    return decision
+
+
+def _retry_later(record: TaskRecord, ctx: Context, index: int, at: datetime, reason: str) -> Outgoing:
+    """Ask a Scheduler to dispatch step ``index`` of a group again at ``at``; the step's CompleteBy then
+    watches that the ask is not lost."""
+    step = record.steps[index]
+    step.retry_at = at
+    step.complete_by = at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    scheduled = at if at > ctx.now else None
+    return command(
+        record.order_id,
+        CommandKind.RETRY,
+        reason,
+        at=scheduled,
+        new_id=ctx.new_id,
+        dispatch=(index, step.attempts),
+    )
+
+
+def _recover_group(
+    record: TaskRecord, ctx: Context, group: range, breakers: Mapping[str, BreakerRecord] | None
+) -> Decision:
+    """The Supervisor, for a group whose earliest CompleteBy passed: each of its steps past its CompleteBy
+    is recovered on its own while the others run on. A lost ask to dispatch again is asked again; a step
+    whose service's breaker is open is dispatched again when the breaker's hold ends, no failure counted;
+    any other counts a failure and is dispatched again after its backoff, or, past the threshold, the
+    task goes to Error with an alert."""
+    if allows(Operation.EXPIRE, record, ctx, group.start) is None:
+        return REFUSED
+    state = record.state
+    messages: list[Outgoing] = []
+    outcome = Outcome.KICKED
+    for index in group:
+        step = record.steps[index]
+        if step.status not in _IN_FLIGHT or step.complete_by is None or step.complete_by > ctx.now:
+            continue
+        name = ctx.steps[index].name
+        if step.retry_at is not None:
+            messages.append(_retry_later(record, ctx, index, ctx.now, f"supervisor: ask for {name} lost"))
+            continue
+        until = hold_until((breakers or {}).get(ctx.steps[index].call_agent), ctx.now)
+        if until is not None:
+            at = until + timedelta(seconds=ctx.settings.hold_margin_seconds)
+            messages.append(
+                _retry_later(record, ctx, index, at, f"supervisor: {name} after its breaker's hold")
+            )
+            outcome = Outcome.HELD if outcome is Outcome.KICKED else outcome
+            continue
+        step.failures += 1
+        state.failure_count += 1
+        if step.failures >= ctx.settings.supervisor_max_failures:
+            reason = f"{step.failures} failures: step {name} did not complete by its deadline"
+            return _enter_error(record, ctx, reason, _engine(ctx, "supervisor"), index=index)
+        at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures))
+        reason = f"supervisor: retry after failure {step.failures} of {name}"
+        messages.append(_retry_later(record, ctx, index, at, reason))
+        outcome = Outcome.RETRIED
+    if not messages:
+        return REFUSED
+    _at_group(record, ctx, group)
+    return Decision(outcome, tuple(messages))
+
+
+def _group_failed(record: TaskRecord, ctx: Context, index: int, error: str) -> Decision:
+    """Step ``index`` of a group failed for good while others of it are in flight: they are let settle
+    (their CompleteBy and the grace, as for a cancel), then every step of the group that may have had an
+    effect, and every one before it, is undone, the group's in reverse order of declaration. Meanwhile a
+    step of it that completes keeps its result (its undo reads it)."""
+    state = record.state
+    group = ctx.group(index)
+    ends = []
+    for i in group:
+        step = record.steps[i]
+        if step.status in _IN_FLIGHT and step.complete_by is not None:
+            ends.append(settled(step.complete_by, ctx))
+        if step.status is StepStatus.WAITING:
+            step.status = StepStatus.FAILED  # its callback may still come: undone like a running step
+            step.last_error = "undone with its group"
+        step.retry_at = None
+    resume_at = max([ctx.now, *ends])
+    state.phase, state.process_state = Phase.COMPENSATE, ProcessState.COMPENSATING
+    state.locked_by = None
+    state.next_attempt_at = resume_at
+    state.complete_by = resume_at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    state.current_step = group.stop - 1
+    state.attempt = record.steps[group.stop - 1].compensation_attempts
+    _touch(record, ctx)
+    at = resume_at if resume_at > ctx.now else None
+    name = record.steps[index].name
+    return _moved(
+        status(record, ctx, StatusEvent.COMPENSATING, step=name, detail=error, index=index),
+        command(
+            state.order_id, CommandKind.RESUME, f"{name} failed; its group settles", at=at, new_id=ctx.new_id
+        ),
+    )
 
 
 # ---- waits ---------------------------------------------------------------------------------------
@@ -467,74 +667,115 @@ def apply_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision
 
     A late or duplicate reply is refused and changes nothing.
     """
-    state = record.state
-    if state.current_step != reply.step_index or state.attempt != reply.attempt:
+    if not awaits(record, ctx, reply.step_index, reply.compensating, reply.attempt):
         return REFUSED
+    index = reply.step_index
     operation = reply_operation(reply)
-    rule = allows(operation, record)
+    rule = allows(operation, record, ctx, index)
     if rule is None:
         return REFUSED
     if not rule.changes:
         return UNCHANGED
+    if operation is Operation.STEP_SUCCEEDED and record.state.phase is Phase.COMPENSATE:
+        return _kept_for_undo(record, ctx, index, reply.result)
     if operation is Operation.ACCEPT:
-        return _accepted(record, ctx)
+        return _accepted(record, ctx, index)
     if operation is Operation.STEP_SUCCEEDED:
-        return _step_succeeded(record, ctx, reply.result)
+        return _step_succeeded(record, ctx, reply.result, index)
     if operation is Operation.STEP_FAILED:
-        return _step_failed(record, ctx, reply.error or "step failed")
+        return _step_failed(record, ctx, reply.error or "step failed", index)
     if operation is Operation.COMPENSATION_SUCCEEDED:
         return _compensation_succeeded(record, ctx)
     return _compensation_failed(record, ctx, reply.error or "compensation failed")
 
 
-def _accepted(record: TaskRecord, ctx: Context) -> Decision:
+def awaits(record: TaskRecord, ctx: Context, index: int, compensating: bool, attempt: int) -> bool:
+    """Whether an answer (a reply, a callback) for this dispatch of step ``index`` (forward or undo, and
+    its attempt) is one the task still waits for (fencing): its current step and attempt, or, while a
+    group runs, any step of the group at that step's own attempt. A step of a group that failed may
+    still finish forward until its undo is dispatched (kept for the undo)."""
+    state = record.state
+    if index >= len(record.steps):
+        return False
+    if ctx.grouped(index) and not compensating and index in ctx.group(state.current_step):
+        return record.steps[index].attempts == attempt
+    return state.current_step == index and state.attempt == attempt
+
+
+def _kept_for_undo(record: TaskRecord, ctx: Context, index: int, result: dict[str, Any]) -> Decision:
+    """A step of a group that failed (or was cancelled) completed before its undo was dispatched: its
+    result is kept for the undo, which is still to come; nothing else changes."""
+    step = record.steps[index]
+    step.status = StepStatus.COMPLETED
+    step.result = result
+    step.last_error = None
+    _touch(record, ctx)
+    return _moved()
+
+
+def _accepted(record: TaskRecord, ctx: Context, index: int) -> Decision:
     """The step's service took the call and answers later: the step waits for its callback until its
     CompleteBy (past it, the Supervisor's policy applies as for any step: the same idempotency key again,
-    then Error)."""
+    then Error). A step of a group waits on its own: the task stays Processing."""
     state = record.state
-    step = record.steps[state.current_step]
+    step = record.steps[index]
+    detail = f"callback until {step.complete_by.isoformat() if step.complete_by else '?'}"
+    if ctx.grouped(index):
+        step.status = StepStatus.WAITING
+        _touch(record, ctx)
+        return _moved(status(record, ctx, StatusEvent.WAITING, step=step.name, detail=detail, index=index))
     step.status = StepStatus.WAITING
     state.process_state = ProcessState.WAITING
     state.waiting_for, state.wait_until = CALLBACK, step.complete_by
     _touch(record, ctx)
-    detail = f"callback until {step.complete_by.isoformat() if step.complete_by else '?'}"
     return _moved(status(record, ctx, StatusEvent.WAITING, step=step.name, detail=detail))
 
 
 def step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> Decision:
     """The current forward step is done: record what compensating it needs, then move on."""
-    if allows(Operation.STEP_SUCCEEDED, record) is None:
+    if allows(Operation.STEP_SUCCEEDED, record, ctx) is None:
         return REFUSED
-    return _step_succeeded(record, ctx, result)
+    return _step_succeeded(record, ctx, result, record.state.current_step)
 
 
-def _step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any]) -> Decision:
-    step = record.steps[record.state.current_step]
+def _step_succeeded(record: TaskRecord, ctx: Context, result: dict[str, Any], index: int) -> Decision:
+    step = record.steps[index]
     step.status = StepStatus.COMPLETED
     step.result = result
     step.last_error = None
-    done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name)
+    step.retry_at = None
+    if not ctx.grouped(index):
+        done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name)
+        return _dispatch_forward(record, ctx).after(done)
+    done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, index=index)
+    if _group_in_flight(record, ctx, index):
+        _at_group(record, ctx, ctx.group(index))  # the join waits for the others
+        return _moved(done)
     return _dispatch_forward(record, ctx).after(done)
 
 
 def step_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
     """A lasting fault in the current forward step: undo the task."""
-    if allows(Operation.STEP_FAILED, record) is None:
+    if allows(Operation.STEP_FAILED, record, ctx) is None:
         return REFUSED
-    return _step_failed(record, ctx, error)
+    return _step_failed(record, ctx, error, record.state.current_step)
 
 
-def _step_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
-    index = record.state.current_step
+def _step_failed(record: TaskRecord, ctx: Context, error: str, index: int) -> Decision:
     step = record.steps[index]
     step.status = StepStatus.FAILED
     step.last_error = error
+    step.retry_at = None
     record.state.last_error = f"{step.name}: {error}"
     record.state.phase = Phase.COMPENSATE
     record.state.process_state = ProcessState.COMPENSATING
     _fresh_failure_counts(record)
-    compensating = status(record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error)
-    return _dispatch_compensation(record, ctx, start=index).after(compensating)
+    if _group_in_flight(record, ctx, index):
+        return _group_failed(record, ctx, index, error)
+    grouped = index if ctx.grouped(index) else None
+    compensating = status(record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error, index=grouped)
+    # A group is undone from its last step: each of its steps that may have had an effect, then those before.
+    return _dispatch_compensation(record, ctx, start=ctx.group(index).stop - 1).after(compensating)
 
 
 def _fresh_failure_counts(record: TaskRecord) -> None:
@@ -619,9 +860,13 @@ def _finish(record: TaskRecord, ctx: Context, final: ProcessState, event: Status
     return _moved(status(record, ctx, event))
 
 
-def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> Decision:
-    """Error: unlock, stop watching, raise an alert for an operator, and leave an audit entry."""
+def _enter_error(
+    record: TaskRecord, ctx: Context, reason: str, actor: str, index: int | None = None
+) -> Decision:
+    """Error: unlock, stop watching, raise an alert for an operator, and leave an audit entry; ``index``
+    names the step of a group that put it there (by default the current step)."""
     state = record.state
+    at = state.current_step if index is None else index
     before = state.process_state
     state.process_state = ProcessState.ERROR
     state.locked_by = None
@@ -630,10 +875,10 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
     state.last_error = reason
     state.alert_pending = True
     _touch(record, ctx)
-    step = record.steps[state.current_step].name
-    alert = error_alert(record)
-    message = status(record, ctx, StatusEvent.ERROR, step=step, detail=reason)
-    current = record.steps[state.current_step].status
+    step = record.steps[at].name
+    alert = error_alert(record, at)
+    message = status(record, ctx, StatusEvent.ERROR, step=step, detail=reason, index=index)
+    current = record.steps[at].status
     record.audit(
         AuditEntry(
             at=ctx.now,
@@ -650,14 +895,15 @@ def _enter_error(record: TaskRecord, ctx: Context, reason: str, actor: str) -> D
     return Decision(Outcome.ERRORED, (message,), (alert,))
 
 
-def error_alert(record: TaskRecord) -> OrderEnteredError:
-    """The alert for a task in Error, from what its record says (raised again from it if it was lost)."""
+def error_alert(record: TaskRecord, index: int | None = None) -> OrderEnteredError:
+    """The alert for a task in Error, from what its record says (raised again from it if it was lost);
+    ``index``: the step that put it there, when not the current one (a step of a group)."""
     state = record.state
     return OrderEnteredError(
         order_id=state.order_id,
         failure_count=state.failure_count,
         phase=state.phase.value,
-        step=record.steps[state.current_step].name,
+        step=record.steps[state.current_step if index is None else index].name,
         reason=state.last_error or "",
     )
 
@@ -710,6 +956,8 @@ def recover_expired(
         )
     if state.process_state is ProcessState.WAITING and state.waiting_for != CALLBACK:
         return _wait_expired(record, ctx)
+    if state.process_state is ProcessState.PROCESSING and ctx.grouped(state.current_step):
+        return _recover_group(record, ctx, ctx.group(state.current_step), breakers)
     if allows(Operation.EXPIRE, record) is None:
         return REFUSED
     step = record.steps[state.current_step]
@@ -858,9 +1106,23 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
 
 
 # ---- step-level operator actions ---------------------------------------------------------------
-def _on_current_step(operation: Operation, record: TaskRecord, index: int) -> machine.Rule | None:
-    """The row allowing ``operation`` on step ``index``: only the task's current step can be acted on."""
-    return allows(operation, record) if index == record.state.current_step else None
+def _on_current_step(
+    operation: Operation, record: TaskRecord, ctx: Context, index: int
+) -> machine.Rule | None:
+    """The row allowing ``operation`` on step ``index``: only the task's current step can be acted on, or
+    any step of the group that is the current step."""
+    current = record.state.current_step
+    if index != current and not (ctx.grouped(current) and index in ctx.group(current)):
+        return None
+    return allows(operation, record, ctx, index)
+
+
+def _group_runs(record: TaskRecord, ctx: Context, index: int) -> bool:
+    """Whether step ``index`` is one of a group that runs now (the task Processing, forward)."""
+    state = record.state
+    return (
+        ctx.grouped(index) and state.process_state is ProcessState.PROCESSING and state.phase is Phase.FORWARD
+    )
 
 
 def _hand_back(record: TaskRecord, ctx: Context, reason: str) -> Decision:
@@ -883,9 +1145,14 @@ def retry_step(record: TaskRecord, ctx: Context, index: int) -> Decision:
 
     The new dispatch is a new attempt with a fresh CompleteBy; a reply to the old attempt is fenced out.
     """
-    if _on_current_step(Operation.RETRY_STEP, record, index) is None:
+    if _on_current_step(Operation.RETRY_STEP, record, ctx, index) is None:
         return REFUSED
-    return _hand_back(record, ctx, f"operator: retry {record.steps[index].name}")
+    name = record.steps[index].name
+    if _group_runs(record, ctx, index):
+        again = _retry_later(record, ctx, index, ctx.now, f"operator: retry {name}")
+        _at_group(record, ctx, ctx.group(index))
+        return _moved(again)
+    return _hand_back(record, ctx, f"operator: retry {name}")
 
 
 def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) -> Decision:
@@ -898,7 +1165,7 @@ def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) ->
     """
     step = record.steps[index] if index < len(record.steps) else None
     if (
-        _on_current_step(Operation.EXTEND_STEP, record, index) is None
+        _on_current_step(Operation.EXTEND_STEP, record, ctx, index) is None
         or step is None
         or step.complete_by is None
         or step.complete_by <= ctx.now
@@ -907,6 +1174,12 @@ def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) ->
         return REFUSED
     state = record.state
     step.complete_by = step.complete_by + timedelta(seconds=seconds)
+    if _group_runs(record, ctx, index):
+        _at_group(record, ctx, ctx.group(index))
+        if step.status is StepStatus.WAITING:
+            return _moved()  # its callback may come until the new CompleteBy: nothing to send
+        resend = f":until:{step.complete_by.timestamp():.3f}"
+        return _moved(_request(record, ctx, index, False, resend=resend))
     if state.process_state is ProcessState.WAITING:
         # A later time or deadline: a wake-up already scheduled for the old time finds it early and
         # schedules itself again.
@@ -932,7 +1205,7 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
     step's CompleteBy plus the cancel grace: an undo of the step waits until then, as a cancel's does
     (docs/simulation.md, finding 7).
     """
-    if _on_current_step(Operation.SKIP_STEP, record, index) is None:
+    if _on_current_step(Operation.SKIP_STEP, record, ctx, index) is None:
         return REFUSED
     step = record.steps[index]
     in_flight = step.status is StepStatus.RUNNING or (
@@ -946,5 +1219,12 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
     step.result = None
     step.reason = f"skipped by an operator: {note}"[:1000]
     step.last_error = None
-    done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, detail=f"skipped: {note}")
+    step.retry_at = None
+    grouped = index if ctx.grouped(index) else None
+    done = status(
+        record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, detail=f"skipped: {note}", index=grouped
+    )
+    if _group_runs(record, ctx, index) and _group_in_flight(record, ctx, index):
+        _at_group(record, ctx, ctx.group(index))  # the others of its group run on
+        return _moved(done)
     return _hand_back(record, ctx, f"operator: skip {step.name}").after(done)

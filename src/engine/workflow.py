@@ -110,6 +110,12 @@ class StepDefinition(Declared):
     wait: Wait | None = Field(
         default=None, discriminator="kind", description="a wait instead of a call (no agent, no action)"
     )
+    group: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,62}$",
+        description="steps next to each other with the same group run side by side: dispatched together, "
+        "joined (the next step starts when all are done), and undone together",
+    )
 
     @model_validator(mode="after")
     def _call_or_wait(self) -> StepDefinition:
@@ -117,6 +123,8 @@ class StepDefinition(Declared):
             raise ValueError(f"step {self.name}: a step names an agent and an action, or declares a wait")
         if self.wait is not None and (self.agent, self.action, self.compensation) != (None, None, None):
             raise ValueError(f"step {self.name}: a wait calls nothing: no agent, action or compensation")
+        if self.wait is not None and self.group is not None:
+            raise ValueError(f"step {self.name}: a wait cannot be in a group (a group's steps call agents)")
         return self
 
     @property
@@ -167,6 +175,34 @@ class WorkflowDefinition(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"workflow {self.name}: step names must be unique")
         return self
+
+    @model_validator(mode="after")
+    def _groups_together(self) -> WorkflowDefinition:
+        seen: set[str] = set()
+        for index, step in enumerate(self.steps):
+            group = step.group
+            if group is None or (index > 0 and self.steps[index - 1].group == group):
+                continue
+            named = f"workflow {self.name} version {self.version}, group {group}"
+            if group in seen:
+                raise ValueError(f"{named}: a group's steps must be declared next to each other")
+            seen.add(group)
+            if len(self.group_range(index)) < 2:
+                raise ValueError(f"{named}: a group has at least two steps")
+        return self
+
+    def group_range(self, index: int) -> range:
+        """The indexes of the steps that run side by side with step ``index`` (its group), itself included:
+        just ``index`` for a step in no group."""
+        group = self.steps[index].group
+        if group is None:
+            return range(index, index + 1)
+        start, end = index, index + 1
+        while start > 0 and self.steps[start - 1].group == group:
+            start -= 1
+        while end < len(self.steps) and self.steps[end].group == group:
+            end += 1
+        return range(start, end)
 
     @model_validator(mode="after")
     def _nothing_unknown(self) -> WorkflowDefinition:

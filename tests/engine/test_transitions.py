@@ -47,6 +47,23 @@ def waiting_workflow(on_deadline: str) -> WorkflowDefinition:
     )
 
 
+def grouped_workflow() -> WorkflowDefinition:
+    """A call, three calls side by side (a group), then a call."""
+    return WorkflowDefinition(
+        name="side-by-side",
+        steps=(
+            StepDefinition(name="first", agent="alpha", action="do-a", compensation="undo-a"),
+            *(
+                StepDefinition(
+                    name=f"side-{n}", agent=f"svc-{n}", action="do", compensation="undo", group="g"
+                )
+                for n in range(3)
+            ),
+            StepDefinition(name="last", agent="beta", action="do-b", compensation="undo-b"),
+        ),
+    )
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -89,6 +106,7 @@ def _disjoint(a: machine.Rule, b: machine.Rule) -> bool:
         or (a.phase is not None and b.phase is not None and a.phase is not b.phase)
         or (a.step is not None and b.step is not None and a.step is not b.step)
         or (a.wait is not None and b.wait is not None and a.wait != b.wait)
+        or (a.grouped is not None and b.grouped is not None and a.grouped is not b.grouped)
     )
 
 
@@ -151,56 +169,82 @@ def test_the_architecture_diagram_is_the_table() -> None:
 
 
 # ---- every move, explored ---------------------------------------------------------------------------
-Move = tuple[Operation | None, Callable[[TaskRecord], Decision]]
+Move = tuple[Operation | None, int | None, Callable[[TaskRecord], Decision]]
 
 
-def open_breakers(now: datetime, seconds_left: float) -> dict[str, BreakerRecord]:
-    """Every service's breaker open until ``seconds_left`` after ``now`` (negative: a trial call is due)."""
+def open_breakers(
+    now: datetime, seconds_left: float, workflow: WorkflowDefinition = WORKFLOW
+) -> dict[str, BreakerRecord]:
     until = now + timedelta(seconds=seconds_left)
     return {
-        s.agent: BreakerRecord(s.agent, BreakerState.OPEN, 5, now - timedelta(seconds=60), until)
-        for s in WORKFLOW.steps
+        agent: BreakerRecord(agent, BreakerState.OPEN, 5, now - timedelta(seconds=60), until)
+        for agent in workflow.agents
     }
 
 
 def moves(record: TaskRecord, workflow: WorkflowDefinition = WORKFLOW) -> list[Move]:
-    """Everything that could happen to a task in any state, right or wrong."""
+    """Everything that could happen to a task in any state, right or wrong; each with the step it acts
+    on (None: the task's current step)."""
     later = (record.state.complete_by or T0) + timedelta(seconds=1)
 
     def at(now: datetime = T0) -> Context:
         return Context(workflow, SETTINGS, now, "sched-1")
 
     out: list[Move] = [
-        (Operation.CLAIM, lambda r: transitions.claim(r, at())),
-        (None, lambda r: transitions.recover_expired(r, at(later))),
-        (Operation.HOLD, lambda r: transitions.recover_expired(r, at(later), open_breakers(later, 5))),
-        (Operation.RELEASE, lambda r: transitions.recover_expired(r, at(later), open_breakers(later, -1))),
-        (Operation.RESUBMIT, lambda r: transitions.resubmit(r, at())),
-        (Operation.CANCEL, lambda r: transitions.cancel(r, at())),
+        (Operation.CLAIM, None, lambda r: transitions.claim(r, at())),
+        (None, None, lambda r: transitions.recover_expired(r, at(later))),
+        (
+            Operation.HOLD,
+            None,
+            lambda r: transitions.recover_expired(r, at(later), open_breakers(later, 5, workflow)),
+        ),
+        (
+            Operation.RELEASE,
+            None,
+            lambda r: transitions.recover_expired(r, at(later), open_breakers(later, -1, workflow)),
+        ),
+        (Operation.RESUBMIT, None, lambda r: transitions.resubmit(r, at())),
+        (Operation.CANCEL, None, lambda r: transitions.cancel(r, at())),
         (
             Operation.WORKFLOW_GONE,
+            None,
             lambda r: transitions.workflow_not_deployed(r, Context(None, SETTINGS, T0, "sched-1")),
         ),
     ]
-    index = record.state.current_step  # other steps are refused whatever the state (tested below)
-    due = record.steps[index].complete_by or T0
-    out += [
-        (Operation.RETRY_STEP, lambda r: transitions.retry_step(r, at(), index)),
-        (Operation.EXTEND_STEP, lambda r: transitions.extend_step(r, at(), index, 5)),
-        (Operation.SKIP_STEP, lambda r: transitions.skip_step(r, at(), index, "by hand")),
-        (Operation.WAKE, lambda r: transitions.wake(r, at(due), index, r.state.attempt)),
-        (Operation.APPROVE, lambda r: transitions.approve(r, at(), index)),
-        (Operation.REJECT, lambda r: transitions.reject(r, at(), index, "no")),
-    ]
-    for compensating in (False, True):
-        for outcome in ReplyOutcome:
-            answer = reply(record, outcome, compensating, result={"id": 1}, error="no")
-            out.append(
-                (
-                    transitions.reply_operation(answer),
-                    lambda r, a=answer: transitions.apply_reply(r, at(), a),
+    # The current step, or each step of the group it is in (other steps are refused whatever the state:
+    # tested below).
+    for index in at().group(record.state.current_step):
+        step = record.steps[index]
+        due = step.complete_by or T0
+        retry = step.retry_at or T0
+        out += [
+            (Operation.RETRY_STEP, index, lambda r, i=index: transitions.retry_step(r, at(), i)),
+            (Operation.EXTEND_STEP, index, lambda r, i=index: transitions.extend_step(r, at(), i, 5)),
+            (Operation.SKIP_STEP, index, lambda r, i=index: transitions.skip_step(r, at(), i, "by hand")),
+            (Operation.WAKE, index, lambda r, i=index, d=due: transitions.wake(r, at(d), i, r.state.attempt)),
+            (Operation.APPROVE, index, lambda r, i=index: transitions.approve(r, at(), i)),
+            (Operation.REJECT, index, lambda r, i=index: transitions.reject(r, at(), i, "no")),
+            (
+                Operation.REDISPATCH,
+                index,
+                lambda r, i=index, t=retry: transitions.redispatch(r, at(t), i, r.steps[i].attempts),
+            ),
+        ]
+        for compensating in (False, True):
+            for outcome in ReplyOutcome:
+                answer = reply(record, outcome, compensating, result={"id": 1}, error="no")
+                if not compensating and at().grouped(index):  # a group's step is fenced by its own attempt
+                    attempt = max(step.attempts, 1)
+                    answer = answer.model_copy(update={"step_index": index, "attempt": attempt})
+                elif index != record.state.current_step:
+                    continue
+                out.append(
+                    (
+                        transitions.reply_operation(answer),
+                        index,
+                        lambda r, a=answer: transitions.apply_reply(r, at(), a),
+                    )
                 )
-            )
     return out
 
 
@@ -213,12 +257,14 @@ def key(record: TaskRecord) -> tuple[object, ...]:
         s.locked_by is None,
         s.failure_count,
         tuple(step.status for step in record.steps),
+        tuple(step.retry_at is not None for step in record.steps),
     )
 
 
 def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState, ProcessState]]:
     """Every move from every state reachable from submission; the table's rows each move used."""
     used: set[tuple[Operation, ProcessState, ProcessState]] = set()
+    plan = Context(workflow, SETTINGS, T0)
 
     def submitted() -> TaskRecord:
         record = TaskRecord(
@@ -234,23 +280,29 @@ def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState,
     queue = deque([submitted()])
     while queue:
         record = queue.popleft()
-        for operation, move in moves(record, workflow):
+        for operation, index, move in moves(record, workflow):
             after = record.model_copy(deep=True)
             before = after.model_dump()
             supervisor = operation in (None, Operation.HOLD, Operation.RELEASE)
+            group_runs = after.state.process_state is ProcessState.PROCESSING and plan.grouped(
+                after.state.current_step
+            )
             if supervisor and transitions.allows(Operation.KICK, after):  # it picks kick itself
                 operation = Operation.KICK
             elif supervisor and after.state.process_state is ProcessState.WAITING:  # and a wait's own
                 kinds = {"timer": Operation.REWAKE, "approval": Operation.DEADLINE}
                 operation = kinds.get(after.state.waiting_for or "", Operation.EXPIRE)
-            elif operation is None:
+            elif operation is None or (supervisor and group_runs):  # a group's steps: one recovery each
                 operation = Operation.EXPIRE
-            rule = transitions.allows(operation, after)
+            assert operation is not None
+            rule = transitions.allows(operation, after, plan, index)
             decision = move(after)
             if not decision.changed:
                 assert after.model_dump() == before, f"{operation} changed a record it refused"
                 assert not decision.messages and not decision.alerts
-                assert rule is None or not rule.changes, f"{operation} refused what the table allows"
+                assert rule is None or not rule.changes or operation is Operation.REDISPATCH, (
+                    f"{operation} refused what the table allows"
+                )
                 continue
             assert rule is not None, f"{operation} moved a {record.state.process_state} task"
             assert after.state.process_state in rule.target_states, (operation, after.state.process_state)
@@ -265,6 +317,7 @@ def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState,
 
 def test_every_move_does_what_the_table_says_and_every_row_is_used() -> None:
     used = _explore(WORKFLOW) | _explore(waiting_workflow("compensate")) | _explore(waiting_workflow("error"))
+    used |= _explore(grouped_workflow())
     declared = {(r.operation, r.source, t) for r in machine.TABLE if r.changes for t in r.target_states}
     unused = declared - used
     # Only an all-done or nothing-to-undo task claimed from Pending is unreachable with this workflow.
