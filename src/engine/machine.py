@@ -166,10 +166,20 @@ TABLE: tuple[Rule, ...] = (
     ),
     # An operator's retry, skip or extension of one step of a group in flight touches that step alone.
     Rule(
-        Op.RETRY_STEP, R, ((R, "group: operator retry, skip or extend a step"),), phase=FORWARD, step=RUNNING, grouped=True
+        Op.RETRY_STEP,
+        R,
+        ((R, "group: operator retry, skip or extend a step"),),
+        phase=FORWARD,
+        step=RUNNING,
+        grouped=True,
     ),
     Rule(
-        Op.RETRY_STEP, R, ((R, "group: operator retry, skip or extend a step"),), phase=FORWARD, step=WAITING, grouped=True
+        Op.RETRY_STEP,
+        R,
+        ((R, "group: operator retry, skip or extend a step"),),
+        phase=FORWARD,
+        step=WAITING,
+        grouped=True,
     ),
     Rule(
         Op.SKIP_STEP,

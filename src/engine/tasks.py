@@ -255,7 +255,10 @@ class TaskService:
             decision = change(record, ctx)
             if decision.outcome is Outcome.REFUSED:
                 raise InvalidState(
-                    order_id, before.value, allowed, reason=_refusal(record, operation, index, allowed)
+                    order_id,
+                    before.value,
+                    allowed,
+                    reason=_refusal(record, operation, index, allowed, ctx.group(record.state.current_step)),
                 )
             if not decision.changed:
                 return record  # allowed and already under way: nothing to do
@@ -290,8 +293,11 @@ class TaskService:
         )
 
 
-def _refusal(record: TaskRecord, operation: Operation, index: int | None, allowed: list[str]) -> str | None:
-    """Why a step-level action was refused, in the operator's terms (None: the generic message)."""
+def _refusal(
+    record: TaskRecord, operation: Operation, index: int | None, allowed: list[str], group: range
+) -> str | None:
+    """Why a step-level action was refused, in the operator's terms (None: the generic message); ``group``
+    is the current step's group (the steps that can be acted on)."""
     if index is None:
         return None
     state = record.state
@@ -309,7 +315,7 @@ def _refusal(record: TaskRecord, operation: Operation, index: int | None, allowe
             f"the approval of step {current.name} is past its deadline ({deadline}): its workflow's "
             "policy applies (the Supervisor undoes the order, or puts it in Error to be decided there)"
         )
-    if index != state.current_step:
+    if index not in group:
         name = record.steps[index].name
         return f"step {name} is not the current step of order {state.order_id} ({current.name} is)"
     needs = (

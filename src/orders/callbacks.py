@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine import queues
+from engine import queues, transitions
 from engine.errors import EngineError, NotFound, PermanentError
 from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
 from engine.ports import MessageSender
@@ -156,8 +156,7 @@ class Callbacks:
         )
         current = (
             step is not None
-            and state.current_step == index
-            and state.attempt == attempt
+            and transitions.awaits(record, tasks.parts.context(record=record), index, compensating, attempt)
             and (state.phase is Phase.COMPENSATE) == compensating
             and step.status in awaited
             and state.process_state in working

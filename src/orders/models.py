@@ -76,6 +76,12 @@ class StepView(_View):
     last_error: str | None = Field(alias="lastError")
     reason: str | None = Field(description="why the step is in its state: a step left out, one skipped")
     result: dict[str, Any] | None = Field(description="the values its service returned, passed on")
+    group: str | None = Field(
+        default=None, description="the group of steps it runs side by side with (the same group, next to it)"
+    )
+    retry_at: datetime | None = Field(
+        default=None, alias="retryAt", description="a step of a group asked to run again from this time on"
+    )
 
 
 class OrderSummary(_View):
@@ -255,8 +261,13 @@ def summary(state: TaskState, storefront: str | None = None) -> OrderSummary:
     )
 
 
-def status_view(record: TaskRecord, storefront: str | None = None) -> OrderStatus:
-    """``GET /api/orders/{orderId}``: the task state and every step."""
+def status_view(
+    record: TaskRecord, storefront: str | None = None, workflow: WorkflowDefinition | None = None
+) -> OrderStatus:
+    """``GET /api/orders/{orderId}``: the task state and every step (with its group, from the order's
+    workflow version: ``workflow``, or the deployed catalog's)."""
+    workflow = workflow or CATALOG.find(record.state.workflow, record.state.workflow_version)
+    declared = workflow.steps if workflow is not None and len(workflow.steps) == len(record.steps) else None
     steps = [
         StepView(
             name=s.name,
@@ -267,8 +278,10 @@ def status_view(record: TaskRecord, storefront: str | None = None) -> OrderStatu
             last_error=s.last_error,
             reason=s.reason,
             result=s.result,
+            group=declared[i].group if declared is not None else None,
+            retry_at=s.retry_at,
         )
-        for s in record.steps
+        for i, s in enumerate(record.steps)
     ]
     return OrderStatus(**summary(record.state, storefront).model_dump(), steps=steps, input=record.input)
 

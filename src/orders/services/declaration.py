@@ -257,7 +257,13 @@ def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCata
             and step.action in by_name[step.agent].actions
             for name in by_name[step.agent].resource(step.action)[0].result_names
         }
-        for step in workflow.steps:
+        # A group's steps run side by side: none reads what another returns, so what they return is known
+        # only after the group (held here until then).
+        beside: dict[str, tuple[str, bool]] = {}
+        for index, step in enumerate(workflow.steps):
+            if step.group is None or index == 0 or workflow.steps[index - 1].group != step.group:
+                returned.update(beside)
+                beside = {}
             where = f"step {step.name} of workflow {workflow.name} version {workflow.version}"
             for path in step.when.fields() if step.when is not None else ():
                 if path.startswith("results."):
@@ -272,12 +278,13 @@ def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCata
             if resource.undo_body is not None:
                 _check_body(where + " (its undo)", resource.undo_body, {**returned, **own}, producers)
             for name in resource.result_names:
-                if name in returned:
+                clash = returned.get(name) or beside.get(name)
+                if clash is not None:
                     raise ValueError(
-                        f"{where} returns {name!r}, which step {returned[name][0]} returns too: rename one "
+                        f"{where} returns {name!r}, which step {clash[0]} returns too: rename one "
                         "of the fields in their services' result models"
                     )
-            returned.update(own)
+            (beside if step.group is not None else returned).update(own)
     unused = set(by_name) - set(catalog.agents)
     if unused:
         raise ValueError(f"services {', '.join(sorted(unused))} are declared but no workflow uses them")

@@ -1,5 +1,6 @@
-"""The notifications service: sends an order's confirmation to the customer. A message sent cannot be
-unsent, so its resource declares no undo: a later failure or a cancel never undoes it."""
+"""The notifications service: sends an order's confirmation, or a return's notice, to the customer. A
+message sent cannot be unsent, so its resources declare no undo: a later failure or a cancel never undoes
+it."""
 
 from __future__ import annotations
 
@@ -30,6 +31,23 @@ class ConfirmationBody(ServiceBody):
         )
 
 
+class ReturnNoticeBody(ServiceBody):
+    """A return's notice: to whom, and how many items came back and are being settled."""
+
+    customer_id: NonEmpty
+    items: int
+
+    @classmethod
+    def build(cls, document: Document) -> Self:
+        return cls.model_validate(
+            {
+                "orderId": document.order_id,
+                "customerId": document.input["customerId"],
+                "items": sum(item["quantity"] for item in document.input["items"]),
+            }
+        )
+
+
 SERVICE = ServiceDefinition(
     name="notifications",
     description="Send order confirmations",
@@ -38,6 +56,13 @@ SERVICE = ServiceDefinition(
             collection="confirmations",
             apply="send",
             body=ConfirmationBody,
+            applied="sent",
+            rejection="no contact address",
+        ),
+        Resource(
+            collection="return-notices",
+            apply="notify-return",
+            body=ReturnNoticeBody,
             applied="sent",
             rejection="no contact address",
         ),

@@ -203,8 +203,16 @@
     $("order-input-box").hidden = order.input === undefined;
     $("order-input").textContent = order.input === undefined ? "" : JSON.stringify(order.input, null, 2);
     const live = (s) => s.state === "Running" || s.state === "Compensating" || s.state === "Waiting";
-    const steps = order.steps.map((step) => el("tr", { "data-step": step.name, class: `step-${step.state}` },
-      el("th", { scope: "row", text: step.name }),
+    // Steps of a group run side by side: bracketed together, the group named on its first row.
+    const firstOfGroup = (i) => order.steps[i].group && (i === 0 || order.steps[i - 1].group !== order.steps[i].group);
+    const steps = order.steps.map((step, i) => el("tr", {
+      "data-step": step.name,
+      "data-group": step.group || null,
+      class: [`step-${step.state}`, step.group ? "in-group" : "", firstOfGroup(i) ? "group-start" : ""].filter(Boolean).join(" "),
+    },
+      el("th", { scope: "row" },
+        firstOfGroup(i) ? el("span", { class: "group-name", text: `side by side: ${step.group}` }) : null,
+        step.name),
       el("td", {}, stateCell(step.state)),
       el("td", { class: "num", text: step.attempts }),
       el("td", { class: "num", text: step.compensationAttempts }),
