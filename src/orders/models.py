@@ -76,11 +76,9 @@ class StepView(_View):
     last_error: str | None = Field(alias="lastError")
     reason: str | None = Field(description="why the step is in its state: a step left out, one skipped")
     result: dict[str, Any] | None = Field(description="the values its service returned, passed on")
-    group: str | None = Field(
-        default=None, description="the group of steps it runs side by side with (the same group, next to it)"
-    )
+    group: str | None = Field(description="the group of steps it runs side by side with (those next to it)")
     retry_at: datetime | None = Field(
-        default=None, alias="retryAt", description="a step of a group asked to run again from this time on"
+        alias="retryAt", description="a step of a group asked to run again from this time on"
     )
 
 

@@ -201,4 +201,4 @@ def test_a_left_out_step_has_a_look_of_its_own() -> None:
             assert not {".state-Failed", ".state-Error", ".state-Completed", ".state-NotStarted"} & selectors
     # Each step's row carries its state, so a left-out row can be told apart as a whole.
     assert any("tr.step-LeftOut" in selector for selectors, _ in found for selector in selectors)
-    assert "class: `step-${step.state}`" in parts().inline["script"][0]
+    assert "`step-${step.state}`" in parts().inline["script"][0]
