@@ -178,17 +178,19 @@ class WorkflowDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _groups_together(self) -> WorkflowDefinition:
-        seen: set[str] = set()
-        for index, step in enumerate(self.steps):
-            group = step.group
-            if group is None or (index > 0 and self.steps[index - 1].group == group):
-                continue
-            named = f"workflow {self.name} version {self.version}, group {group}"
-            if group in seen:
-                raise ValueError(f"{named}: a group's steps must be declared next to each other")
-            seen.add(group)
+        starts = [
+            index
+            for index, step in enumerate(self.steps)
+            if step.group is not None and (index == 0 or self.steps[index - 1].group != step.group)
+        ]
+        named = f"workflow {self.name} version {self.version}, group"
+        groups = [self.steps[index].group for index in starts]
+        for group in groups:
+            if groups.count(group) > 1:
+                raise ValueError(f"{named} {group}: a group's steps must be declared next to each other")
+        for index in starts:
             if len(self.group_range(index)) < 2:
-                raise ValueError(f"{named}: a group has at least two steps")
+                raise ValueError(f"{named} {self.steps[index].group}: a group has at least two steps")
         return self
 
     def group_range(self, index: int) -> range:

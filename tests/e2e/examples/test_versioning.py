@@ -20,7 +20,7 @@ import pytest
 
 from devhost import launch
 from orders.catalog import CATALOG as DECLARED
-from orders.catalog import FULFILMENT
+from orders.catalog import FULFILMENT, RETURNS
 from tests.e2e.conftest import FAST_SETTINGS, TERMINAL, new_order
 from tests.e2e.repo_copy import ROOT, RepoCopy, files
 from tests.support import wait_for
@@ -147,7 +147,7 @@ def test_orders_finish_on_the_version_they_started_on_across_deploys(tmp_path: P
                 assert version == (FULFILMENT.name, 2)
                 assert names == V2_STEPS
             else:
-                assert version == ("order-return", 1)
+                assert version == (RETURNS.name, RETURNS.version)
         ledger = sims.get("/ledger").json()
         for order_id in first + second:
             # A wait, or a step left out, leaves nothing in a ledger.
