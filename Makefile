@@ -11,7 +11,7 @@ IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(P
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-history bench-waiting bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
+.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-history bench-waiting bench-groups bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
 
 install: $(STAMP) node_modules/.installed
 
@@ -106,6 +106,11 @@ bench-history: $(STAMP)
 # parked (about two minutes, most of it filling), e.g. WAITING_ARGS="--sizes 1000 10000" make bench-waiting
 bench-waiting: $(STAMP)
 	$(BIN)/python bench/waiting.py $(WAITING_ARGS)
+
+# A group's steps side by side against one step, every service 200 ms late (about 40 s), e.g.
+# GROUPS_ARGS="--orders 30" make bench-groups
+bench-groups: $(STAMP)
+	$(BIN)/python bench/groups.py $(GROUPS_ARGS)
 
 bench-emulator: $(STAMP)
 	$(BIN)/python bench/servicebus_emulator_throughput.py

@@ -177,8 +177,9 @@ class Scheduler:
         """True if the reply moved the task, False if not; None when it lost a race to another reply of
         the same group (the steps of a group answer close together), so it is applied again on a fresh
         read rather than dropped and left for the Supervisor."""
-        state = record.state
-        current = record.steps[state.current_step] if state.current_step < len(record.steps) else None
+        # The step the reply is for (a step of a group is not the task's current step).
+        at = reply.step_index if reply.step_index < len(record.steps) else record.state.current_step
+        current = record.steps[at] if at < len(record.steps) else None
         fields = telemetry.context(
             reply.order_id,
             current.name if current else None,

@@ -177,6 +177,7 @@ class Supervisor:
                     report.lost_races += 1
                     continue
             before = record.state.process_state
+            asked = [step.retry_at for step in record.steps]
             overdue = before is ProcessState.WAITING and record.state.waiting_for == APPROVAL
             if breakers is None:
                 breakers = await self._breakers()
@@ -208,18 +209,24 @@ class Supervisor:
                 )
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
-            telemetry.info(
-                log,
-                "recovered expired task",
-                **telemetry.context(
-                    record.order_id,
-                    record.steps[record.state.current_step].name,
-                    record.state.attempt,
-                    was=before.value,
-                    now=record.state.process_state.value,
-                    failureCount=record.state.failure_count,
-                ),
-            )
+            # A group's steps are recovered each on its own: one line per step asked to run again.
+            again = [
+                s for s, was in zip(record.steps, asked, strict=True) if s.retry_at and s.retry_at != was
+            ]
+            for step in again or [record.steps[record.state.current_step]]:
+                telemetry.info(
+                    log,
+                    "recovered expired task",
+                    **telemetry.context(
+                        record.order_id,
+                        step.name,
+                        step.attempts if again else record.state.attempt,
+                        was=before.value,
+                        now=record.state.process_state.value,
+                        failureCount=record.state.failure_count,
+                        **({"retryAt": step.retry_at.isoformat()} if step.retry_at and again else {}),
+                    ),
+                )
         report.seconds = time.perf_counter() - started
         telemetry.emit_event(
             telemetry.SUPERVISOR_SWEEP_COMPLETED,

@@ -17,10 +17,12 @@ changes. So, for every finished order:
 - either way, the ledger holds no effect of the order under any other key (a second effect of one step,
   made under another key, would be a double charge that no compensation knows of);
 - results passed on: every value a call of the order carried under a result name that an earlier step of
-  its workflow returns (for an undo, that step or an earlier one) equals the value that step's effect
-  returned, as recorded with the effect (e.g. every refund names the charge it refunds); a call that
-  carried the field empty although the order held the value then (the step's result in the order) lost
-  it; and each step's result as the order holds it is what its service returned.
+  its workflow returns (for an undo, that step or an earlier one; for a step of a group, a step before the
+  group: the steps of a group run side by side, reading none of each other's results) equals the value
+  that step's effect returned, as recorded with the effect (e.g. every refund names the charge it
+  refunds); a call that carried the field empty although the order held the value then (the step's
+  result in the order) lost it; and each step's result as the order holds it is what its service
+  returned.
 
 Orders in Error are not checked: they wait for an operator with whatever they had done. The demo and the
 end-to-end tests both run this check.
@@ -256,8 +258,10 @@ def _check_results(
             )
         if step.entry is None:
             continue
-        for call, last in (("carried", step.index - 1), ("undoCarried", step.index)):
-            # An apply's body is built from the results of the steps before it; an undo's, of the step too.
+        # An apply's body is built from the results of the steps before it; an undo's, of the step too. A
+        # step of a group reads only what the steps before the group returned (they run side by side).
+        before = definition.group_range(step.index).start
+        for call, own in (("carried", False), ("undoCarried", True)):
             carried = step.entry.get(call)
             if not isinstance(carried, Mapping):
                 continue
@@ -265,7 +269,7 @@ def _check_results(
             values = 0
             for result, value in carried.items():
                 producer = producers.get(result)
-                if producer is None or producer.index > last:
+                if producer is None or not (producer.index < before or (own and producer is step)):
                     continue  # a field of that name, but not a value this workflow passes on to this call
                 if value is None:
                     if producer.held.get(result) is not None:

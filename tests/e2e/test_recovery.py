@@ -42,12 +42,15 @@ def assert_processed_once(stack: LocalStack, order_id: str, timeout: float = 60)
 def given_back(stack: LocalStack) -> list[tuple[str, str, int]]:
     """(order, step, attempt) for every running forward step the Supervisor took back for another dispatch,
     as the workers logged it: a retry, which counts a failure, or the release of a task it held while the
-    step's circuit breaker was open, which does not (docs/architecture.md)."""
+    step's circuit breaker was open, which does not (docs/architecture.md); for a step of a group, which is
+    asked to run again on its own while the task stays Processing, the line says when (retryAt)."""
     found = []
     for line in stack.all_worker_logs().splitlines():
         _, recovered, rest = line.partition("recovered expired task ")
         fields = dict(field.split("=", 1) for field in rest.split() if "=" in field)
-        if recovered and (fields.get("was"), fields.get("now")) == ("Processing", "Pending"):
+        if recovered and (
+            (fields.get("was"), fields.get("now")) == ("Processing", "Pending") or "retryAt" in fields
+        ):
             found.append((fields["orderId"], fields["step"], int(fields["attempt"])))
     return found
 
