@@ -642,3 +642,48 @@ def test_an_approver_approves_in_the_page_and_a_reader_cannot(stack: LocalStack,
     assert problems(browser) == []
     see_an_overdue_approval(browser, order, review.name)
     assert problems(browser) == []
+
+
+@pytest.mark.usefixtures("calm")
+def test_a_group_is_shown_side_by_side_and_one_of_its_steps_is_acted_on(
+    stack: LocalStack, browser: WebDriver
+) -> None:
+    returns = CATALOG.current("order-return")
+    assert returns is not None
+    group = [s for s in returns.steps if s.group]
+    hung = group[1]
+    stack.faults(**{hung.call_agent: HANG})
+    order_id = submit_example(stack, returns, returns.examples()[0])
+    others = {s.name for s in group} - {hung.name}
+
+    def others_done(order: dict[str, Any]) -> bool:
+        states = {s["name"]: s["state"] for s in order["steps"]}
+        return states[hung.name] == "Running" and all(states[n] == "Completed" for n in others)
+
+    stack.wait_state(order_id, others_done, what="the group's other steps done, one hung")
+    # An action on a step of the running group, by the API: its own CompleteBy, ten minutes more.
+    extended = stack.act(order_id, f"steps/{hung.name}/extend", {"seconds": 600, "note": "hold"})
+    assert extended.status_code == 202, extended.text
+    assert extended.json()["processState"] == "Processing"
+    open_console(browser, stack)
+    open_order(browser, order_id)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#order-steps tbody tr")
+    assert [r.get_attribute("data-step") for r in rows] == [s.name for s in returns.steps]
+    assert [r.get_attribute("data-group") for r in rows] == [s.group for s in returns.steps]
+    labels = [[e.text for e in r.find_elements(By.CSS_SELECTOR, ".group-name")] for r in rows]
+    assert labels == [[f"side by side: {group[0].group}"] if s is group[0] else [] for s in returns.steps]
+    # ...and in the page: the hung step is done by hand, and the group's join moves the order on.
+    browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Skip step {hung.name}"]').click()
+    confirm(browser, note="restocked by hand")
+    done = stack.wait_terminal(order_id)
+    assert done["processState"] == "Processed", done
+    [skip] = [e for e in audit(stack, order_id) if e["action"] == "skip"]
+    assert (skip["step"], skip["processStateBefore"]) == (hung.name, "Processing")
+    wait_for(
+        lambda: (
+            f"{hung.name} (side by side: {hung.group})" in browser.find_element(By.ID, "order-timeline").text
+        ),
+        timeout=10,
+        what="the timeline naming the step and its group",
+    )
+    assert problems(browser) == []

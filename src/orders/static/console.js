@@ -228,12 +228,13 @@
         awaitsApproval(order, step) ? stepButton(step.name, "reject", "Reject") : null) : null,
     ));
     fill($("order-steps").tBodies[0], steps, "no steps", CAN_APPROVE ? 9 : 8);
+    const groupOf = Object.fromEntries(order.steps.filter((s) => s.group).map((s) => [s.name, s.group]));
     const events = [{ at: order.createdAt, actor: "", action: "submitted", processStateAfter: "Pending" }, ...audit];
     const rows = events.map((e) => el("tr", {},
       el("td", { text: new Date(e.at).toLocaleString() }),
       el("td", { text: e.actor || "" }),
       el("td", { text: e.action }),
-      el("td", { text: e.step || "" }),
+      el("td", { text: e.step ? e.step + (groupOf[e.step] ? ` (side by side: ${groupOf[e.step]})` : "") : "" }),
       el("td", { text: [e.processStateBefore, e.processStateAfter].filter(Boolean).join(" → ") }),
       el("td", { text: [e.stepStateBefore, e.stepStateAfter].filter(Boolean).join(" → ") }),
       el("td", { text: e.note || "" }),
