@@ -438,13 +438,25 @@ def _recover_group(
         if step.retry_at is not None:
             messages.append(_retry_later(record, ctx, index, ctx.now, f"supervisor: ask for {name} lost"))
             continue
-        until = hold_until((breakers or {}).get(ctx.steps[index].call_agent), ctx.now)
-        if until is not None:
+        service = ctx.steps[index].call_agent
+        breaker = (breakers or {}).get(service)
+        until = hold_until(breaker, ctx.now)
+        # A step waiting for its callback is never held: its service answered (202), so its timeout counts
+        # whatever the breaker, as for a single step (simulation, finding 20).
+        running = step.status is StepStatus.RUNNING
+        if until is not None and running:
             at = until + timedelta(seconds=ctx.settings.hold_margin_seconds)
             messages.append(
                 _retry_later(record, ctx, index, at, f"supervisor: {name} after its breaker's hold")
             )
             outcome = Outcome.HELD if outcome is Outcome.KICKED else outcome
+            continue
+        if running and breaker is not None and breaker.state is not BreakerState.CLOSED:
+            # A trial call is due: the step goes again now to carry it, uncounted, as a single step is
+            # released (simulation, finding 19: counted, an outage put the order in Error).
+            reason = f"supervisor: breaker of {service} wants a trial call; {name} again"
+            messages.append(_retry_later(record, ctx, index, ctx.now, reason))
+            outcome = Outcome.RELEASED if outcome is Outcome.KICKED else outcome
             continue
         step.failures += 1
         state.failure_count += 1
@@ -1030,12 +1042,16 @@ def _give_back(record: TaskRecord, ctx: Context, at: datetime, reason: str, outc
 
 # ---- operator and application requests --------------------------------------------------------
 def _operator_took_over(record: TaskRecord) -> None:
-    """An operator takes a task out of Error: the Supervisor counts its failures afresh, and the alert,
-    raised or not, has done its job."""
+    """An operator takes a task out of Error: the Supervisor counts its failures afresh (the current step's,
+    and those of every step in flight: the step of a group that put it there is not the current one), and
+    the alert, raised or not, has done its job."""
     state = record.state
     state.failure_count = 0
     state.alert_pending = False
     record.steps[state.current_step].failures = 0
+    for step in record.steps:
+        if step.status in _IN_FLIGHT:
+            step.failures = 0
 
 
 def resubmit(record: TaskRecord, ctx: Context) -> Decision:

@@ -137,6 +137,12 @@ def _ledger(sim: Simulation, order_id: str, final_name: str, where: str, row: Ro
                 continue
             if effect.step_index < len(truth.undoable) and not truth.undoable[effect.step_index]:
                 oracle.count("steps without undo left applied in a Compensated order")
+            elif effect.step_index < len(truth.groups) and len(truth.groups[effect.step_index]) > 1:
+                oracle.violation(
+                    order_id,
+                    f"Compensated, but {effect.key} is still applied: a failed or cancelled group leaves no "
+                    f"applied effect",
+                )
             else:
                 oracle.violation(order_id, f"Compensated, but {effect.key} is still applied")
     if steps is not None and final_name == ProcessState.PROCESSED.value:

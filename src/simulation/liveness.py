@@ -165,6 +165,8 @@ def _followed(oracle: Oracle, truth: OrderTruth, act: OperatorAct) -> None:
                 f"the {act.name} answered as done at {act.asked_at:.3f} never dispatched it again "
                 f"(attempt {attempts}, {state.value})",
             )
+    elif act.beside and act.what == "skip":
+        return  # the others of its group ran on: the task was never handed back
     elif act.what in ("resubmit", "skip", "approve") and truth.left_pending_at < act.saved_at:
         oracle.violation(
             truth.order_id,

@@ -36,7 +36,12 @@ During the run, on every committed change of a task's state record:
   enters Error then; any wait by a cancel); nothing runs before its timer (a later step is dispatched
   only once every wait before it ended well, a timer not before its time as recorded); a rejected or
   expired approval, or a wait cancelled, never reaches the next step; a finished order has no wait under
-  way.
+  way;
+- groups (steps side by side, :meth:`Oracle._passes_groups`, :meth:`Oracle._group_expiries`): each step of a
+  group is held to the invariants above on its own (its attempts, its outcome, its result, its Supervisor's
+  count; a step of a group waiting for its callback leaves the task Processing); no step after a group is
+  dispatched before every step of the group is Completed or Left out (the join); an operator's action on a
+  step of a running group shows its effect on that step, the task staying at the group.
 
 At the services, on every call and every effect:
 
@@ -52,7 +57,10 @@ At the services, on every call and every effect:
 - no call of a step reaches its service before a timer before it ends, or after a wait before it was
   rejected, expired or cancelled;
 - an undo waits for the callback: it never reaches a service still deciding, within the budget, the apply
-  it answered 202 (:meth:`Oracle.withdrawn`).
+  it answered 202 (:meth:`Oracle.withdrawn`);
+- the join holds at the services too (no call of a step after a group before the group joined), and a failed
+  or cancelled group lets its steps settle before its undo: no step of a group that can be undone is applied
+  after its own undo landed.
 
 At the callback route, on every callback it answers (:meth:`Oracle.callback_answered`): a forged one is
 refused 401; one its service signed is taken only for the dispatch the order waited for meanwhile, as the
@@ -71,7 +79,8 @@ Once the run has settled (faults stopped, every message settled, the Supervisor 
 - the ledger: no effect made twice or under a key of no step; a Processed order has every step applied and
   none undone (a skipped step: not undone) except the steps left out by their condition, which are Left
   out in its record and have no effect, and its waits, each ended well; a Compensated order has every
-  applied step undone, except the steps that cannot be undone; no call was ever made under the key of a
+  applied step undone, except the steps that cannot be undone (a failed or cancelled group leaves no
+  applied effect); no call was ever made under the key of a
   step left out; nothing after a wait rejected, expired or cancelled was applied (an order cancelled inside
   its cancellation window has no shipment);
 - no record outlives its order: no watch entry, no hold on a terminal order, no live record without its
@@ -136,6 +145,7 @@ SKIP_REASON = "skipped by an operator: "  # a skipped step's reason, before the 
 LEFT_OUT_REASON = "condition not met: "  # a left-out step's reason, before its condition in words
 ENGINE_ENTRIES = ("error", "left out")  # audit entries the engine writes of its own accord (no one acted)
 CANCELLED_WAITING = "cancelled while waiting"  # a wait's error when a cancel ended it
+UNDONE_WITH_GROUP = "undone with its group"  # a step of a group waiting for its callback when another failed
 TOLERANCE = 1e-6  # a datetime's microsecond, in the virtual seconds the oracle compares
 
 _LEGAL: set[tuple[ProcessState, ProcessState]] = {
@@ -160,6 +170,7 @@ class StepView:
     compensation_attempts: int = 0
     failures: int = 0
     complete_by: datetime | None = None
+    retry_at: datetime | None = None  # a step of a group: when a Scheduler is asked to dispatch it again
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +201,9 @@ class OperatorAct:
     complete_by: float | None = None  # the step's CompleteBy after the save
     answered: bool = False  # answered as done
     wait: bool = False  # it acted on a wait (an extend of one re-sends nothing)
+    # it acted on a step of a group that runs, and the others ran on: the task stays Processing (a skip hands
+    # nothing back, and sends no command)
+    beside: bool = False
 
     @property
     def name(self) -> str:
@@ -251,11 +265,17 @@ class OrderTruth:
     # callbacks (services that answer later)
     later: list[bool] = field(default_factory=list)  # per step: its service may answer 202 and call back
     completed: set[int] = field(default_factory=set)  # steps that became Completed (once each)
-    # The dispatch whose outcome the order waits for, from each save that changed it: (when, (step,
-    # undoing, attempt) or None, whether the Scheduler would apply its outcome then). None while no call
-    # of it runs or waits.
-    awaiting: list[tuple[float, tuple[int, bool, int] | None, bool]] = field(default_factory=list)
+    # The dispatches whose outcome the order waits for, from each save that changed them: (when, each
+    # (step, undoing, attempt), whether the Scheduler would apply its outcome then). None while no call of
+    # it runs or waits.
+    # A group's steps run side by side: the order waits for each of them in flight (the tuple's dispatches).
+    awaiting: list[tuple[float, tuple[tuple[int, bool, int], ...], bool]] = field(default_factory=list)
     parks: int = 0  # times its live records went for a parked copy (see simulation.storage)
+    # groups (steps side by side): per step, the steps of its group (just itself in none); and when each
+    # group (by its first step) first had every step Completed or Left out (its join)
+    groups: list[range] = field(default_factory=list)
+    joined: dict[int, float] = field(default_factory=dict)
+    errored: int | None = None  # the step the Supervisor last put the order in Error for
 
 
 class Oracle:
@@ -352,6 +372,7 @@ class Oracle:
                     step.calls and self.asynchronous(step.call_agent, step.action or "")
                     for step in definition.steps
                 ],
+                groups=[definition.group_range(i) for i in range(len(definition.steps))],
             )
         return found
 
@@ -460,6 +481,10 @@ class Oracle:
         if before.phase is Phase.FORWARD and after.phase is Phase.COMPENSATE:
             for key in [k for k in truth.attempts if k[1] is Phase.COMPENSATE]:
                 del truth.attempts[key]
+            if len(_group_of(truth, before.current_step)) > 1 and was is ProcessState.PROCESSING:
+                self.count("groups undone while they ran")
+                if after.next_attempt_at is not None and at_seconds(after.next_attempt_at) > now:
+                    self.count("groups let settle before their undo")
         acts = {entry.action for entry in audit if entry.action not in ENGINE_ENTRIES}
         for step in sorted(steps, key=lambda s: s.index):  # a step's values before a later step's dispatch
             self._step_changed(truth, before, after, step, acts, previous, now)
@@ -484,8 +509,9 @@ class Oracle:
             truth.alert_owed = False  # an operator took it out: the alert, if lost, is no longer needed
         truth.state = became
         truth.current_step, truth.phase = after.current_step, after.phase
+        self._joined(truth, now)
         awaits, applies = self._awaits(truth, after)
-        if (truth.awaiting[-1][1:] if truth.awaiting else (None, False)) != (awaits, applies):
+        if (truth.awaiting[-1][1:] if truth.awaiting else ((), False)) != (awaits, applies):
             truth.awaiting.append((now, awaits, applies))
         if became.terminal:
             truth.terminal_at = now
@@ -540,6 +566,7 @@ class Oracle:
             if step.status is StepStatus.WAITING:
                 self._wait_started(truth, after, step, previous, now)
             self._passes_waits(truth, step.index, now, "was dispatched")
+            self._passes_groups(truth, step.index, now, "was dispatched", joined=False)
         if step.attempts > view.attempts == 0:
             self.dispatched(order_id, step.index)
         cb = at_seconds(step.complete_by) if step.complete_by is not None else None
@@ -550,7 +577,13 @@ class Oracle:
             attempts = truth.attempts.setdefault((step.index, phase), [])
             if number > known and cb is not None:
                 attempts.append(Attempt(number, cb, now))
-            elif attempts and attempts[-1].number == number and cb is not None and phase is after.phase:
+            elif (
+                attempts
+                and attempts[-1].number == number
+                and cb is not None
+                and phase is after.phase
+                and step.retry_at is None  # a step of a group asked again: its CompleteBy watches the ask
+            ):
                 attempts[-1].complete_by = cb  # extended
         old, new = view.status, step.status
         if old is not new and new is StepStatus.WAITING and _wait_of(truth, step.index) is None:
@@ -561,7 +594,7 @@ class Oracle:
             self._outcome_reported(truth, before, step, old, new, acts, now, decided)
         view.status, view.attempts = new, step.attempts
         view.compensation_attempts, view.failures = step.compensation_attempts, step.failures
-        view.complete_by = step.complete_by
+        view.complete_by, view.retry_at = step.complete_by, step.retry_at
 
     def _outcome_reported(
         self,
@@ -602,6 +635,24 @@ class Oracle:
             if old is StepStatus.WAITING and "cancel" in acts and step.last_error == CANCELLED_WAITING:
                 self.count("cancelled while waiting for a callback")  # undone once it can no longer come
                 return
+            if old is StepStatus.WAITING and step.last_error == UNDONE_WITH_GROUP:
+                # A step of its group failed (its Agent said so): it is undone once its answer can no
+                # longer come.
+                failed = [
+                    i
+                    for i in _group_of(truth, step.index)
+                    if i != step.index
+                    and (i, False, truth.views[i].attempts, ReplyOutcome.FAILED) in truth.replies
+                ]
+                if failed:
+                    self.count("steps of a failed group undone while waiting for a callback")
+                    return
+                self.violation(
+                    order_id,
+                    f"step {step.name} was failed with its group while waiting for its callback, but no step "
+                    f"of its group reported a failure",
+                )
+                return
             wanted = (step.index, False, step.attempts, ReplyOutcome.FAILED)
         elif new is StepStatus.COMPENSATED:
             wanted = (step.index, True, step.compensation_attempts, ReplyOutcome.SUCCEEDED)
@@ -637,7 +688,23 @@ class Oracle:
             )
             self.violation(order_id, f"step {name}, which calls a service, was saved as waiting, but {why}")
             return
-        if (
+        if len(_group_of(truth, index)) > 1:
+            # A step of a group waits on its own: the task stays Processing, its CompleteBy as it was.
+            if (
+                after.process_state is not ProcessState.PROCESSING
+                or after.waiting_for is not None
+                or after.complete_by != before.complete_by
+                or step.complete_by != view.complete_by
+            ):
+                self.violation(
+                    order_id,
+                    f"the task whose group's step {name} waits for its callback is "
+                    f"{after.process_state.value}, waiting for {after.waiting_for}, CompleteBy "
+                    f"{after.complete_by} (was {before.complete_by}); the step's CompleteBy was "
+                    f"{view.complete_by}, is {step.complete_by}",
+                )
+            self.count("steps of a group waiting for a callback")
+        elif (
             after.process_state is not ProcessState.WAITING
             or after.waiting_for != "callback"
             or after.wait_until != step.complete_by
@@ -654,31 +721,40 @@ class Oracle:
         if attempts and attempts[-1].number == step.attempts:
             attempts[-1].accepted = True
 
-    def _awaits(self, truth: OrderTruth, after: TaskState) -> tuple[tuple[int, bool, int] | None, bool]:
-        """The dispatch whose outcome the order waits for after a save, as the callback route's fence reads
+    def _awaits(self, truth: OrderTruth, after: TaskState) -> tuple[tuple[tuple[int, bool, int], ...], bool]:
+        """The dispatches whose outcome the order waits for after a save, as the callback route's fence reads
         it (its current step calls a service and runs, waits for its callback, or is being undone, in that
-        phase and attempt), and whether the Scheduler would apply that outcome (the task in flight on it:
-        Processing or Waiting forward, Compensating back)."""
+        phase and attempt; forward, every step of the current group that runs or waits, each at its own
+        attempt), and whether the Scheduler would apply that outcome (the task in flight on it: Processing
+        or Waiting forward, Compensating back)."""
         index = after.current_step
         if after.process_state.finished or index >= len(truth.views) or _wait_of(truth, index) is not None:
-            return None, False
+            return (), False
         back = after.phase is Phase.COMPENSATE
+        group = _group_of(truth, index)
+        if len(group) > 1 and not back:
+            found = tuple(
+                (i, False, truth.views[i].attempts)
+                for i in group
+                if truth.views[i].status in (StepStatus.RUNNING, StepStatus.WAITING)
+            )
+            return found, bool(found) and after.process_state is ProcessState.PROCESSING
         status = truth.views[index].status
         if status not in ((StepStatus.COMPENSATING,) if back else (StepStatus.RUNNING, StepStatus.WAITING)):
-            return None, False
+            return (), False
         if back:
             applies = after.process_state is ProcessState.COMPENSATING
         else:
             applies = after.process_state is ProcessState.PROCESSING or (
                 after.process_state is ProcessState.WAITING and after.waiting_for == "callback"
             )
-        return (index, back, after.attempt), applies
+        return ((index, back, after.attempt),), applies
 
     def _awaited(
         self, truth: OrderTruth, start: float, end: float
-    ) -> list[tuple[tuple[int, bool, int] | None, bool]]:
+    ) -> list[tuple[tuple[tuple[int, bool, int], ...], bool]]:
         """What the order waited for from ``start`` to ``end``: the value at ``start``, then each change."""
-        found: list[tuple[tuple[int, bool, int] | None, bool]] = [(None, False)]
+        found: list[tuple[tuple[tuple[int, bool, int], ...], bool]] = [((), False)]
         for at, dispatch, applies in truth.awaiting:
             if at <= start:
                 found[0] = (dispatch, applies)
@@ -726,7 +802,7 @@ class Oracle:
         if status is not None:
             message = getattr(answer, "message", "")
             if status == 409:
-                if all(dispatch_ == key and applies for dispatch_, applies in awaited):
+                if all(key in dispatches and applies for dispatches, applies in awaited):
                     self.violation(
                         order_id, f"{what} was refused ({message}), yet the order waited for it throughout"
                     )
@@ -742,14 +818,14 @@ class Oracle:
                 f"{what} was handed to the Scheduler as the reply {reply.outcome.value} of "
                 f"{'undo' if reply.compensating else 'attempt'} {reply.attempt} of step {reply.step_index}",
             )
-        if not any(dispatch_ == key for dispatch_, _ in awaited):
-            waited = ", ".join(str(d) for d, _ in awaited)
+        if not any(key in dispatches for dispatches, _ in awaited):
+            waited = ", ".join(str(d[0] if len(d) == 1 else d or None) for d, _ in awaited)
             self.violation(
                 order_id,
                 f"{what} was taken, but the order never waited for it meanwhile (it waited for {waited}): a "
                 f"callback for a dispatch the order no longer waits for is refused (409)",
             )
-        elif not any(dispatch_ == key and applies for dispatch_, applies in awaited):
+        elif not any(key in dispatches and applies for dispatches, applies in awaited):
             self.count("callbacks taken that the Scheduler drops (finding 14)")
         else:
             self.count("callbacks taken")
@@ -838,6 +914,37 @@ class Oracle:
                     f"at {until:.3f}",
                 )
                 return
+
+    # ---- groups: steps side by side ----------------------------------------------------------------
+    def _joined(self, truth: OrderTruth, now: float) -> None:
+        """After a save: a group all of whose steps are Completed or Left out has joined (first time)."""
+        for group in truth.groups:
+            done = len(group) > 1 and all(truth.views[i].status in _DONE for i in group)
+            if done and group.start not in truth.joined:
+                truth.joined[group.start] = now
+                self.count("groups joined")
+
+    def _passes_groups(self, truth: OrderTruth, index: int, now: float, what: str, *, joined: bool) -> None:
+        """Step ``index`` runs (``what``: dispatched, or its call reached the service): every group before it
+        has joined, all of its steps Completed (or Left out) first: no step after a group starts before all
+        of the group has completed. A dispatch is judged on the save that makes it (``joined`` False: the
+        group's steps as that very save left them), a call on the joins seen so far."""
+        for group in {g for g in truth.groups[:index] if len(g) > 1 and g.stop <= index}:
+            if group.start in truth.joined:
+                continue
+            if not joined and all(truth.views[i].status in _DONE for i in group):
+                continue
+            pending = ", ".join(
+                f"{truth.steps[i]} {truth.views[i].status.value}"
+                for i in group
+                if truth.views[i].status not in _DONE
+            )
+            self.violation(
+                truth.order_id,
+                f"{truth.steps[index]} {what} at {now:.3f} before its group's steps had all completed "
+                f"({pending}): no step after a group starts before all of the group has completed",
+            )
+            return
 
     def _wait_ended(
         self,
@@ -1008,6 +1115,7 @@ class Oracle:
     ) -> None:
         order_id = truth.order_id
         truth.errors += 1
+        truth.errored = None
         entry = next((e for e in audit if e.action == "error"), None)
         if entry is None:
             self.violation(order_id, "entered Error without an audit entry")
@@ -1023,6 +1131,9 @@ class Oracle:
         if not entry.actor.startswith("supervisor"):
             self.violation(order_id, f"entered Error by {entry.actor}")
             return
+        if entry.step in truth.steps and truth.steps.index(entry.step) in _group_of(truth, index):
+            index = truth.steps.index(entry.step)  # a step of a group: the one whose timeouts it counted
+        truth.errored = index
         wait = _wait_of(truth, index)
         if wait is not None and truth.views[index].status is StepStatus.WAITING:
             self._deadline_error(truth, index, wait, now)
@@ -1185,6 +1296,13 @@ class Oracle:
         nor released the task). Once a step has had ``max_failures`` of them in its phase since its count
         was last reset (an operator taking the order out of Error; the undo phase counts afresh), its
         handling is Error."""
+        if (
+            before.process_state is ProcessState.PROCESSING
+            and before.phase is Phase.FORWARD
+            and len(_group_of(truth, before.current_step)) > 1
+        ):
+            self._group_expiries(truth, before, after, steps, audit, now)
+            return
         callback = before.process_state is ProcessState.WAITING and before.waiting_for == "callback"
         if before.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING) and not callback:
             return
@@ -1219,6 +1337,49 @@ class Oracle:
                 f"policy counts (each past its CompleteBy, the breaker closed until the Supervisor came); "
                 f"the policy puts it in Error at {self.max_failures}",
             )
+
+    def _group_expiries(
+        self,
+        truth: OrderTruth,
+        before: TaskState,
+        after: TaskState,
+        steps: list[StepState],
+        audit: list[AuditEntry],
+        now: float,
+    ) -> None:
+        """The Supervisor's recovery of the steps of a group, each on its own: a step in flight past its
+        CompleteBy (not one waiting for a Scheduler to dispatch it again) that the save asks again, or names
+        in its Error. Its timeout counts as for a single step (not held: the breaker closed from that
+        CompleteBy to the save; a callback awaited counts whatever the breaker), and once a step has had
+        ``max_failures`` of them since its count was last reset, its recovery is Error."""
+        if any(e.action not in ENGINE_ENTRIES for e in audit):
+            return  # an operator's action
+        errors = [e for e in audit if e.action == "error" and e.actor.startswith("supervisor")]
+        named = {e.step for e in errors}
+        changed = {s.index: s for s in steps}
+        for i in _group_of(truth, before.current_step):
+            view = truth.views[i]
+            if view.status not in (StepStatus.RUNNING, StepStatus.WAITING) or view.retry_at is not None:
+                continue
+            if view.complete_by is None or at_seconds(view.complete_by) > now:
+                continue
+            step = changed.get(i)
+            asked = step is not None and step.retry_at is not None and step.attempts == view.attempts
+            if not asked and truth.steps[i] not in named:
+                continue
+            deadline = at_seconds(view.complete_by)
+            waited = view.status is StepStatus.WAITING
+            if not waited and not self._closed_throughout(truth.agents[i], deadline, now):
+                continue  # the Supervisor may have held it for its breaker, uncounted
+            key = (i, Phase.FORWARD)
+            counted = truth.expiries[key] = truth.expiries.get(key, 0) + 1
+            if counted >= self.max_failures and after.process_state is not ProcessState.ERROR:
+                self.violation(
+                    truth.order_id,
+                    f"the Supervisor asked for step {truth.steps[i]} of a group again after {counted} "
+                    f"timeouts the policy counts (each past its CompleteBy, the breaker closed until the "
+                    f"Supervisor came); the policy puts it in Error at {self.max_failures}",
+                )
 
     def _closed_throughout(self, service: str, start: float, end: float) -> bool:
         """Whether the service's breaker was closed from ``start`` to ``end`` (closed if never written)."""
@@ -1262,6 +1423,11 @@ class Oracle:
             self.count("cancelled while a step without undo ran")
         if was is ProcessState.ERROR and became is not ProcessState.ERROR:
             truth.expiries.pop((before.current_step, before.phase), None)  # the operator took over
+            errored, truth.errored = truth.errored, None
+            if errored is not None and errored != before.current_step:
+                # A step of a group put it there: its count is the one the operator resets.
+                truth.expiries.pop((errored, before.phase), None)
+                truth.attempts[(errored, before.phase)] = []
         for entry in actions:
             token = _token(entry.note)
             found = self.acts.get(token) if token is not None else None
@@ -1270,6 +1436,9 @@ class Oracle:
             act = found[1]
             act.saved_at, act.after = now, became
             act.index, act.phase = before.current_step, before.phase
+            named = truth.steps.index(act.step) if act.step in truth.steps else None
+            if named is not None and named in _group_of(truth, before.current_step):
+                act.index = named  # any step of the group that is the current step
             view = truth.views[act.index]
             act.attempts = view.attempts if act.phase is Phase.FORWARD else view.compensation_attempts
             problem = self._effect(truth, act, before, after, steps, now)
@@ -1293,6 +1462,13 @@ class Oracle:
         fresh = after.complete_by is not None and at_seconds(after.complete_by) > now
         wait = _wait_of(truth, act.index)
         act.wait = wait is not None
+        if (
+            act.what in ("extend", "retry", "skip")
+            and len(_group_of(truth, act.index)) > 1
+            and was is ProcessState.PROCESSING
+            and before.phase is Phase.FORWARD
+        ):
+            return self._effect_in_group(truth, act, before, after, step, now)
         if act.what == "extend":
             old = truth.views[act.index].complete_by
             new = step.complete_by if step is not None else old
@@ -1368,6 +1544,63 @@ class Oracle:
                 return f"the task went {was.value} -> {became.value} ({after.phase.value})"
         return None
 
+    def _effect_in_group(
+        self,
+        truth: OrderTruth,
+        act: OperatorAct,
+        before: TaskState,
+        after: TaskState,
+        step: StepState | None,
+        now: float,
+    ) -> str | None:
+        """An operator's action on a step of a group that runs (``engine.transitions``): an extend moves that
+        step's CompleteBy by what was asked (a call re-sent with it, nothing for a callback awaited); a retry
+        asks a Scheduler to dispatch that step again now, the others running on; a skip completes it, and
+        hands the task back only when none of its group is still in flight. The task stays at the group."""
+        became = after.process_state
+        view = truth.views[act.index]
+        if act.what == "extend":
+            old, new = view.complete_by, step.complete_by if step is not None else view.complete_by
+            asked = act.seconds or 0.0
+            if old is None or new is None or abs(at_seconds(new) - at_seconds(old) - asked) > 1e-3:
+                return f"its CompleteBy went from {old} to {new}, not {asked:g} s later"
+            if became is not ProcessState.PROCESSING or after.current_step != before.current_step:
+                return f"the task is {became.value} at step {after.current_step}"
+            act.beside = True
+            if view.status is StepStatus.WAITING:
+                self.count("callback waits extended")
+                return None
+            act.complete_by = at_seconds(new)
+            self.count("steps of a group extended")
+            return None
+        if act.what == "retry":
+            if step is None or step.retry_at is None or abs(at_seconds(step.retry_at) - now) > 1.0:
+                return f"the step is not asked again now (retry at {step.retry_at if step else None})"
+            if became is not ProcessState.PROCESSING or after.current_step != before.current_step:
+                return f"the task is {became.value} at step {after.current_step}"
+            act.beside = True
+            self.count("steps of a group retried by an operator")
+            return None
+        if step is None or step.status is not StepStatus.COMPLETED or not _skipped(step):
+            if step is None:
+                return "the step is unchanged"
+            return f"the step is {step.status.value}, result {step.result}, reason {step.reason!r}"
+        in_flight = [
+            i
+            for i in _group_of(truth, act.index)
+            if i != act.index and truth.views[i].status in (StepStatus.RUNNING, StepStatus.WAITING)
+        ]
+        if in_flight:
+            if became is not ProcessState.PROCESSING:
+                return f"the task is {became.value}, while {truth.steps[in_flight[0]]} of its group runs"
+            act.beside = True
+            self.count("steps of a group skipped while others ran")
+            return None
+        fresh = after.complete_by is not None and at_seconds(after.complete_by) > now
+        if became is not ProcessState.PENDING or not fresh:
+            return f"the task is {became.value}, CompleteBy {after.complete_by}: not handed back"
+        return None
+
     def operator_asked(self, order_id: str, what: str, step: str | None, seconds: float | None) -> int:
         """An action about to be sent; the token it returns goes in the audit entry's note."""
         token = len(self.acts) + 1
@@ -1402,6 +1635,8 @@ class Oracle:
                     f"the {act.name} was answered as done, but no request of attempt {act.attempts} carries "
                     f"its new deadline {act.complete_by:.3f}",
                 )
+        elif act.beside and act.what != "retry":
+            return  # a skip of a step of a group whose others run on: nothing to send
         elif act.after is not ProcessState.COMPENSATED and truth.commands_at < act.saved_at:
             self.violation(order_id, f"the {act.name} was answered as done, but no command was sent")
 
@@ -1610,6 +1845,14 @@ class Oracle:
         truth.effects.append(effect)
         self.note(effect.order_id, "applied {} {}{}", effect.service, effect.key, " (late)" if late else "")
         index = effect.step_index
+        if len(_group_of(truth, index)) > 1 and _undoable(truth, index) and effect.undone_before_applied:
+            # Its own undo landed first and found nothing: the effect stays (a decision slower than the
+            # budget, a fault, is withdrawn by the undo instead: never applied).
+            self.violation(
+                effect.order_id,
+                f"{effect.key}, a step of a group, was applied after its own undo landed (and found nothing "
+                f"to undo): a failed or cancelled group lets its steps settle before it is undone",
+            )
         if not _undoable(truth, index) and truth.first_undo_at is not None:
             self.violation(
                 effect.order_id,
@@ -1655,6 +1898,7 @@ class Oracle:
             )
         if not compensating:
             self._passes_waits(truth, index, self.now(), "was called")
+            self._passes_groups(truth, index, self.now(), "was called", joined=True)
         for name, value in carried.items():
             producer = truth.producers.get(name)
             expected = self._returned(truth, producer).get(name) if producer is not None else None
@@ -1693,6 +1937,14 @@ class Oracle:
             return
         truth.alerts += 1
         truth.alert_owed = False
+
+
+_DONE = (StepStatus.COMPLETED, StepStatus.LEFT_OUT)  # a step of a group the join counts as done
+
+
+def _group_of(truth: OrderTruth, index: int) -> range:
+    """The steps of step ``index``'s group, itself included (just it in no group, or a key of no step)."""
+    return truth.groups[index] if index < len(truth.groups) else range(index, index + 1)
 
 
 def _wait_of(truth: OrderTruth, index: int) -> WaitTruth | None:

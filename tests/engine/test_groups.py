@@ -278,3 +278,21 @@ def test_the_declaration_refuses_split_single_and_waiting_groups() -> None:
         WorkflowDefinition(name="w", steps=(StepDefinition(name="a", group="g", **call),))
     with pytest.raises(ValueError, match="a wait cannot be in a group"):
         StepDefinition(name="t", wait=Timer(after_seconds=1), group="g")
+
+
+def test_a_trial_call_is_carried_uncounted_and_a_callback_wait_is_never_held() -> None:
+    record = at_group()
+    transitions.apply_reply(
+        record, ctx(), answer(3, 1, ReplyOutcome.ACCEPTED)
+    )  # "right" waits for its callback
+    later = T0 + timedelta(seconds=11)
+    # Open past its interval: a trial call is due, and a running step goes again at once to carry it.
+    trial = {
+        a: BreakerRecord(a, BreakerState.OPEN, 5, later - timedelta(seconds=60), later - timedelta(seconds=1))
+        for a in ("beta", "gamma", "delta")
+    }
+    decision = transitions.recover_expired(record, ctx(later), trial)
+    asked = {c.step_index: c for c in commands(decision)}
+    assert set(asked) == {1, 2, 3}
+    assert [record.steps[i].failures for i in GROUP] == [0, 0, 1]  # the callback's wait counts
+    assert all(asked[i].kind is CommandKind.RETRY and record.steps[i].retry_at == later for i in (1, 2))

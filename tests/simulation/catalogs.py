@@ -21,6 +21,11 @@ were found on, whatever the declaration (``orders.catalog``) says today. The fix
   of ``WAITS`` with the declared review's deadline policy (``compensate``), on the services of
   ``CONSTRUCTS`` whose charges are ``asynchronous`` (the payment may answer a charge or a refund 202 and call
   back), for the planted bugs of callbacks and ``test_callbacks.py``.
+- ``GROUPS``: fulfilment with a group of steps side by side (``group=``), on the services of ``CALLBACKS``
+  and a notice that cannot be unsent: reserve; then, together, the charge (whose payment may answer later
+  and call back), the shipment unless every item is digital (left out inside the group) and a notice to the
+  customer (no undo); then the confirmation, which carries the group's tracking number. No waits (so no
+  parking: its seeds draw nothing of them). For the planted bugs of groups and ``test_groups.py``.
 """
 
 from __future__ import annotations
@@ -281,10 +286,60 @@ CALLBACKS = WorkflowCatalog(
 )
 check_catalog(CALLBACKS_SERVICES, CALLBACKS)
 
+
+class _Notice(ServiceBody):
+    """A notice to the customer that the order is being settled: it reads the input only (the steps beside
+    it in its group return nothing it could read)."""
+
+    customer_id: NonEmpty
+    items: int
+
+    @classmethod
+    def build(cls, document: Document) -> Self:
+        return cls.model_validate(
+            {
+                "orderId": document.order_id,
+                "customerId": document.input["customerId"],
+                "items": sum(item["quantity"] for item in document.input["items"]),
+            }
+        )
+
+
+GROUPS_SERVICES: tuple[ServiceDefinition, ...] = tuple(
+    ServiceDefinition(
+        name="notifications",
+        description="confirmations and notices",
+        resources=(_resource("send", None, _Confirmation), _resource("notify", None, _Notice)),
+    )
+    if service.name == "notifications"
+    else service
+    for service in CALLBACKS_SERVICES
+)
+
+GROUPS = WorkflowCatalog(
+    workflows=(
+        WorkflowDefinition(
+            name="order-fulfilment",
+            version=3,
+            input=_Order,
+            steps=(
+                _CONSTRUCTS_STEPS[0],
+                *(step.model_copy(update={"group": "settle"}) for step in _CONSTRUCTS_STEPS[1:3]),
+                StepDefinition(
+                    name="notify-customer", agent="notifications", action="notify", group="settle"
+                ),
+                _CONSTRUCTS_STEPS[3],
+            ),
+        ),
+    )
+)
+check_catalog(GROUPS_SERVICES, GROUPS)
+
 # By name, for the jobs of tests/simulation/pool.py: the workflows, and the services they run on.
 PINNED: dict[str, tuple[WorkflowCatalog, Sequence[ServiceDefinition]]] = {
     "engine-only": (ENGINE_ONLY, ()),
     "constructs": (CONSTRUCTS, CONSTRUCTS_SERVICES),
     "waits": (WAITS, CONSTRUCTS_SERVICES),
     "callbacks": (CALLBACKS, CALLBACKS_SERVICES),
+    "groups": (GROUPS, GROUPS_SERVICES),
 }

@@ -50,9 +50,9 @@ def apply_reply_without_attempt_fence(record: TaskRecord, ctx: Context, reply: A
     if transitions.allows(operation, record) is None:
         return REFUSED
     if operation is Operation.STEP_SUCCEEDED:
-        return transitions._step_succeeded(record, ctx, reply.result)
+        return transitions._step_succeeded(record, ctx, reply.result, reply.step_index)
     if operation is Operation.STEP_FAILED:
-        return transitions._step_failed(record, ctx, reply.error or "step failed")
+        return transitions._step_failed(record, ctx, reply.error or "step failed", reply.step_index)
     if operation is Operation.COMPENSATION_SUCCEEDED:
         return transitions._compensation_succeeded(record, ctx)
     return transitions._compensation_failed(record, ctx, reply.error or "compensation failed")
@@ -132,7 +132,7 @@ def extend_step_without_the_change(record: TaskRecord, ctx: Context, index: int,
     step's CompleteBy: the operator is answered, the audit entry written, the deadline unchanged."""
     step = record.steps[index] if index < len(record.steps) else None
     if (
-        transitions._on_current_step(Operation.EXTEND_STEP, record, index) is None
+        transitions._on_current_step(Operation.EXTEND_STEP, record, ctx, index) is None
         or step is None
         or step.complete_by is None
         or step.complete_by <= ctx.now
@@ -250,11 +250,14 @@ def cancel_waiting_only_for_steps_with_undo(record: TaskRecord, ctx: Context) ->
     )
 
 
-def document_without_the_step_s_own_values(record: TaskRecord, upto: int) -> dict[str, Any]:
-    """``transitions.document`` that merges the values of the steps before ``upto`` only: a forward call
-    misses nothing (its step has returned nothing yet), but an undo no longer names what it undoes."""
+def document_without_the_step_s_own_values(
+    record: TaskRecord, upto: int, before: int | None = None
+) -> dict[str, Any]:
+    """``transitions.document`` that merges the values of the steps before ``upto`` only (before its group,
+    for a step of one): a forward call misses nothing (its step has returned nothing yet), but an undo no
+    longer names what it undoes."""
     results: dict[str, Any] = {}
-    for step in record.steps[:upto]:
+    for step in record.steps[: upto if before is None else before]:
         if step.result:
             results.update(step.result)
     return {"input": record.input, "results": results}
@@ -263,10 +266,13 @@ def document_without_the_step_s_own_values(record: TaskRecord, upto: int) -> dic
 _SHARED: dict[str, Any] = {}
 
 
-def document_with_one_dict_for_every_order(record: TaskRecord, upto: int) -> dict[str, Any]:
+def document_with_one_dict_for_every_order(
+    record: TaskRecord, upto: int, before: int | None = None
+) -> dict[str, Any]:
     """``transitions.document`` whose results dict outlives the call (a mutable default, a cache keyed by
     nothing): an order's own values overwrite another's, but a value it lacks comes from another order."""
-    for step in record.steps[: upto + 1]:
+    steps = record.steps[: upto + 1] if before is None else [*record.steps[:before], record.steps[upto]]
+    for step in steps:
         if step.result:
             _SHARED.update(step.result)
     return {"input": record.input, "results": _SHARED}
@@ -514,6 +520,87 @@ async def promote_dropping_entries(
     return len(due)
 
 
+# ---- groups: steps side by side ---------------------------------------------------------------------
+_STEP_SUCCEEDED = transitions._step_succeeded
+
+
+def step_succeeded_joining_at_the_first(
+    record: TaskRecord, ctx: Context, result: dict[str, Any], index: int
+) -> Decision:
+    """``transitions._step_succeeded`` whose join moves on when the first step of a group completes: the
+    step after the group is dispatched while the others of the group still run."""
+    group = ctx.group(index)
+    after = group.stop
+    if (
+        not ctx.grouped(index)
+        or not transitions._group_in_flight(record, ctx, index)
+        or after >= len(record.steps)
+        or record.steps[after].status is not StepStatus.NOT_STARTED
+        or ctx.steps[after].wait is not None
+    ):
+        return _STEP_SUCCEEDED(record, ctx, result, index)
+    step = record.steps[index]
+    step.status = StepStatus.COMPLETED
+    step.result = result
+    step.last_error = None
+    step.retry_at = None
+    done = transitions.status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, index=index)
+    moved = transitions._dispatch(record, ctx, after, compensating=False)  # the join moves on at once
+    transitions._at_group(record, ctx, group)
+    return moved.after(done)
+
+
+def group_failed_without_settling(record: TaskRecord, ctx: Context, index: int, error: str) -> Decision:
+    """``transitions._group_failed`` that does not let the others of the group settle: the undo is resumed
+    at once, while a step of the group still in flight may land after its own undo."""
+    state = record.state
+    group = ctx.group(index)
+    for i in group:
+        step = record.steps[i]
+        if step.status is StepStatus.WAITING:
+            step.status = StepStatus.FAILED
+            step.last_error = "undone with its group"
+        step.retry_at = None
+    state.phase, state.process_state = Phase.COMPENSATE, ProcessState.COMPENSATING
+    state.locked_by = None
+    state.next_attempt_at = ctx.now  # no wait for the CompleteBy (and grace) of the steps in flight
+    state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+    state.current_step = group.stop - 1
+    state.attempt = record.steps[group.stop - 1].compensation_attempts
+    transitions._touch(record, ctx)
+    name = record.steps[index].name
+    return Decision(
+        Outcome.MOVED,
+        (
+            transitions.status(record, ctx, StatusEvent.COMPENSATING, step=name, detail=error, index=index),
+            transitions.command(state.order_id, CommandKind.RESUME, f"{name} failed", new_id=ctx.new_id),
+        ),
+    )
+
+
+def step_failed_undoing_from_itself(record: TaskRecord, ctx: Context, error: str, index: int) -> Decision:
+    """``transitions._step_failed`` whose undo starts at the failed step, not at the last of its group: the
+    steps of the group declared after it are never undone."""
+    step = record.steps[index]
+    step.status = StepStatus.FAILED
+    step.last_error = error
+    step.retry_at = None
+    record.state.last_error = f"{step.name}: {error}"
+    record.state.phase = Phase.COMPENSATE
+    record.state.process_state = ProcessState.COMPENSATING
+    transitions._fresh_failure_counts(record)
+    if transitions._group_in_flight(record, ctx, index):
+        decision = transitions._group_failed(record, ctx, index, error)
+        record.state.current_step = index  # the undo resumes at the failed step
+        record.state.attempt = step.compensation_attempts
+        return decision
+    grouped = index if ctx.grouped(index) else None
+    compensating = transitions.status(
+        record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error, index=grouped
+    )
+    return transitions._dispatch_compensation(record, ctx, start=index).after(compensating)
+
+
 @dataclass(frozen=True)
 class Plant:
     """A bug to plant, words of the violation by which the invariant about its consequence reports it (the
@@ -631,5 +718,22 @@ PLANTS: dict[str, Plant] = {
         lambda mp: mp.setattr(TableStateStore, "promote", promote_dropping_entries),
         "a parked order forgotten",
         "waits",
+    ),
+    # groups (tests/simulation/test_groups.py, on the seeds it names)
+    "a join that moves on at the first step of a group": Plant(
+        lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_joining_at_the_first),
+        "before its group's steps had all completed",
+        "groups",
+    ),
+    "a group failure that does not let the others settle": Plant(
+        lambda mp: mp.setattr(transitions, "_group_failed", group_failed_without_settling),
+        # The charge beside the failed step is still being decided when its undo reaches the payment.
+        "the undo did not wait for the callback",
+        "groups",
+    ),
+    "a group failure that undoes from the failed step only": Plant(
+        lambda mp: mp.setattr(transitions, "_step_failed", step_failed_undoing_from_itself),
+        "was still applied",
+        "groups",
     ),
 }
