@@ -4,31 +4,9 @@ it."""
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
 from .declaration import Document, NonEmpty, Resource, ServiceBody, ServiceDefinition
-
-
-class ConfirmationBody(ServiceBody):
-    """The confirmation: to whom, how many items, and the shipment's tracking number when there is a
-    shipment (an order of digital goods only has none)."""
-
-    may_use = ("trackingNumber",)
-
-    customer_id: NonEmpty
-    items: int
-    tracking_number: str | None = None
-
-    @classmethod
-    def build(cls, document: Document) -> Self:
-        return cls.model_validate(
-            {
-                "orderId": document.order_id,
-                "customerId": document.input["customerId"],
-                "items": sum(item["quantity"] for item in document.input["items"]),
-                "trackingNumber": document.result("trackingNumber"),
-            }
-        )
 
 
 class ReturnNoticeBody(ServiceBody):
@@ -39,12 +17,30 @@ class ReturnNoticeBody(ServiceBody):
 
     @classmethod
     def build(cls, document: Document) -> Self:
+        return cls.model_validate(cls.fields(document))
+
+    @staticmethod
+    def fields(document: Document) -> dict[str, Any]:
+        """What every message to the customer says: the order, the customer, how many items."""
+        return {
+            "orderId": document.order_id,
+            "customerId": document.input["customerId"],
+            "items": sum(item["quantity"] for item in document.input["items"]),
+        }
+
+
+class ConfirmationBody(ReturnNoticeBody):
+    """The confirmation: to whom, how many items, and the shipment's tracking number when there is a
+    shipment (an order of digital goods only has none)."""
+
+    may_use = ("trackingNumber",)
+
+    tracking_number: str | None = None
+
+    @classmethod
+    def build(cls, document: Document) -> Self:
         return cls.model_validate(
-            {
-                "orderId": document.order_id,
-                "customerId": document.input["customerId"],
-                "items": sum(item["quantity"] for item in document.input["items"]),
-            }
+            {**cls.fields(document), "trackingNumber": document.result("trackingNumber")}
         )
 
 
