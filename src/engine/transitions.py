@@ -1098,6 +1098,7 @@ def cancel(record: TaskRecord, ctx: Context) -> Decision:
         if s.status is StepStatus.WAITING and ctx.steps[i].calls and s.complete_by
     ]
     for step in record.steps:
+        step.retry_at = None  # a step of a group asked to run again runs no more: it is undone
         if step.status is StepStatus.WAITING:
             # A wait ends here. A timer or an approval had no effect; a call whose service answers later
             # may have, and is undone like a running step, once its answer can no longer come.
