@@ -1574,7 +1574,10 @@ class Oracle:
             self.count("steps of a group extended")
             return None
         if act.what == "retry":
-            if step is None or step.retry_at is None or abs(at_seconds(step.retry_at) - now) > 1.0:
+            # Asked again at the time the operator's request read the clock: after it was asked, by the save
+            # (a slow store puts seconds between the two).
+            asked = at_seconds(step.retry_at) if step is not None and step.retry_at is not None else None
+            if asked is None or not act.asked_at - 1e-3 <= asked <= now + 1e-3:
                 return f"the step is not asked again now (retry at {step.retry_at if step else None})"
             if became is not ProcessState.PROCESSING or after.current_step != before.current_step:
                 return f"the task is {became.value} at step {after.current_step}"
