@@ -72,6 +72,20 @@ def _parks(record: TaskRecord, now: datetime, horizon: float) -> bool:
     )
 
 
+def _latest_due(record: TaskRecord, now: datetime) -> datetime:
+    """The latest CompleteBy of the task, or of any of its steps in flight, that has passed by ``now``: when
+    the latest timeout the Supervisor is about to judge happened."""
+    times = [record.state.complete_by] if record.state.complete_by is not None else []
+    times += [
+        step.complete_by
+        for step in record.steps
+        if step.status in (StepStatus.RUNNING, StepStatus.WAITING, StepStatus.COMPENSATING)
+        and step.complete_by is not None
+        and step.complete_by <= now
+    ]
+    return max(times, default=now)
+
+
 def _never_started(record: TaskRecord) -> bool:
     """Pending with no step ever dispatched: what a submission leaves when its kick was not sent."""
     state = record.state
@@ -124,6 +138,7 @@ class Supervisor:
         store = self.parts.store
         ctx = self.parts.context()
         breakers: dict[str, BreakerRecord] | None = None
+        breakers_read = datetime.min.replace(tzinfo=ctx.now.tzinfo)
         horizon = ctx.settings.park_horizon_seconds
         if horizon > 0:
             try:
@@ -179,7 +194,11 @@ class Supervisor:
             before = record.state.process_state
             asked = [step.retry_at for step in record.steps]
             overdue = before is ProcessState.WAITING and record.state.waiting_for == APPROVAL
-            if breakers is None:
+            if breakers is None or breakers_read < _latest_due(record, self.parts.clock.now()):
+                # Read again when the reading is older than the timeout about to be judged: a slow sweep
+                # would judge it by a breaker closed before the step timed out, and count what the open
+                # breaker explains (simulation, finding 21).
+                breakers_read = self.parts.clock.now()
                 breakers = await self._breakers()
             task_ctx = self.parts.context(record=record)
             if task_ctx.workflow is None:

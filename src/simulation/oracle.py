@@ -1507,7 +1507,8 @@ class Oracle:
                 became is not wanted
                 or after.locked_by is not None
                 or not fresh
-                or after.current_step != act.index
+                # a step of a group is handed back at its group's first step (where a claim dispatches it all)
+                or after.current_step != _group_of(truth, act.index).start
             ):
                 return (
                     f"the task is {became.value}, locked by {after.locked_by}, CompleteBy {after.complete_by}"
@@ -1576,8 +1577,8 @@ class Oracle:
         if act.what == "retry":
             # Asked again at the time the operator's request read the clock: after it was asked, by the save
             # (a slow store puts seconds between the two).
-            asked = at_seconds(step.retry_at) if step is not None and step.retry_at is not None else None
-            if asked is None or not act.asked_at - 1e-3 <= asked <= now + 1e-3:
+            again = at_seconds(step.retry_at) if step is not None and step.retry_at is not None else None
+            if again is None or not act.asked_at - 1e-3 <= again <= now + 1e-3:
                 return f"the step is not asked again now (retry at {step.retry_at if step else None})"
             if became is not ProcessState.PROCESSING or after.current_step != before.current_step:
                 return f"the task is {became.value} at step {after.current_step}"

@@ -96,3 +96,10 @@ def test_the_seeds_of_findings_19_and_20_pass(catalog: str | None, seed: int) ->
     workflows, services = PINNED[catalog] if catalog is not None else (None, None)
     result = run(seed, max_orders=FIXED_MAX_ORDERS, catalog=workflows, services=services)
     assert result.ok, result.report()
+
+
+def test_the_seed_of_finding_21_passes() -> None:
+    """Seed 20032 (declared catalog), where a slow sweep judged a group's step by a breaker reading older
+    than the step's timeout and counted what the open breaker explained (docs/simulation.md, finding 21)."""
+    result = run(20032, max_orders=400)
+    assert result.ok, result.report()
