@@ -14,7 +14,7 @@ param tags object
 @description('Blob container that holds the Flex Consumption deployment package.')
 param deploymentContainerName string
 
-@description('The state table (STATE_TABLE_NAME); its watch table is this name followed by "watch" (adapters.table_store.watch_table_name), its history table by "history", the hosted simulators\' ledger this name followed by "sim" (simulators.table_ledger.ledger_table_name).')
+@description('The state table (STATE_TABLE_NAME); its watch table is this name followed by "watch" (adapters.table_store.watch_table_name), its history table by "history", its search table by "search" (adapters.table_store.search_table_name), the hosted simulators\' ledger this name followed by "sim" (simulators.table_ledger.ledger_table_name).')
 param stateTableName string
 
 module account 'br/public:avm/res/storage/storage-account:0.32.1' = {
@@ -57,6 +57,9 @@ module account 'br/public:avm/res/storage/storage-account:0.32.1' = {
         }
         {
           name: '${stateTableName}history'
+        }
+        {
+          name: '${stateTableName}search'
         }
         {
           name: '${stateTableName}sim'

@@ -89,6 +89,7 @@ from adapters.table_batch import submit_transaction
 from engine.deadletters import DeadLetterAction
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page, PurgeReport, StateCounts
+from engine.search import AT_A_STEP, SearchQuery, prefixes, query_prefix
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 
 log = logging.getLogger("adapters.table_store")
@@ -159,6 +160,7 @@ class OperationCounter:
 STATE = "state"
 WATCH = "watch"
 HISTORY = "history"
+SEARCH = "search"
 
 
 def env_settings_in_use(environ: Mapping[str, str] | None = None) -> bool:
@@ -178,6 +180,11 @@ def env_settings_in_use(environ: Mapping[str, str] | None = None) -> bool:
 def watch_table_name(table_name: str) -> str:
     """The watch table that goes with a state table."""
     return f"{table_name}watch"
+
+
+def search_table_name(table_name: str) -> str:
+    """The table of search entries (``engine.search``) that goes with a state table."""
+    return f"{table_name}search"
 
 
 def history_table_name(table_name: str) -> str:
@@ -306,6 +313,7 @@ class TableStateStore:
         history: TableClient | None = None,
         transact: Transact | None = None,
         unique: Callable[[], str] = _random_tail,
+        search: TableClient | None = None,
     ) -> None:
         """``unique`` gives the eight characters that keep two audit entries of one microsecond apart
         (random; the simulation's come from its seed)."""
@@ -314,6 +322,8 @@ class TableStateStore:
         self.table = table
         self.watch = watch
         self.history = history
+        # Without it, orders are written with no search entries, and searches find nothing.
+        self.search = search
         self.shards = shards
         self.counter = counter or OperationCounter()
         self._transaction = transact
@@ -326,14 +336,19 @@ class TableStateStore:
     async def from_service(
         cls, service: TableServiceClient, table_name: str, shards: int = 8
     ) -> TableStateStore:
-        """A store on ``table_name`` and its watch and history tables, creating them if missing (Bicep does
-        in Azure)."""
-        names = (table_name, watch_table_name(table_name), history_table_name(table_name))
+        """A store on ``table_name`` and its watch, history and search tables, creating them if missing
+        (Bicep does in Azure)."""
+        names = (
+            table_name,
+            watch_table_name(table_name),
+            history_table_name(table_name),
+            search_table_name(table_name),
+        )
         for name in names:
             with contextlib.suppress(ResourceExistsError):
                 await service.create_table(name)
-        table, watch, history = (service.get_table_client(name) for name in names)
-        return cls(table, watch, shards, history=history)
+        table, watch, history, search = (service.get_table_client(name) for name in names)
+        return cls(table, watch, shards, history=history, search=search)
 
     async def _transact(self, table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
         # The module's submit_transaction is looked up at each call (tests wrap it to make a request fail).
@@ -345,6 +360,8 @@ class TableStateStore:
         await self.watch.close()
         if self.history is not None:
             await self.history.close()
+        if self.search is not None:
+            await self.search.close()
 
     def _history(self) -> TableClient:
         if self.history is None:
@@ -361,6 +378,8 @@ class TableStateStore:
             value = getattr(state, name)
             if value is None:
                 continue  # Table storage has no nulls: a missing property reads back as None
+            if name == "search":
+                value = json.dumps(value, separators=(",", ":"), sort_keys=True)
             entity[alias] = value.value if hasattr(value, "value") else value
         return entity
 
@@ -415,6 +434,13 @@ class TableStateStore:
                 continue
             if name == "result":
                 value = json.dumps(value, separators=(",", ":"))
+            elif name == "calls":
+                if not value:
+                    continue
+                value = json.dumps(
+                    [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in value],
+                    separators=(",", ":"),
+                )
             entity[alias] = value.value if hasattr(value, "value") else value
         return entity
 
@@ -439,6 +465,57 @@ class TableStateStore:
             "RowKey": state.order_id,
             "CompleteBy": state.complete_by,
         }
+
+    def _search_keys(self, state: TaskState) -> list[str]:
+        """The keys of a task's search entries (``engine.search``)."""
+        if self.search is None:
+            return []
+        tail = f"{_stamp(state.created_at)}|{state.order_id}|"
+        return [prefix + tail for prefix in prefixes(state)]
+
+    def _search_entities(self, state: TaskState) -> list[dict[str, Any]]:
+        """A task's search entries: each carries what a search filters on besides its key."""
+        carried: dict[str, Any] = {
+            "PartitionKey": self._pk(state.order_id),
+            "OrderID": state.order_id,
+            "CreatedAt": state.created_at,
+            "Workflow": state.workflow,
+            "WorkflowVersion": state.workflow_version,
+        }
+        if state.submitter:
+            carried["Submitter"] = state.submitter
+        for name, value in (state.search or {}).items():
+            carried[f"Q_{name}"] = value
+        return [{**carried, "RowKey": key} for key in self._search_keys(state)]
+
+    async def _write_search(self, state: TaskState) -> None:
+        entities = self._search_entities(state)
+        if self.search is None or not entities:
+            return
+        self.counter.add(table=SEARCH, entities=len(entities))
+        operations = [("upsert", e, {"mode": UpdateMode.REPLACE}) for e in entities]
+        await self._transact(self.search, operations)
+
+    async def _delete_search(self, keys_by_shard: list[str] | dict[str, list[str]]) -> None:
+        """Delete search entries (best effort: one left behind is passed over by a search, whose order it
+        no longer finds); a list is one task's keys."""
+        if self.search is None or not keys_by_shard:
+            return
+        if isinstance(keys_by_shard, list):
+            order_id = keys_by_shard[0].rsplit("|", 2)[-2]
+            keys_by_shard = {self._pk(order_id): keys_by_shard}
+        for pk, keys in keys_by_shard.items():
+            for i in range(0, len(keys), _BATCH):
+                deletes = [("delete", {"PartitionKey": pk, "RowKey": k}) for k in keys[i : i + _BATCH]]
+                self.counter.add(table=SEARCH, entities=len(deletes))
+                try:
+                    await self._transact(self.search, deletes)
+                except TableTransactionError:
+                    # One was gone already: the rest one at a time.
+                    for _, entity in deletes:
+                        with contextlib.suppress(ResourceNotFoundError):
+                            self.counter.add(table=SEARCH, entities=1)
+                            await self.search.delete_entity(entity["PartitionKey"], entity["RowKey"])
 
     def archive_entities(
         self, record: TaskRecord, audited: bool = False
@@ -482,13 +559,16 @@ class TableStateStore:
     @staticmethod
     def _to_state(entity: Mapping[str, Any]) -> TaskState:
         values = {alias: entity[alias] for alias in _STATE_FIELDS.values() if entity.get(alias) is not None}
+        if isinstance(values.get("Search"), str):
+            values["Search"] = json.loads(values["Search"])
         return TaskState.model_validate(values)
 
     @staticmethod
     def _to_step(entity: Mapping[str, Any]) -> StepState:
         values = {alias: entity[alias] for alias in _STEP_FIELDS.values() if entity.get(alias) is not None}
-        if "Result" in values:
-            values["Result"] = json.loads(values["Result"])
+        for name in ("Result", "Calls"):
+            if name in values:
+                values[name] = json.loads(values[name])
         return StepState.model_validate(values)
 
     def _from_archive(self, entity: TableEntity) -> TaskRecord:
@@ -543,7 +623,10 @@ class TableStateStore:
         watched = bool(state_entity["Watched"])
         # Insert only: an entry already there is the task's own (or one left by a crash before its
         # transaction), and never later than that task's CompleteBy; moving it would break that bound.
-        added = await self._add_watch(record.state) if watched else None
+        # The search entries go first too, beside it: an order never exists without them, and entries
+        # whose order was never written (refused, or a crash) are passed over by a search.
+        watching = self._add_watch(record.state) if watched else _nothing()
+        added, _ = await asyncio.gather(watching, self._write_search(record.state))
         for _ in range(_RACES):
             found: TableEntity | None = None
             if self.history is not None:
@@ -565,6 +648,7 @@ class TableStateStore:
                 await self._delete_created(record.order_id, operations)
             answer = await self._existing(record, added, found)
             if answer is not None:
+                await self._delete_search(self._search_keys(record.state))  # this submission's, unused
                 return answer
             # Gone in between (another submission of the id took its own write back): try again.
         else:
@@ -627,6 +711,7 @@ class TableStateStore:
         ]
         self.counter.add(table=STATE, entities=len(deletes))
         await self._transact(self.table, deletes)
+        await self._delete_search(self._search_keys(self._to_state(operations[1][1])))
         log.info("order %s was submitted again after it finished; its history answered", order_id)
 
     async def _read_kept(self, order_id: str) -> TableEntity | None:
@@ -1119,7 +1204,18 @@ class TableStateStore:
                 query = history.query_entities(
                     _RANGE,
                     parameters={"pk": pk, "lo": lo, "hi": hi},
-                    select=["RowKey", "OrderID", "ProcessState", "UpdatedAt", "Audited"],
+                    select=[
+                        "RowKey",
+                        "OrderID",
+                        "ProcessState",
+                        "UpdatedAt",
+                        "Audited",
+                        "Search",
+                        "CreatedAt",
+                        "Workflow",
+                        "WorkflowVersion",
+                        "Submitter",
+                    ],
                     results_per_page=min(limit - purged - len(due), 1000),
                 ).by_page()
                 page = [entity async for entity in await anext(query, _empty_page())]
@@ -1136,6 +1232,7 @@ class TableStateStore:
                     size = 0
                 groups[-1].append((entry, operations))
                 size += len(operations)
+            gone: list[TableEntity] = []
             for group in groups:
                 done = await self._purge_group(pk, group)
                 if done is None:  # one of them changed: one at a time, so the others still go
@@ -1144,11 +1241,32 @@ class TableStateStore:
                             lost += 1
                         else:
                             purged += 1
+                            gone.append(one[0])
                 else:
                     purged += done
+                    gone += [entry for entry, _ in group]
+            # Its search entries go after the task: one left by a crash between finds no task.
+            await self._delete_search({pk: [k for e in gone for k in self._search_keys_of(e)]})
             if purged + lost >= limit:
                 break
         return PurgeReport(purged=purged, lost_races=lost, more=purged + lost >= limit)
+
+    def _search_keys_of(self, entry: Mapping[str, Any]) -> list[str]:
+        """The search entries' keys of a task, from its listing entry."""
+        if entry.get("CreatedAt") is None or entry.get("Workflow") is None:
+            return []
+        search = entry.get("Search")
+        state = TaskState.model_validate(
+            {
+                "OrderID": entry["OrderID"],
+                "Workflow": entry["Workflow"],
+                "CreatedAt": entry["CreatedAt"],
+                "UpdatedAt": entry["UpdatedAt"],
+                "Submitter": entry.get("Submitter"),
+                "Search": json.loads(search) if isinstance(search, str) else None,
+            }
+        )
+        return self._search_keys(state)
 
     async def _purge_operations(self, pk: str, entry: TableEntity, tombstone_until: datetime) -> list[Any]:
         order_id = entry["OrderID"]
@@ -1619,6 +1737,131 @@ class TableStateStore:
         more = place < len(tables) * self.shards
         return Page(items, _encode_token(place, token) if more else None)
 
+    # ---- search (engine.search) -------------------------------------------------------------------
+    async def search_orders(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
+        """Tasks that meet ``query``, a page at a time (fewer than asked for before the end when criteria
+        turn hits away: go on with the token). See :mod:`engine.search` for what each search reads."""
+        if query.keyed:
+            return await self._search_keyed(query, page_size, continuation)
+        return await self._search_at_step(query, page_size, continuation)
+
+    async def _search_keyed(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
+        place, token = _decode_token(continuation)
+        if place >= self.shards:
+            raise InvalidContinuation(continuation or "")
+        if self.search is None:
+            return Page([], None)
+        prefix = query_prefix(query)
+        lo = prefix + (_stamp(query.submitted_from) if query.submitted_from else "")
+        hi = prefix + (_stamp(query.submitted_to) if query.submitted_to else "~")
+        conditions, parameters = [_RANGE], {"lo": lo, "hi": hi}
+        if query.workflow:
+            conditions.append("Workflow eq @workflow")
+            parameters["workflow"] = query.workflow
+        if query.workflow_version is not None:
+            conditions.append("WorkflowVersion eq @version")
+            parameters["version"] = query.workflow_version  # type: ignore[assignment]
+        if query.storefront:
+            conditions.append("Submitter eq @submitter")
+            parameters["submitter"] = query.storefront
+        for n, (name, value) in enumerate(sorted(query.fields.items())):
+            conditions.append(f"Q_{name} eq @q{n}")
+            parameters[f"q{n}"] = value
+        # Hits the state's criteria turn away still cost a read: a page stops after this many.
+        budget, read = max(page_size * 4, 200), 0
+        items: list[TaskState] = []
+        while place < self.shards and len(items) < page_size and read < budget:
+            pages = self.search.query_entities(
+                " and ".join(conditions),
+                parameters={"pk": f"s{place:02d}", **parameters},
+                select=["OrderID", "CreatedAt"],
+                results_per_page=page_size - len(items),
+            ).by_page(continuation_token=token)
+            found = [e async for e in await anext(pages, _empty_page())]
+            self.counter.add(table=SEARCH, entities=len(found))
+            read += len(found)
+            states = await asyncio.gather(*(self._state_of(e["OrderID"], e["CreatedAt"]) for e in found))
+            items += [state for state in states if state is not None and query.holds(state)]
+            token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
+            if token is None:
+                place += 1
+        more = place < self.shards
+        return Page(items, _encode_token(place, token) if more else None)
+
+    async def _state_of(self, order_id: str, created_at: datetime) -> TaskState | None:
+        """The state of the task a search entry names (live, or in the history; read at once), or None if
+        the entry is not that task's (never written, or since purged)."""
+        pk = self._pk(order_id)
+
+        async def read(table: TableClient | None, key: str, select: list[str] | None) -> TableEntity | None:
+            if table is None:
+                return None
+            self.counter.add(table=STATE if table is self.table else HISTORY, entities=1)
+            try:
+                return await table.get_entity(pk, key, select=select)
+            except ResourceNotFoundError:
+                return None
+
+        live, kept = await asyncio.gather(
+            read(self.table, _state_key(order_id), None),
+            read(self.history, _archive_key(order_id), [*_STATE_FIELDS.values(), "Kind"]),
+        )
+        entity = (
+            live if live is not None else kept if kept is not None and kept.get("Kind") in _WHOLE else None
+        )
+        if entity is None:
+            return None
+        state = self._to_state(entity)
+        return state if state.created_at == created_at else None
+
+    async def _search_at_step(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
+        """Tasks at a step (``query.positions``), from the listing entries of the states a task can be at
+        a step in: the live table's and, for Waiting, the parked tasks' in the history."""
+        states = [query.process_state] if query.process_state is not None else list(AT_A_STEP)
+        places = [
+            (state, table)
+            for state in states
+            if state in AT_A_STEP
+            for table in (self.table, self.history)
+            if table is not None and (table is self.table or state is ProcessState.WAITING)
+        ]
+        place, token = _decode_token(continuation)
+        if place > len(places) * self.shards:
+            raise InvalidContinuation(continuation or "")
+        if not query.positions:
+            return Page([], None)
+        at = " or ".join(
+            f"(Workflow eq @w{n} and WorkflowVersion eq @v{n} and CurrentStep eq @c{n})"
+            for n in range(len(query.positions))
+        )
+        conditions = [_RANGE, f"({at})"]
+        parameters: dict[str, Any] = {}
+        for n, (workflow, version, index) in enumerate(query.positions):
+            parameters.update({f"w{n}": workflow, f"v{n}": version, f"c{n}": index})
+        if query.at_step_before is not None:
+            conditions.append("StepSince le @since")
+            parameters["since"] = query.at_step_before
+        if query.waiting_for is not None:
+            conditions.append("WaitingFor eq @kind")
+            parameters["kind"] = query.waiting_for
+        items: list[TaskState] = []
+        while place < len(places) * self.shards and len(items) < page_size:
+            state, table = places[place // self.shards]
+            lo, hi = _listing_range(state)
+            pages = table.query_entities(
+                " and ".join(conditions),
+                parameters={"pk": f"s{place % self.shards:02d}", "lo": lo, "hi": hi, **parameters},
+                results_per_page=page_size - len(items),
+            ).by_page(continuation_token=token)
+            found = [self._to_state(e) async for e in await anext(pages, _empty_page())]
+            self.counter.add(table=STATE if table is self.table else HISTORY, entities=len(found))
+            items += [s for s in found if query.holds(s)]
+            token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
+            if token is None:
+                place += 1
+        more = place < len(places) * self.shards
+        return Page(items, _encode_token(place, token) if more else None)
+
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks each state holds: the live table's listing entries of every shard (their keys
         only, one range query per shard) and, for the finished states and the parked tasks, each shard's
@@ -1745,6 +1988,10 @@ class TableStateStore:
         finally:
             await self._remove_watch(order_id, etag)
         return moved
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _empty_page() -> AsyncIterator[TableEntity]:

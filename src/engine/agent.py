@@ -22,7 +22,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from . import queues, telemetry
+from . import calls, queues, telemetry
 from .breaker import CircuitBreaker, MemoryBreakerStore, Permit
 from .clock import Clock
 from .errors import Accepted, CircuitOpenError, DeadlineReached, PermanentError, TransientError
@@ -98,6 +98,7 @@ class Agent:
             instance_id=instance_id,
         )
         self.typical_latency = 0.0  # seconds; 0 until a call succeeded
+        self.instance_id = instance_id
 
     @classmethod
     def for_workflow(
@@ -185,8 +186,11 @@ class Agent:
             return None
         # How much of the step's budget queueing and dispatch left for the call: where a step's time went.
         fields["secondsLeftOnArrival"] = round(left_on_arrival, 3)
+        note = calls.Note()
+        started = self.clock.now()
+        token = calls.current_note().set(note)
         try:
-            result = await self._call_with_retries(action, request)
+            result = await self._call_with_retries(action, request, note)
         except Accepted:
             # The service answers later, at the callback route: the Scheduler records that the step waits.
             reply = self._reply(request, ReplyOutcome.ACCEPTED)
@@ -197,6 +201,17 @@ class Agent:
             return None
         else:
             reply = self._reply(request, ReplyOutcome.SUCCEEDED, result=result)
+        finally:
+            calls.current_note().reset(token)
+        reply.call = calls.AgentCall(
+            instance=self.instance_id,
+            started=started,
+            ended=self.clock.now(),
+            tries=note.tries,
+            status=note.status,
+            error=(note.error or "")[:1000] or None,
+            body=note.body,
+        )
         return await self._send(request, reply, fields)
 
     async def _failed(self, permit: Permit, counts: bool) -> None:
@@ -211,7 +226,9 @@ class Agent:
         else:
             self.typical_latency += _LATENCY_WEIGHT * (seconds - self.typical_latency)
 
-    async def _call_with_retries(self, action: Action, request: AgentRequest) -> dict[str, Any]:
+    async def _call_with_retries(
+        self, action: Action, request: AgentRequest, note: calls.Note | None = None
+    ) -> dict[str, Any]:
         deadline = request.complete_by
         policy = self.policy_for(request.step, request.workflow, request.workflow_version)
 
@@ -253,6 +270,9 @@ class Agent:
                 raise DeadlineReached(f"complete-by {deadline.isoformat()} passed")
             permit = await self.breaker.before_call()
             started = self.clock.now()
+            if note is not None:
+                note.tries += 1
+                note.status = note.error = None
             # Per-call timeout: the policy's, but never beyond complete-by; the action applies it to its
             # own I/O, and this bound stops it at complete-by whatever the action does.
             given = min(policy.call_timeout_seconds, left)
@@ -263,19 +283,25 @@ class Agent:
             try:
                 async with hard_stop:
                     result = await action(request, given)
-            except PermanentError:
+            except PermanentError as exc:
                 await self.breaker.on_neutral(permit)  # the service answered; it just said no
+                if note is not None:
+                    note.error = str(exc)
                 raise
             except Accepted:
                 await self.breaker.on_success(permit)  # the service answered: it took the call
                 raise
             except TimeoutError as exc:
                 await self._failed(permit, counts)
+                if note is not None:
+                    note.error = f"no answer within {given:.2f}s"
                 if hard_stop.expired():
                     raise DeadlineReached(f"complete-by {deadline.isoformat()} passed during a call") from exc
                 raise
-            except Exception:
+            except Exception as exc:
                 await self._failed(permit, counts)
+                if note is not None:
+                    note.error = str(exc) or type(exc).__name__
                 raise
             except BaseException:
                 self.breaker.on_abandoned(permit)  # cancelled (the worker stops): nothing learned

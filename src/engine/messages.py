@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .calls import AgentCall
+
 # The largest copy of a saved task a message carries (see engine.saved_task); a larger task is read back.
 # Service Bus Standard takes 256 KB per message, and the copy goes beside the message's own payload.
 SAVED_TASK_MAX_CHARS = 32_000
@@ -119,6 +121,9 @@ class AgentReply(_Message):
         max_length=SAVED_TASK_MAX_CHARS,
         description="the request's savedTask, unchanged",
         exclude_if=_absent,
+    )
+    call: AgentCall | None = Field(
+        default=None, description="what the Agent sent and saw, for the step's record", exclude_if=_absent
     )
 
 

@@ -14,6 +14,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from .breaker import BreakerRecord
+from .search import SearchQuery
 from .state import AuditEntry, ProcessState, TaskRecord, TaskState
 
 
@@ -149,6 +150,12 @@ class StateStore(Protocol):
 
     async def unwatch(self, entry: ExpiredEntry) -> None:
         """Stop watching a task that is no longer in flight (no-op if the entry changed meanwhile)."""
+        ...
+
+    async def search_orders(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
+        """Tasks that meet ``query`` (:mod:`engine.search`), a page at a time; a page may hold fewer than
+        asked for before the end (go on with its token). Raises :class:`engine.errors.InvalidContinuation`
+        for a token it did not issue."""
         ...
 
     async def list_by_state(

@@ -28,8 +28,9 @@ from .state import StepState, TaskRecord, TaskState
 log = logging.getLogger("engine.saved_task")
 
 # Changes when the layout below changes, so an old copy is ignored rather than misread (2: ``listed``; a
-# copy without it would save the task without moving its listing entry).
-_FORMAT = "2"
+# copy without it would save the task without moving its listing entry; 3: steps' ``Calls``, which a copy
+# without them would save away).
+_FORMAT = "3"
 _SEPARATOR = ":"
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from .calls import CallEntry
+
 
 class ProcessState(StrEnum):
     """Task-level state (see the state machine in ``docs/architecture.md``)."""
@@ -101,6 +103,11 @@ class TaskState(BaseModel):
     # the state. None: the shared status queue (and tasks submitted before these were kept).
     submitter: str | None = Field(default=None, alias="Submitter")
     status_queue: str | None = Field(default=None, alias="StatusQueue")
+    # The input fields its workflow declares searchable, as submitted (``engine.search``): the keys of the
+    # order's search entries, kept so that they are purged with it.
+    search: dict[str, str] | None = Field(default=None, alias="Search")
+    # When the task came to its current step (or the current step's phase): "at charge-payment for 10 min".
+    step_since: datetime | None = Field(default=None, alias="StepSince")
     created_at: datetime = Field(alias="CreatedAt")
     updated_at: datetime = Field(alias="UpdatedAt")
 
@@ -137,6 +144,8 @@ class StepState(BaseModel):
     result: dict[str, Any] | None = Field(default=None, alias="Result")
     # Why the step is in its state when no error says it (a step left out: the condition that failed).
     reason: str | None = Field(default=None, alias="Reason")
+    # Its latest dispatches: what was sent, what came back, when, by whom (``engine.calls``).
+    calls: list[CallEntry] = Field(default_factory=list, alias="Calls")
 
 
 class AuditEntry(BaseModel):
@@ -186,6 +195,7 @@ class TaskRecord(BaseModel):
     # Its audit entries are kept beside the history's or the parked copy (set by the store when read).
     audited: bool = False
     _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _saved_position: tuple[int, Phase] | None = PrivateAttr(default=None)
     _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
 
     def model_post_init(self, context: Any, /) -> None:
@@ -205,7 +215,14 @@ class TaskRecord(BaseModel):
         """The store wrote the record: its steps as they are now are the saved view, and its audit
         entries are written."""
         self._saved_steps = [step.model_dump() for step in self.steps]
+        self._saved_position = (self.state.current_step, self.state.phase)
         self._audit = []
+
+    def note_position(self, now: datetime) -> None:
+        """Stamp ``StepSince`` when the task's step (or phase) differs from what was last saved."""
+        state = self.state
+        if state.step_since is None or (state.current_step, state.phase) != self._saved_position:
+            state.step_since = now
 
     def audit(self, entry: AuditEntry) -> None:
         """Attach an audit entry: the store writes it with the next save, in the same transaction."""

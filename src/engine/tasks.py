@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import machine, queues, saved_task, telemetry, transitions
+from . import machine, queues, saved_task, search, telemetry, transitions
 from .decisions import Decision, Outcome
 from .errors import (
     ConcurrencyError,
@@ -25,6 +25,7 @@ from .outbox import carry_out, deliver
 from .parts import EngineParts
 from .ports import CreateOutcome, Page, StateCounts
 from .retention import Purged
+from .search import SearchQuery
 from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .transitions import Context
 
@@ -85,6 +86,7 @@ class TaskService:
                 workflow_version=workflow.version,
                 submitter=submitter,
                 status_queue=queues.status_queue(submitter) if submitter else None,
+                search=search.searchable_values(workflow.searchable, task_input),
                 created_at=ctx.now,
                 updated_at=ctx.now,
             ),
@@ -124,6 +126,21 @@ class TaskService:
         """Tasks in one state, a page at a time (a finished state: those within the retention period;
         Waiting: only those waiting for ``waiting_for``, when given; only ``submitter``'s, when given)."""
         return await self.parts.store.list_by_state(state, page_size, continuation, waiting_for, submitter)
+
+    async def search(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
+        """Tasks that meet ``query`` (see :mod:`engine.search`), a page at a time. A step is looked for
+        wherever the deployed workflows (of ``query.workflow``, if given) declare one of its name."""
+        if query.step is not None:
+            positions = tuple(
+                (workflow.name, workflow.version, index)
+                for workflow in self.parts.catalog.workflows
+                if query.workflow in (None, workflow.name)
+                and query.workflow_version in (None, workflow.version)
+                for index, step in enumerate(workflow.steps)
+                if step.name == query.step
+            )
+            query = query.model_copy(update={"positions": positions})
+        return await self.parts.store.search_orders(query, page_size, continuation)
 
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks are in each state, counting at most ``limit`` tasks."""

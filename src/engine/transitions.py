@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import machine, queues
+from . import calls, machine, queues
 from .breaker import BreakerRecord, BreakerState, hold_until
 from .conditions import value_at
 from .decisions import REFUSED, UNCHANGED, Decision, OrderEnteredError, Outcome, Outgoing
@@ -116,6 +116,7 @@ def _engine(ctx: Context, role: str) -> str:
 def _touch(record: TaskRecord, ctx: Context) -> None:
     state = record.state
     state.updated_at = ctx.now
+    record.note_position(ctx.now)
     current = record.steps[state.current_step] if state.current_step < len(record.steps) else None
     if current is None or current.status is not StepStatus.WAITING:
         # What a task waits for is said only while its current step waits (in Error too: an approval
@@ -125,6 +126,59 @@ def _touch(record: TaskRecord, ctx: Context) -> None:
 
 def _moved(*messages: Outgoing) -> Decision:
     return Decision(Outcome.MOVED, messages)
+
+
+# ---- the steps' call records (engine.calls) ----------------------------------------------------------
+def _log_dispatch(record: TaskRecord, ctx: Context, index: int, kind: calls.Kind) -> None:
+    """Record a new dispatch of step ``index`` (its attempt and CompleteBy as just set)."""
+    step = record.steps[index]
+    attempt = step.compensation_attempts if kind == "undo" else step.attempts
+    entry = calls.CallEntry(attempt=attempt, kind=kind, dispatched=ctx.now, complete_by=step.complete_by)
+    step.calls = calls.appended(step.calls, entry)
+
+
+def _current_entry(record: TaskRecord, index: int) -> calls.CallEntry | None:
+    """The record of step ``index``'s dispatch under way (its latest), if kept."""
+    entries = record.steps[index].calls
+    return entries[-1] if entries else None
+
+
+def _log_end(record: TaskRecord, ctx: Context, index: int, outcome: str, reason: str | None = None) -> None:
+    """The dispatch under way of step ``index`` ended (a wait over, a step given up on)."""
+    entry = _current_entry(record, index)
+    if entry is not None and entry.outcome is None:
+        entry.outcome, entry.ended = outcome, ctx.now
+        if reason:
+            entry.reason = reason[:1000]
+
+
+def _log_timeout(record: TaskRecord, ctx: Context, index: int, recovery: str) -> None:
+    """The Supervisor found step ``index``'s dispatch past its CompleteBy, and did ``recovery``."""
+    entry = _current_entry(record, index)
+    if entry is None:
+        return
+    if entry.outcome is None or entry.outcome == "accepted":
+        entry.outcome, entry.ended = "timed out", ctx.now
+    entry.recovery = recovery[:300]
+
+
+def _log_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> None:
+    """What an applied reply (or callback) says about its dispatch."""
+    kind: calls.Kind = "undo" if reply.compensating else "call"
+    entry = calls.entry_for(record.steps[reply.step_index].calls, reply.attempt, kind)
+    if entry is None:
+        return
+    call = reply.call
+    if call is not None and call.callback:
+        entry.answered = entry.ended = ctx.now
+    elif call is not None:
+        entry.instance, entry.started, entry.tries = call.instance or None, call.started, call.tries
+        entry.status, entry.body, entry.ended = call.status, call.body, call.ended
+    else:
+        entry.ended = ctx.now
+    entry.outcome = reply.outcome.value
+    entry.result = reply.result or None
+    entry.reason = (reply.error or "")[:1000] or None
 
 
 def status(
@@ -253,6 +307,7 @@ def _dispatch(record: TaskRecord, ctx: Context, index: int, compensating: bool) 
         step.attempts += 1
         state.phase, state.process_state = Phase.FORWARD, ProcessState.PROCESSING
     step.complete_by = ctx.now + ctx.budget(ctx.steps[index])
+    _log_dispatch(record, ctx, index, "undo" if compensating else "call")
     state.current_step = index
     state.attempt = step.compensation_attempts if compensating else step.attempts
     state.complete_by = step.complete_by
@@ -269,7 +324,7 @@ def new_record_state(record: TaskRecord, ctx: Context) -> None:
     state.process_state = machine.INITIAL
     state.locked_by = None
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
-    state.created_at = state.updated_at = ctx.now
+    state.created_at = state.updated_at = state.step_since = ctx.now
 
 
 def claim(record: TaskRecord, ctx: Context) -> Decision:
@@ -446,6 +501,7 @@ def _recover_group(
         running = step.status is StepStatus.RUNNING
         if until is not None and running:
             at = until + timedelta(seconds=ctx.settings.hold_margin_seconds)
+            _log_timeout(record, ctx, index, f"held: breaker of {service} open; again at {at.isoformat()}")
             messages.append(
                 _retry_later(record, ctx, index, at, f"supervisor: {name} after its breaker's hold")
             )
@@ -455,6 +511,7 @@ def _recover_group(
             # A trial call is due: the step goes again now to carry it, uncounted, as a single step is
             # released (simulation, finding 19: counted, an outage put the order in Error).
             reason = f"supervisor: breaker of {service} wants a trial call; {name} again"
+            _log_timeout(record, ctx, index, f"again now for a trial call of {service}'s breaker")
             messages.append(_retry_later(record, ctx, index, ctx.now, reason))
             outcome = Outcome.RELEASED if outcome is Outcome.KICKED else outcome
             continue
@@ -462,8 +519,10 @@ def _recover_group(
         state.failure_count += 1
         if step.failures >= ctx.settings.supervisor_max_failures:
             reason = f"{step.failures} failures: step {name} did not complete by its deadline"
+            _log_timeout(record, ctx, index, f"failure {step.failures}: Error")
             return _enter_error(record, ctx, reason, _engine(ctx, "supervisor"), index=index)
         at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures))
+        _log_timeout(record, ctx, index, f"failure {step.failures}: again at {at.isoformat()}")
         reason = f"supervisor: retry after failure {step.failures} of {name}"
         messages.append(_retry_later(record, ctx, index, at, reason))
         outcome = Outcome.RETRIED
@@ -544,6 +603,7 @@ def _start_wait(record: TaskRecord, ctx: Context, index: int, wait: Timer | Appr
     step.attempts += 1
     step.complete_by = until
     step.last_error = None
+    _log_dispatch(record, ctx, index, "wait")
     state.phase, state.process_state = Phase.FORWARD, ProcessState.WAITING
     state.current_step = index
     state.attempt = step.attempts
@@ -578,6 +638,7 @@ def _end_wait(record: TaskRecord, ctx: Context, reason: str, *, scheduler: bool)
     step.status = StepStatus.COMPLETED
     step.reason = reason[:1000]
     step.last_error = None
+    _log_end(record, ctx, record.state.current_step, reason)
     done = status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, detail=reason)
     if scheduler:
         return _dispatch_forward(record, ctx).after(done)
@@ -641,6 +702,7 @@ def _wait_failed(record: TaskRecord, ctx: Context, error: str) -> Decision:
     step = record.steps[index]
     step.status = StepStatus.FAILED
     step.last_error = error[:1000]
+    _log_end(record, ctx, index, "rejected" if error.startswith("rejected") else "expired", error)
     state = record.state
     state.last_error = f"{step.name}: {error}"[:1000]
     state.phase, state.process_state = Phase.COMPENSATE, ProcessState.COMPENSATING
@@ -688,6 +750,7 @@ def apply_reply(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision
         return REFUSED
     if not rule.changes:
         return UNCHANGED
+    _log_reply(record, ctx, reply)
     if operation is Operation.STEP_SUCCEEDED and record.state.phase is Phase.COMPENSATE:
         return _kept_for_undo(record, ctx, index, reply.result)
     if operation is Operation.ACCEPT:
@@ -978,18 +1041,23 @@ def recover_expired(
     until = hold_until(breaker, ctx.now)
     if until is not None and allows(Operation.HOLD, record):
         state.complete_by = state.held_until = until + timedelta(seconds=ctx.settings.hold_margin_seconds)
+        _log_timeout(
+            record, ctx, state.current_step, f"held: breaker of {service} open until {until.isoformat()}"
+        )
         _touch(record, ctx)
         return Decision(Outcome.HELD)
     was_held = state.hold_end is not None
     trial_due = breaker is not None and breaker.state is not BreakerState.CLOSED
     if (was_held or trial_due) and allows(Operation.RELEASE, record):
         why = "hold over" if was_held else f"breaker of {service} wants a trial call"
+        _log_timeout(record, ctx, state.current_step, f"{why}: again now, uncounted")
         return _give_back(record, ctx, ctx.now, f"supervisor: {why}; {step.name} again", Outcome.RELEASED)
     # The pattern keeps a failure count per step: three single timeouts on three different steps are not
     # a step that keeps failing. The task's FailureCount stays the total, for operators.
     step.failures += 1
     state.failure_count += 1
     if step.failures >= ctx.settings.supervisor_max_failures:
+        _log_timeout(record, ctx, state.current_step, f"failure {step.failures}: Error")
         return _enter_error(
             record,
             ctx,
@@ -997,6 +1065,7 @@ def recover_expired(
             _engine(ctx, "supervisor"),
         )
     retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures))
+    _log_timeout(record, ctx, state.current_step, f"failure {step.failures}: again at {retry_at.isoformat()}")
     reason = f"supervisor: retry after failure {step.failures} of {step.name}"
     return _give_back(record, ctx, retry_at, reason, Outcome.RETRIED)
 
@@ -1010,6 +1079,9 @@ def _wait_expired(record: TaskRecord, ctx: Context) -> Decision:
     step = record.steps[index]
     if isinstance(wait, Timer) and allows(Operation.REWAKE, record):
         state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
+        entry = _current_entry(record, index)
+        if entry is not None:
+            entry.recovery = "wake-up lost: sent again"
         _touch(record, ctx)
         # Its time passed a window before the CompleteBy that brought the Supervisor here: due now.
         return Decision(
@@ -1019,6 +1091,7 @@ def _wait_expired(record: TaskRecord, ctx: Context) -> Decision:
         return REFUSED
     reason = "no approval by its deadline"
     if wait.on_deadline == "error":
+        _log_end(record, ctx, index, "expired", reason)
         return _enter_error(record, ctx, f"{step.name}: {reason}", _engine(ctx, "supervisor"))
     return Decision(Outcome.DEADLINE, _wait_failed(record, ctx, reason).messages)
 
@@ -1231,6 +1304,7 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
     if in_flight and step.complete_by is not None:
         wait = settled(step.complete_by, ctx)
         step.undo_not_before = wait if wait > ctx.now else None
+    _log_end(record, ctx, index, "skipped", note)
     step.status = StepStatus.COMPLETED
     # No result: the service returned nothing to pass on (a later body that needs one of its values fails).
     step.result = None

@@ -156,6 +156,11 @@ class WorkflowDefinition(BaseModel):
     description: str = ""
     input: type[BaseModel] | None = Field(default=None, description="the model of an order's input")
     steps: tuple[StepDefinition, ...] = Field(min_length=1, max_length=50)
+    searchable: tuple[str, ...] = Field(
+        default=(),
+        max_length=5,
+        description="input fields (wire names) an order can be found by: GET /api/orders?<field>=<value>",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -168,6 +173,18 @@ class WorkflowDefinition(BaseModel):
         if model is not None and model.model_config.get("extra") != "forbid":
             raise ValueError(f"input model {model.__name__} must refuse unknown fields: extra='forbid'")
         return model
+
+    @model_validator(mode="after")
+    def _searchable_inputs(self) -> WorkflowDefinition:
+        if not self.searchable:
+            return self
+        names = (
+            {f.alias or n for n, f in self.input.model_fields.items()} if self.input is not None else set()
+        )
+        unknown = [name for name in self.searchable if name not in names]
+        if unknown:
+            raise ValueError(f"workflow {self.name}: searchable names no field of its input: {unknown}")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> WorkflowDefinition:

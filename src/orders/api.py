@@ -33,9 +33,11 @@ from engine.errors import (
     UnknownWorkflow,
 )
 from engine.retention import Purged
+from engine.search import SearchQuery
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
+from . import search_params
 from .access import STOREFRONT_NAME
 from .models import (
     WAIT_KINDS,
@@ -107,6 +109,14 @@ class Call:
     headers: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)
     actor: str = "local"
+
+
+def _page_size(query: Mapping[str, str]) -> int | None:
+    try:
+        page_size = int(query.get("pageSize", "50"))
+    except ValueError:
+        return None
+    return page_size if 1 <= page_size <= MAX_PAGE_SIZE else None
 
 
 def error(status: int, code: str, message: str, details: list[FieldError] | None = None) -> Reply:
@@ -345,7 +355,15 @@ class OrdersApi:
         return Reply(200, AuditPage(items=[audit_view(e) for e in entries]).wire())
 
     async def list_by_state(self, query: Mapping[str, str]) -> Reply:
-        """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``."""
+        """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``, or a search when the query
+        names what to find (a customer, a step, a time of submission: ``orders.search_params``)."""
+        try:
+            tasks = await self._tasks()
+            wanted_search = search_params.parse(query, tasks.parts.catalog, tasks.parts.clock.now())
+        except search_params.BadQuery as exc:
+            return error(400, "ValidationFailed", str(exc))
+        if wanted_search is not None:
+            return await self._search(tasks, wanted_search, query)
         wanted = query.get("processState")
         states = [s.value for s in ProcessState]
         if wanted not in states:
@@ -372,6 +390,19 @@ class OrdersApi:
             return engine_error(exc)
         listing = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
         return Reply(200, listing.wire())
+
+    async def _search(self, tasks: TaskService, wanted: SearchQuery, query: Mapping[str, str]) -> Reply:
+        page_size = _page_size(query)
+        if page_size is None:
+            return error(
+                400, "ValidationFailed", f"pageSize must be a whole number from 1 to {MAX_PAGE_SIZE}"
+            )
+        try:
+            page = await tasks.search(wanted, page_size, query.get("continuationToken") or None)
+        except EngineError as exc:
+            return engine_error(exc)
+        found = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
+        return Reply(200, found.wire())
 
     async def counts(self) -> Reply:
         """``GET /api/order-counts``: how many orders each ProcessState holds, up to :data:`COUNT_LIMIT`."""

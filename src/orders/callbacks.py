@@ -27,11 +27,13 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine import queues, transitions
+from engine.calls import AgentCall
 from engine.errors import EngineError, NotFound, PermanentError
 from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
 from engine.ports import MessageSender
@@ -167,6 +169,8 @@ class Callbacks:
             # Late, duplicated, out of order, or for another service's step: nothing to change.
             return Refused(409, "Conflict", f"order {order_id} does not wait for this callback")
         reply = self._reply(declared, definition.action or "", callback, dispatch)
+        at = datetime.fromtimestamp(self._clock(), UTC)
+        reply.call = AgentCall(started=at, ended=at, callback=True)
         message_id = request_message_id(order_id, index, compensating, attempt) + ":callback"
         sender: MessageSender = tasks.parts.sender
         await sender.send(queues.REPLY_QUEUE, reply, message_id=message_id, correlation_id=order_id)

@@ -32,6 +32,8 @@ FULFILMENT_V1 = WorkflowDefinition(
     version=1,
     description="Reserve the stock, take the payment, ship the goods unless all are digital, confirm",
     input=FulfilmentOrder,
+    # Support staff find a customer's orders: GET /api/orders?customerId=...
+    searchable=("customerId",),
     steps=(
         StepDefinition(
             name="reserve-inventory", agent=inventory.SERVICE.name, action="reserve", compensation="release"
@@ -80,6 +82,7 @@ RETURNS_V1 = WorkflowDefinition(
     version=1,
     description="Collect the returned goods, refund the customer, put the goods back in stock",
     input=ReturnOrder,
+    searchable=("customerId", "originalOrderId"),
     steps=(
         StepDefinition(
             name="collect-return",

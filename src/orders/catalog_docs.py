@@ -60,7 +60,10 @@ def render(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) ->
     ]
     for service in services:
         resources = ", ".join(
-            f"{r.collection} (`{r.apply}` / {f'`{r.undo}`' if r.undo else NONE})" for r in service.resources
+            f"{r.collection} (`{r.apply}` / {f'`{r.undo}`' if r.undo else NONE}"
+            + (f"; redacted in its record: {_names(list(r.body.sensitive))}" if r.body.sensitive else "")
+            + ")"
+            for r in service.resources
         )
         lines.append(
             f"| `{service.name}` | `{service.function_name}` | `{queues.agent_queue(service.name)}` "
@@ -114,8 +117,10 @@ def _input_line(workflow: WorkflowDefinition) -> str:
     if workflow.input is None:
         return "Input: no input model declared."
     fields = "; ".join(input_fields(workflow.input))
+    searchable = f" Found by: {_names(list(workflow.searchable))}." if workflow.searchable else ""
     return (
         f"Input `{workflow.input.__name__}` (the order's fields besides `orderId` and `workflow`): {fields}."
+        + searchable
     )
 
 

@@ -53,6 +53,7 @@ class FulfilmentOrder(_Input):
                         {"sku": "ebook-7", "quantity": 1, "unitPrice": 20, "digital": True},
                     ],
                     "currency": "EUR",
+                    "paymentToken": "tok-4242-visa",
                 },
                 {
                     "customerId": "customer-2",
@@ -71,6 +72,14 @@ class FulfilmentOrder(_Input):
     customer_id: CustomerId = Field(alias="customerId")
     items: list[OrderItem] = Field(min_length=1, max_length=100)
     currency: Currency
+    payment_token: str | None = Field(
+        default=None,
+        alias="paymentToken",
+        min_length=1,
+        max_length=256,
+        description="the card's token: sent with the charge, redacted in the charge's record",
+        exclude_if=lambda value: value is None,  # an order without one stores nothing for it
+    )
 
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property

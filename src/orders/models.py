@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from engine import queues
+from engine.calls import CallEntry
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 from engine.workflow import WorkflowDefinition
 
@@ -80,6 +81,10 @@ class StepView(_View):
     retry_at: datetime | None = Field(
         alias="retryAt", description="a step of a group asked to run again from this time on"
     )
+    calls: list[CallEntry] = Field(
+        description="its latest dispatches, oldest first: what was sent (sensitive fields redacted), what "
+        "came back, when, by which process, and what the Supervisor did when one ran out of time"
+    )
 
 
 class OrderSummary(_View):
@@ -107,6 +112,12 @@ class OrderSummary(_View):
     created_at: datetime = Field(alias="createdAt")
     updated_at: datetime = Field(alias="updatedAt")
     last_error: str | None = Field(alias="lastError")
+    current_step: str | None = Field(
+        default=None, alias="currentStep", description="the step it is at (a group's: its first step)"
+    )
+    at_step_since: datetime | None = Field(
+        default=None, alias="atStepSince", description="since when it has been at that step (and phase)"
+    )
 
 
 class OrderStatus(OrderSummary):
@@ -256,7 +267,17 @@ def summary(state: TaskState, storefront: str | None = None) -> OrderSummary:
         created_at=state.created_at,
         updated_at=state.updated_at,
         last_error=state.last_error,
+        current_step=_step_name(state),
+        at_step_since=state.step_since,
     )
+
+
+def _step_name(state: TaskState) -> str | None:
+    """The name of the step the task is at, from its workflow version as deployed (None if not)."""
+    workflow = CATALOG.find(state.workflow, state.workflow_version)
+    if workflow is None or state.current_step >= len(workflow.steps):
+        return None
+    return workflow.steps[state.current_step].name
 
 
 def status_view(
@@ -278,6 +299,7 @@ def status_view(
             result=s.result,
             group=declared[i].group if declared is not None else None,
             retry_at=s.retry_at,
+            calls=s.calls,
         )
         for i, s in enumerate(record.steps)
     ]

@@ -53,6 +53,7 @@ from .models import (
     OrderStatus,
     SkipRequest,
 )
+from .search_params import searchable_fields
 
 TITLE = "Orders (Scheduler Agent Supervisor)"
 VERSION = "1.0.0"
@@ -227,11 +228,20 @@ OPERATIONS: tuple[Operation, ...] = (
         "get",
         "/orders",
         "list_orders",
-        "List orders in one ProcessState, a page at a time (Processed and Compensated: those kept, i.e. "
-        "finished within the retention period)",
+        "List orders in one ProcessState, or find orders by customer (any field a workflow declares "
+        "searchable), storefront, workflow, the step they are at and for how long, or time of submission, "
+        "with or without a state; a page at a time (Processed and Compensated: those kept, i.e. finished "
+        "within the retention period). A search's page may hold fewer than pageSize before the end: go on "
+        "with its continuationToken",
         "orders",
         (
-            Param("processState", "query", {"type": "string", "enum": [s.value for s in ProcessState]}),
+            Param(
+                "processState",
+                "query",
+                {"type": "string", "enum": [s.value for s in ProcessState]},
+                False,
+                description="required for a listing; with a search, only the orders in this state",
+            ),
             Param(
                 "waitingFor",
                 "query",
@@ -245,7 +255,60 @@ OPERATIONS: tuple[Operation, ...] = (
                 "query",
                 {"type": "string", "pattern": f"^{queues.SUBMITTER_PATTERN}$"},
                 False,
-                description="only the orders this storefront submitted",
+                description="only the orders this storefront submitted (without processState: a search)",
+            ),
+            *(
+                Param(
+                    name,
+                    "query",
+                    {"type": "string", "minLength": 1, "maxLength": 1024},
+                    False,
+                    description="a search: the orders whose input has this value (a searchable field)",
+                )
+                for name in searchable_fields(CATALOG)
+            ),
+            Param(
+                "workflow",
+                "query",
+                {"type": "string", "minLength": 1},
+                False,
+                description="a search: the orders of this workflow",
+            ),
+            Param(
+                "workflowVersion",
+                "query",
+                {"type": "integer", "minimum": 1},
+                False,
+                description="with workflow: the orders of this version of it",
+            ),
+            Param(
+                "step",
+                "query",
+                {"type": "string", "minLength": 1},
+                False,
+                description="a search: the orders at this step now (Pending, Processing, Waiting, "
+                "Compensating or Error)",
+            ),
+            Param(
+                "atStepSeconds",
+                "query",
+                {"type": "number", "minimum": 0, "maximum": 10 * 365 * 86_400},
+                False,
+                description="with step: only those at it for at least this many seconds",
+            ),
+            Param(
+                "submittedFrom",
+                "query",
+                {"type": "string", "format": "date-time"},
+                False,
+                description="a search: the orders submitted at or after this time",
+            ),
+            Param(
+                "submittedTo",
+                "query",
+                {"type": "string", "format": "date-time"},
+                False,
+                description="a search: the orders submitted before this time",
             ),
             Param("pageSize", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE}, False),
             Param("continuationToken", "query", {"type": "string"}, False),

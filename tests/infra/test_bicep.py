@@ -21,7 +21,7 @@ import pytest
 import yaml
 from pycep import BicepParser
 
-from adapters.table_store import history_table_name, watch_table_name
+from adapters.table_store import history_table_name, search_table_name, watch_table_name
 from engine import queues, telemetry
 from orders.catalog import CATALOG
 from orders.settings import SERVICE_URL_SETTINGS, SETTING_NAMES
@@ -613,15 +613,17 @@ def test_storage_accepts_entra_id_only_and_holds_the_state_tables() -> None:
         "stateTableName",
         "${stateTableName}watch",
         "${stateTableName}history",
+        "${stateTableName}search",
         "${stateTableName}sim",
     ]
-    # with the default name: orders, orderswatch, ordershistory and orderssim, as the store and the
-    # simulators expect
+    # with the default name: orders, orderswatch, ordershistory, orderssearch and orderssim, as the store
+    # and the simulators expect
     default = parsed(INFRA / "main.bicep")["parameters"]["stateTableName"]["default"]
-    assert [default, f"{default}watch", f"{default}history", f"{default}sim"] == [
+    assert [default, f"{default}watch", f"{default}history", f"{default}search", f"{default}sim"] == [
         "orders",
         watch_table_name("orders"),
         history_table_name("orders"),
+        search_table_name("orders"),
         ledger_table_name("orders"),
     ]
 

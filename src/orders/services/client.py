@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import ValidationError
 
+from engine import calls
 from engine.agent import Action
 from engine.errors import Accepted, PermanentError, TransientError
 from engine.messages import AgentRequest, callback_context
@@ -78,7 +79,10 @@ class RemoteServices:
         timeout: float,
         body: dict[str, Any],
         asynchronous: bool = False,
+        recorded: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """POST ``body``; ``recorded`` is the body as the call's record keeps it (sensitive fields
+        redacted)."""
         url = f"{self.urls[service]}{path}"
         headers = {"Idempotency-Key": request.idempotency_key}
         if asynchronous:
@@ -94,12 +98,15 @@ class RemoteServices:
             # it says nothing about the service, so it must fail the step, not charge the breaker.
             raise PermanentError(f"{service}: the request cannot be encoded: {exc}") from exc
         headers["Content-Type"] = "application/json"
+        if recorded is not None:
+            calls.note_body(recorded)
         try:
             response = await self.client.post(url, content=content, headers=headers, timeout=timeout)
         except httpx.TimeoutException as exc:
             raise TransientError(f"{service}: timed out after {timeout:.2f}s") from exc
         except httpx.TransportError as exc:
             raise TransientError(f"{service}: {type(exc).__name__}: {exc}") from exc
+        calls.note_status(response.status_code)
         if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUS:
             raise TransientError(f"{service}: HTTP {response.status_code}")
         if response.status_code >= 400:
@@ -116,7 +123,10 @@ class RemoteServices:
 
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             body = request_body(service.name, resource, False, request)
-            answer = await self._call(service.name, path, request, timeout, body, resource.asynchronous)
+            recorded = calls.redacted(body, resource.body.sensitive)
+            answer = await self._call(
+                service.name, path, request, timeout, body, resource.asynchronous, recorded
+            )
             return declared_result(service, resource, answer)
 
         return run
@@ -125,7 +135,9 @@ class RemoteServices:
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             path = undo_path(service, resource, request.idempotency_key)
             body = request_body(service.name, resource, True, request)
-            await self._call(service.name, path, request, timeout, body, resource.asynchronous)
+            model = resource.undo_body or resource.body
+            recorded = calls.redacted(body, model.sensitive if resource.undo_body is not None else ())
+            await self._call(service.name, path, request, timeout, body, resource.asynchronous, recorded)
             return {}
 
         return run

@@ -53,10 +53,14 @@ class ServiceBody(_Wire):
     """A call's body. Subclasses say how they are built from the order's document with :meth:`build`, and
     name the results they read: ``needs`` (an earlier step that always runs must return each) and
     ``may_use`` (an earlier step may return it; the body copes when it is absent). The catalog refuses at
-    import a body that reads a result no earlier step returns."""
+    import a body that reads a result no earlier step returns.
+
+    ``sensitive`` names the body's fields (wire names) that must not be kept: the Agent sends them, and
+    records the call with their values replaced by ``[redacted]`` before the record leaves its process."""
 
     needs: ClassVar[tuple[str, ...]] = ()
     may_use: ClassVar[tuple[str, ...]] = ()
+    sensitive: ClassVar[tuple[str, ...]] = ()
 
     order_id: NonEmpty
 
@@ -68,6 +72,11 @@ class ServiceBody(_Wire):
     def wire(self) -> dict[str, Any]:
         """The JSON body, camelCase."""
         return self.model_dump(by_alias=True, mode="json")
+
+    @classmethod
+    def wire_names(cls) -> list[str]:
+        """The body's field names on the wire."""
+        return [field.alias or name for name, field in cls.model_fields.items()]
 
 
 class ServiceResult(_Wire):
@@ -107,17 +116,31 @@ class ItemsBody(ServiceBody):
 
 
 class AmountBody(ServiceBody):
-    """A body that names the order's total and currency (charges, credits)."""
+    """A body that names the order's total and currency (charges, credits), and the payment token the
+    order carries, if any: the card's token, sent to the payment service and never kept in a call's
+    record."""
+
+    sensitive = ("paymentToken",)
 
     amount: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     currency: NonEmpty
+    payment_token: str | None = None
 
     @classmethod
     def build(cls, document: Document) -> Self:
         items = document.input["items"]  # strictly: an input without items must not charge 0
         total = round(sum(i["quantity"] * i["unitPrice"] for i in items), 2)
         currency = document.input["currency"]
-        return cls.model_validate({"orderId": document.order_id, "amount": total, "currency": currency})
+        token = document.input.get("paymentToken")
+        body = {"orderId": document.order_id, "amount": total, "currency": currency, "paymentToken": token}
+        return cls.model_validate(body)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body, without a token the order does not carry."""
+        body = super().wire()
+        if body.get("paymentToken") is None:
+            del body["paymentToken"]
+        return body
 
 
 class Resource(Declared):
@@ -161,6 +184,10 @@ class Resource(Declared):
             )
         if self.undo is None and self.undo_body is not None:
             raise ValueError(f"resource {self.collection}: undo_body without an undo")
+        for model in (self.body, self.undo_body):
+            unknown = set(model.sensitive) - set(model.wire_names()) if model is not None else set()
+            if unknown:
+                raise ValueError(f"resource {self.collection}: sensitive names no field: {sorted(unknown)}")
         return self
 
     @property
