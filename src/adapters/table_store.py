@@ -1830,11 +1830,12 @@ class TableStateStore:
             raise InvalidContinuation(continuation or "")
         if not query.positions:
             return Page([], None)
+        # Spaces around the parentheses: the SDK substitutes a parameter only as a word of its own.
         at = " or ".join(
-            f"(Workflow eq @w{n} and WorkflowVersion eq @v{n} and CurrentStep eq @c{n})"
+            f"( Workflow eq @w{n} and WorkflowVersion eq @v{n} and CurrentStep eq @c{n} )"
             for n in range(len(query.positions))
         )
-        conditions = [_RANGE, f"({at})"]
+        conditions = [_RANGE, f"( {at} )"]
         parameters: dict[str, Any] = {}
         for n, (workflow, version, index) in enumerate(query.positions):
             parameters.update({f"w{n}": workflow, f"v{n}": version, f"c{n}": index})

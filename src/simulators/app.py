@@ -322,10 +322,10 @@ class Simulators:
                 await asyncio.sleep(0.2 * 2**attempt)  # a webhook sender's backoff
 
     def _carried(self, body: bytes) -> Values:
-        """The fields of a validated body (a JSON object) named as a result, with their values as received
-        (null included: the body had the field but no value for it)."""
-        fields = json.loads(body)
-        return {name: value for name, value in fields.items() if name in self.result_names}
+        """A validated body (a JSON object) as received, every field (null included: the body had the
+        field but no value for it): the values passed on it carried, and what the order's call record
+        must show (sensitive fields aside, which the record redacts)."""
+        return dict(json.loads(body))
 
     def _begin_call(self, service: ServiceName) -> FaultSettings:
         """Count the call and take the settings it runs under (later changes do not affect it)."""

@@ -3,8 +3,8 @@
 The ledger is the simulators' ground truth, the thing a test compares with what the order-processing
 system believes happened. So it only ever records what a caller could observe: an entry exists once an
 effect has been applied (``applied`` is then 1) and ``compensated`` becomes 1 at most once. With the
-apply it records the result values the service answered and the declared result values the body
-carried; with the undo, those the undo's body carried; with each, the change's place in the ledger's
+apply it records the result values the service answered and the body as received (``carried``); with
+the undo, the undo's body; with each, the change's place in the ledger's
 order of changes (see ``models.LedgerEntry``).
 
 :class:`LedgerStore` is what the simulators need from a ledger. Two stores implement it: :class:`Ledger`

@@ -22,7 +22,10 @@ changes. So, for every finished order:
   that step's effect returned, as recorded with the effect (e.g. every refund names the charge it
   refunds); a call that carried the field empty although the order held the value then (the step's
   result in the order) lost it; and each step's result as the order holds it is what its service
-  returned.
+  returned;
+- calls shown: every call the order's steps record as answered (applied, accepted, or undone) shows the
+  body its service received under the step's key, field for field, but for the fields its body model
+  declares sensitive, which show ``[redacted]`` and never their value.
 
 Orders in Error are not checked: they wait for an operator with whatever they had done. The demo and the
 end-to-end tests both run this check.
@@ -60,6 +63,8 @@ class LedgerReport:
     carrying: int = 0  # calls (applies and undos) whose body carried a value an earlier step returned
     checked: int = 0  # values carried, each compared with the value its step returned
     waits: int = 0  # wait steps (timers, approvals) checked: no later step called after one ended badly
+    calls: int = 0  # calls whose recorded body was compared with the body their service received
+    redacted: int = 0  # of their fields, those declared sensitive, shown redacted
 
     def summary(self) -> str:
         """The counts in words, for the demo's output."""
@@ -68,7 +73,9 @@ class LedgerReport:
             f"{self.kept} effects that cannot be undone left applied in Compensated orders "
             f"({self.ordered} of them seen applied before the order's first undo); {self.waits} waits, none "
             f"passed by a later step after ending badly; {self.carrying} calls "
-            f"carried values passed on, {self.checked} values checked against the values returned"
+            f"carried values passed on, {self.checked} values checked against the values returned; "
+            f"{self.calls} recorded calls showed the bodies their services received ({self.redacted} "
+            "sensitive fields redacted)"
         )
 
 
@@ -129,7 +136,8 @@ def ledger_report(
         for key, applied in by_key.items():
             by_order.setdefault(str(applied["orderId"]), {})[(service, key)] = applied
     report = LedgerReport()
-    returns = _returns(services)
+    services = list(services)
+    returns, sensitive = _returns(services), _sensitive(services)
     for order in orders:
         if order.get("processState") not in CHECKED:
             continue
@@ -156,7 +164,59 @@ def ledger_report(
         ]
         _check_effects(report, order, definition, steps)
         _check_results(report, order, definition, steps, returns)
+        _check_calls(report, order, definition, steps, sensitive)
     return report
+
+
+def _sensitive(services: Iterable[ServiceDefinition]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The fields each (service, action) body declares sensitive (an undo without a body model: none)."""
+    found: dict[tuple[str, str], tuple[str, ...]] = {}
+    for service in services:
+        for resource in service.resources:
+            found[service.name, resource.apply] = resource.body.sensitive
+            if resource.undo is not None:
+                model = resource.undo_body
+                found[service.name, resource.undo] = model.sensitive if model is not None else ()
+    return found
+
+
+# What a recorded call shows for a field its body declares sensitive (engine.calls.REDACTED).
+REDACTED = "[redacted]"
+ANSWERED = ("succeeded", "accepted")
+
+
+def _check_calls(
+    report: LedgerReport,
+    order: Mapping[str, Any],
+    definition: WorkflowDefinition,
+    steps: list[_Step],
+    sensitive: dict[tuple[str, str], tuple[str, ...]],
+) -> None:
+    """Each answered call the order records shows the body its service received, sensitive fields
+    redacted."""
+    named = f"{order['orderId']} ({definition.name})"
+    for step in steps:
+        if step.entry is None:
+            continue
+        for call in step.view.get("calls") or ():
+            undo = call.get("kind") == "undo"
+            received = step.entry.get("undoCarried" if undo else "carried")
+            body = call.get("body")
+            if call.get("outcome") not in ANSWERED or not isinstance(body, Mapping):
+                continue
+            if not isinstance(received, Mapping) or body.get("truncated") is True:
+                continue  # an older ledger kept no body, or the record kept only the size of a large one
+            action = (definition.steps[step.index].compensation if undo else step.definition.action) or ""
+            hidden = sensitive.get((step.definition.agent or "", action), ())
+            expected = {k: (REDACTED if k in hidden and v is not None else v) for k, v in received.items()}
+            report.calls += 1
+            report.redacted += sum(1 for k in hidden if received.get(k) is not None)
+            if dict(body) != expected:
+                what = "undo" if undo else "call"
+                report.problems.append(
+                    f"{named}: {step.name}'s {what} (attempt {call.get('attempt')}) shows the body "
+                    f"{dict(body)}, but its service received {dict(received)}"
+                )
 
 
 def _returns(services: Iterable[ServiceDefinition]) -> dict[tuple[str, str], list[str]]:

@@ -86,8 +86,8 @@ class LedgerEntry(BaseModel):
     """What the ledger knows about one idempotency key of one service.
 
     Besides whether the effect is applied and undone: ``result``, the declared result values the apply
-    answered (every replay answers the same); ``carried`` and ``undo_carried``, the values of declared
-    result names (of any resource) that the body of the apply and of the undo carried, as received, so a
+    answered (every replay answers the same); ``carried`` and ``undo_carried``, the bodies of the apply and
+    of the undo as received (every field, among them the values of declared result names), so a
     check can compare each with the value its producing step returned; ``applied_seq`` and
     ``compensated_seq``, where the apply and the undo stand in the ledger's order of changes. An entry
     recorded before the ledger kept these (format 1 or 2) has None in each: nothing is known.

@@ -7,17 +7,20 @@ with its deadline; an approver approves it in the page, and sees no other action
 
 The browser is Debian's ``chromium`` driven through its ``chromedriver``; without them these tests are
 skipped (``apt-get install chromium chromium-driver``). ``CONSOLE_SCREENSHOT=docs/console.png`` saves
-the page with a running order and an order in Error to that path.
+the page with a running order and an order in Error to that path; ``TIMELINE_SCREENSHOT=docs/timeline.png``
+an order's timeline with a step the Supervisor sent again, and one call's details open.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -687,3 +690,160 @@ def test_a_group_is_shown_side_by_side_and_one_of_its_steps_is_acted_on(
         what="the timeline naming the step and its group",
     )
     assert problems(browser) == []
+
+
+# The chart's bars and marks as the page drew them: their data attributes and where they start on screen.
+DRAWN = """
+return [...document.querySelectorAll(arguments[0])].map(
+  (node) => ({ ...node.dataset, left: node.getBoundingClientRect().left }));
+"""
+
+
+def drawn(browser: WebDriver, selector: str) -> list[dict[str, Any]]:
+    return browser.execute_script(DRAWN, selector)
+
+
+def retried_and_extended(stack: LocalStack) -> dict[str, Any]:
+    """A finished order whose first step's first dispatch hung until the Supervisor sent the step again,
+    and whose second dispatch an operator extended once the service was back (the re-sent call answered):
+    two dispatches of one step, a recovery, an operator's action, and a call with what it sent."""
+    service = FIRST_STEP.call_agent
+    before = stack.hung_calls(service)
+    stack.faults(**{service: HANG})
+    order_id = stack.submit()
+
+    def sent_again(order: dict[str, Any]) -> bool:
+        calls = order["steps"][0]["calls"]
+        return len(calls) >= 2 and bool(calls[0].get("recovery"))
+
+    stack.wait_state(order_id, sent_again, timeout=30, what="the Supervisor sending the step again")
+    stack.wait_hung(service, more_than=before + 1)  # the second call hangs too: it ends only when re-sent
+    stack.clear_faults()
+    extended = stack.act(order_id, f"steps/{FIRST}/extend", {"seconds": 30, "note": "the service is back"})
+    assert extended.status_code == 202, extended.text
+    order = stack.wait_terminal(order_id)
+    assert order["processState"] == "Processed", order
+    return order
+
+
+@pytest.mark.usefixtures("calm")
+def test_the_timeline_draws_every_dispatch_and_shows_what_a_call_sent(
+    stack: LocalStack, browser: WebDriver
+) -> None:
+    order = retried_and_extended(stack)
+    order_id = order["orderId"]
+    first = order["steps"][0]
+    open_console(browser, stack)
+    open_order(browser, order_id)
+
+    # One bar per dispatch kept, drawn from the times the API gives, in time order along the axis.
+    bars = drawn(browser, "#chart .bar")
+    calls = [(s["name"], c) for s in order["steps"] for c in s["calls"]]
+    assert len(bars) == len(calls)
+    assert len([b for b in bars if b["step"] == FIRST]) == len(first["calls"]) >= 2
+    for bar, (step, call) in zip(bars, calls, strict=True):
+        assert (bar["step"], int(bar["attempt"]), bar["kind"]) == (step, call["attempt"], call["kind"])
+        assert (bar["start"], bar["end"]) == (call["dispatched"], call.get("ended") or ""), (bar, call)
+        assert bar["outcome"] == (call.get("outcome") or "")
+    by_time = sorted(bars, key=lambda b: datetime.fromisoformat(b["start"]))
+    for earlier, later in itertools.pairwise(by_time):
+        if earlier["start"] != later["start"]:
+            assert earlier["left"] < later["left"], (earlier, later)
+    # The Supervisor's recovery with its words, the operator's extension on the step's lane.
+    recoveries = drawn(browser, '#chart [data-marker="recovery"]')
+    assert {(m["step"], m["text"]) for m in recoveries} == {
+        (s["name"], c["recovery"]) for s in order["steps"] for c in s["calls"] if c.get("recovery")
+    }
+    [extend] = [e for e in audit(stack, order_id) if e["action"] == "extend"]
+    operators = drawn(browser, '#chart [data-marker="operator"]')
+    assert [(m["step"], m["action"], m["actor"], m["at"]) for m in operators] == [
+        (FIRST, "extend", extend["actor"], extend["at"])
+    ]
+    assert drawn(browser, f'#chart [data-marker="started"][data-step="{FIRST}"]')
+
+    # The call that answered: what it sent and what came back, shown when its bar is chosen.
+    answered = next(c for c in first["calls"] if c.get("body"))
+    bar = browser.find_element(
+        By.CSS_SELECTOR, f'#chart .bar[data-step="{FIRST}"][data-attempt="{answered["attempt"]}"]'
+    )
+    bar.click()
+    detail = browser.find_element(By.ID, "call-detail")
+    wait_for(detail.is_displayed, timeout=5, what="the call's details")
+    assert json.loads(browser.find_element(By.ID, "call-body").text) == answered["body"]
+    facts = {
+        dd.get_attribute("data-fact"): dd for dd in detail.find_elements(By.CSS_SELECTOR, "dd[data-fact]")
+    }
+    assert facts["instance"].text == answered["instance"]
+    assert facts["status"].text == str(answered["status"])
+    assert facts["outcome"].text == answered["outcome"]
+    for fact in ("dispatched", "started", "ended"):
+        assert facts[fact].find_element(By.TAG_NAME, "time").get_attribute("datetime") == answered[fact]
+    assert bar.get_attribute("aria-expanded") == "true"
+    if target := os.environ.get("TIMELINE_SCREENSHOT"):
+        # The window as tall as the timeline and the call's details, the timeline at its top.
+        to_top = "document.getElementById('order-chart').scrollIntoView(); scrollBy(0, -12)"
+        browser.execute_script(to_top)
+        for _ in range(2):
+            height = browser.execute_script(
+                "return document.getElementById('call-detail').getBoundingClientRect().bottom"
+                " - document.getElementById('order-chart').getBoundingClientRect().top"
+            )
+            browser.set_window_size(1400, min(int(height) + 160, 3000))
+            browser.execute_script(to_top)
+        assert browser.save_screenshot(str(ROOT / target))
+    assert problems(browser) == []
+
+
+def found(browser: WebDriver) -> list[str]:
+    return [r.get_attribute("data-order") for r in browser.find_elements(By.CSS_SELECTOR, "#found tbody tr")]
+
+
+def search_done(browser: WebDriver) -> str:
+    """What the search says once its reads are done (it says "Searching…" meanwhile)."""
+    note = browser.find_element(By.ID, "found-note")
+    return wait_for(
+        lambda: note.text not in ("", "Searching…") and note.text, timeout=10, what="the search's answer"
+    )
+
+
+@pytest.mark.usefixtures("calm")
+def test_orders_are_found_in_the_page_and_a_refused_search_says_why(
+    stack: LocalStack, browser: WebDriver
+) -> None:
+    customer = f"customer-{uuid.uuid4().hex[:10]}"
+    submitted = {stack.submit(customerId=customer) for _ in range(2)}
+    stack.submit()  # another customer's order, not to be found
+
+    def searched() -> set[str]:
+        reply = stack.api.get("/api/orders", params={"customerId": customer, "pageSize": 100})
+        assert reply.status_code == 200, reply.text
+        return {o["orderId"] for o in reply.json()["items"]}
+
+    wait_for(lambda: searched() == submitted, timeout=15, what="both orders found by the API")
+    open_console(browser, stack)
+    browser.find_element(By.ID, "find-customer").send_keys(customer)
+    browser.find_element(By.ID, "find-submit").click()
+    assert "found" in search_done(browser)
+    more = browser.find_element(By.ID, "find-more")
+    while more.is_displayed():  # a search's page may end early: read on to its end
+        more.click()
+        search_done(browser)
+    assert sorted(found(browser)) == sorted(submitted)
+    row = browser.find_element(By.CSS_SELECTOR, "#found tbody tr")
+    assert row.find_element(By.CSS_SELECTOR, "td[data-current-step]").text
+    row.find_element(By.TAG_NAME, "button").click()
+    heading = browser.find_element(By.ID, "order-heading")
+    wait_for(lambda: heading.text.startswith(f"Order {row.get_attribute('data-order')} "), timeout=10)
+
+    assert problems(browser) == []
+
+    # Minutes at a step with no step: the API refuses, and the page says what the API said.
+    refused = stack.api.get("/api/orders", params={"atStepSeconds": "600"})
+    assert refused.status_code == 400, refused.text
+    browser.find_element(By.ID, "find-minutes").send_keys("10")
+    browser.find_element(By.ID, "find-submit").click()
+    note = search_done(browser)
+    assert note == f"The search was refused: {refused.json()['error']['message']}", note
+    assert browser.find_elements(By.CSS_SELECTOR, "#found tbody tr") == [] and not more.is_displayed()
+    complaints = problems(browser)  # the browser logs the refusal itself, and nothing else
+    assert complaints and all("status of 400" in c["message"] for c in complaints), complaints

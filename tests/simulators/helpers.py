@@ -157,7 +157,7 @@ ROLES = [service for service in SERVICES if service.verb is not None]
 FIRST, SECOND, LAST = ROLES[0], ROLES[min(1, len(ROLES) - 1)], ROLES[-1]
 # A name no service has.
 UNDECLARED = "-".join(SERVICE_IDS) + "-undeclared"
-# A result name some declared resource returns: a body's field of that name is recorded as carried.
+# A result name some declared resource returns.
 RESULT_NAMES = sorted({name for service in RESOURCES for name in service.returns})
 
 
@@ -194,7 +194,8 @@ def entry(
         "applied": 1,
         "compensated": compensated,
         "result": service.result(key),
-        "carried": carried or {},
+        # The body as received: by default what :func:`apply` sends for ``order_id``.
+        "carried": carried if carried is not None else {**service.body, "orderId": order_id},
         "undoCarried": (undo_carried or {}) if compensated else None,
     }
 

@@ -146,8 +146,9 @@ def test_an_undo_body_is_validated_with_the_undo_body_model_and_what_it_carried_
     assert_error(wrong_type, 400, "InvalidBody")
     assert undone.json() == again.json() == {"id": KEY, "status": "unmade"}
     entry = book(tmp_path)[KEY]
-    # Only result names are recorded ("reason" is none); the first undo that undid it is the one kept.
-    assert (entry["compensated"], entry["undoCarried"]) == (1, {"thingId": MADE["thingId"]})
+    # The body as received; the first undo that undid it is the one kept.
+    kept = {"orderId": "o-1", "thingId": MADE["thingId"], "reason": "cancelled"}
+    assert (entry["compensated"], entry["undoCarried"]) == (1, kept)
     assert entry["compensatedSeq"] > entry["appliedSeq"]
 
 
@@ -174,7 +175,7 @@ def test_an_undo_without_an_undo_body_model_carries_the_order_and_its_results(tm
     values = Made.simulated("o-1:put").model_dump(by_alias=True)
     answers = calls(tmp_path, put, (f"/{NAME}/plain/o-1:put/take", {"orderId": "o-1", **values}, None))
     assert answers[1].json() == {"id": "o-1:put", "status": "taken"}
-    assert book(tmp_path)["o-1:put"]["undoCarried"] == values
+    assert book(tmp_path)["o-1:put"]["undoCarried"] == {"orderId": "o-1", **values}
 
 
 def test_what_an_apply_body_carries_under_a_result_name_is_recorded_as_received(tmp_path: Path) -> None:
@@ -191,9 +192,9 @@ def test_what_an_apply_body_carries_under_a_result_name_is_recorded_as_received(
     # A resource that returns nothing answers its own fields alone.
     assert answers[0].json() == {"id": "o-1:note", "orderId": "o-1", "status": "noted"}
     entries = book(tmp_path)
-    assert entries["o-1:note"]["carried"] == {"thingId": MADE["thingId"]}  # "size" is no result's name
-    assert entries["o-2:note"]["carried"] == {"thingId": None}
-    assert entries["o-3:note"]["carried"] == {}
+    assert entries["o-1:note"]["carried"] == {"orderId": "o-1", "thingId": MADE["thingId"], "size": 4}
+    assert entries["o-2:note"]["carried"] == {"orderId": "o-2", "thingId": None}
+    assert entries["o-3:note"]["carried"] == {"orderId": "o-3"}
     assert entries["o-1:note"]["result"] == {}
 
 

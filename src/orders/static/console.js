@@ -172,6 +172,7 @@
       say(`Order ${orderId}: ${message(order)}`, "error");
       return;
     }
+    if (selected && selected.order.orderId !== order.data.orderId) chosen = null; // another order's call
     selected = { order: order.data, etag: order.etag, audit: audit.status === 200 ? audit.data.items : [], loadedAt: new Date() };
     renderOrder();
     if (!quiet) {
@@ -241,6 +242,7 @@
       el("td", { text: e.detail || "" }),
     ));
     fill($("order-timeline").tBodies[0], rows, "nothing yet", 8);
+    renderChart(order, audit, loadedAt);
   }
 
   // What the order waits for, until when, and (an approval in Error) that its deadline has passed.
@@ -266,6 +268,254 @@
     return Object.entries(result || {}).map(([name, value]) => el("span", {
       class: "step", "data-result": name, text: `${name}: ${typeof value === "string" ? value : JSON.stringify(value)}`,
     }));
+  }
+
+  // ---- the order's timeline: one lane per step, a bar per dispatch ------------------------------
+  // Positions are set through the CSSOM (node.style), which the page's style-src policy allows; a style
+  // attribute in markup would be refused.
+  const KINDS = { call: "call", undo: "undo", wait: "wait" };
+  const KIND_TEXT = {
+    call: "a call to the step's service",
+    undo: "an undo: the call that reverses the step's effect",
+    wait: "a wait (for a time, a person's approval or the service's callback)",
+  };
+  const TICKS = [1, 2, 5, 10, 15, 30].map((s) => s * 1000)
+    .concat([1, 2, 5, 10, 15, 30].map((m) => m * 60_000))
+    .concat([1, 2, 3, 6, 12].map((h) => h * 3_600_000))
+    .concat([1, 2, 7, 14, 30].map((d) => d * 86_400_000));
+  const MAX_TICKS = 8;
+  const ENGINE = /^(scheduler|supervisor|agent)(:|$)/; // how the engine's own audit entries name their actor
+  let chosen = null; // the dispatch whose details are shown: {step, kind, attempt, dispatched}
+
+  const ms = (iso) => (iso ? Date.parse(iso) : NaN);
+  const precise = (iso) => new Date(iso).toLocaleString(undefined, {
+    month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3,
+  });
+  function took(millis) {
+    if (millis < 1000) return `${Math.round(millis)} ms`;
+    if (millis < 120_000) return `${(millis / 1000).toFixed(2)} s`;
+    return span(Math.round(millis / 1000));
+  }
+  const outcomeClass = (outcome) => `outcome-${(outcome || "running").replace(/\s+/g, "-")}`;
+
+  // Where the axis starts and ends: from the order's creation to the time the page loaded it while it is
+  // in flight, else to its last event (a finished order's axis is not stretched by the time since).
+  function axisOf(order, audit, loadedAt) {
+    const start = ms(order.createdAt);
+    const times = [ms(order.updatedAt), ...audit.map((e) => ms(e.at))];
+    for (const step of order.steps) {
+      for (const c of step.calls || []) times.push(...[c.dispatched, c.started, c.ended, c.answered].map(ms));
+    }
+    const last = Math.max(start, ...times.filter(Number.isFinite));
+    const end = Math.max(IN_FLIGHT.includes(order.processState) ? Math.max(last, loadedAt.getTime()) : last,
+      start + 1000); // a second at least: no division by nothing
+    return { start, until: end, end: end + (end - start) * 0.02 }; // room: the last bar off the edge
+  }
+
+  function ticks(start, end) {
+    const step = TICKS.find((t) => (end - start) / t <= MAX_TICKS) || TICKS[TICKS.length - 1];
+    // Hours and days on the local clock's boundaries, not UTC's.
+    const offset = step >= 3_600_000 ? new Date(start).getTimezoneOffset() * -60_000 : 0;
+    const first = Math.ceil((start + offset) / step) * step - offset;
+    const label = (t) => (step >= 86_400_000 ? new Date(t).toLocaleDateString()
+      : new Date(t).toLocaleTimeString(undefined, step >= 60_000
+        ? { hour: "2-digit", minute: "2-digit" } : { hour: "2-digit", minute: "2-digit", second: "2-digit" }));
+    const found = [];
+    for (let t = first; t <= end; t += step) found.push({ at: t, text: label(t) });
+    return found;
+  }
+
+  function renderChart(order, audit, loadedAt) {
+    const { start, until, end } = axisOf(order, audit, loadedAt);
+    const x = (t) => `${Math.min(100, Math.max(0, ((t - start) / (end - start)) * 100)).toFixed(3)}%`;
+    const place = (node, t) => { node.style.left = x(t); return node; };
+    const live = IN_FLIGHT.includes(order.processState);
+    $("chart-span").textContent = `From ${dated(order.createdAt)} (submitted) to ${dated(new Date(until).toISOString())}`
+      + ` (${live ? "loaded" : "its last event"}): ${took(until - start)}.`;
+
+    const track = (lane, ...children) => el("div", { class: "track", "data-lane": lane }, ...children);
+    const label = (...children) => el("div", { class: "lane-label" }, ...children);
+    const grid = el("div", { class: "gridlines", "aria-hidden": "true" });
+    const axis = el("div", { class: "axis", "aria-hidden": "true" });
+    for (const t of ticks(start, end)) {
+      // A label near an end of the axis is anchored on that side, so as not to stick out of the chart.
+      const at = (t.at - start) / (end - start);
+      const side = at < 0.05 ? " tick-first" : at > 0.93 ? " tick-last" : "";
+      axis.append(place(el("span", { class: `tick${side}`, "data-at": new Date(t.at).toISOString(), text: t.text }), t.at));
+      grid.append(place(el("span", { class: "gridline" }), t.at));
+    }
+
+    // The audit's entries: the engine putting the order in Error, another of its decisions (a step left
+    // out), or a person's action; on its step's lane, else on the order's.
+    const names = new Set(order.steps.map((s) => s.name));
+    const marks = new Map();
+    for (const e of audit) {
+      const lane = e.step && names.has(e.step) ? e.step : "";
+      const kind = e.action === "error" ? "error" : ENGINE.test(e.actor || "") ? "engine" : "operator";
+      const text = `${dated(e.at)} ${e.actor || "?"}: ${e.action}${e.note ? ` (“${e.note}”)` : ""}`
+        + `${e.detail ? `; ${e.detail}` : ""}${e.processStateAfter ? `; order ${e.processStateBefore} → ${e.processStateAfter}` : ""}`;
+      const mark = el("span", {
+        class: `marker m-${kind}`, role: "img", "aria-label": text, title: text,
+        "data-marker": kind, "data-at": e.at, "data-actor": e.actor || "",
+        "data-action": e.action, "data-step": e.step || null,
+      });
+      if (!marks.has(lane)) marks.set(lane, []);
+      marks.get(lane).push(place(mark, ms(e.at)));
+    }
+
+    const lanes = [];
+    if (marks.has("")) lanes.push(label(el("span", { class: "lane-name", text: "order" })), track("", ...marks.get("")));
+    order.steps.forEach((step, i) => {
+      const first = step.group && (i === 0 || order.steps[i - 1].group !== step.group);
+      const entries = step.calls || [];
+      const bars = entries.map((c, j) => callBar(step, c, entries[j + 1], until, x, place));
+      const pair = [
+        label(first ? el("span", { class: "group-name", text: `side by side: ${step.group}` }) : null,
+          el("span", { class: "lane-name", text: step.name }), " ", stateCell(step.state)),
+        track(step.name, ...bars.flat(), ...(marks.get(step.name) || []),
+          step.state === "LeftOut" ? el("span", { class: "lane-note", text: "left out by its condition" }) : null,
+          !entries.length && step.state !== "LeftOut" && step.attempts > 0
+            ? el("span", { class: "lane-note", text: "no dispatch kept" }) : null),
+      ];
+      // A group's lanes bracketed together, as its rows are in the steps table.
+      for (const node of pair) {
+        if (step.group) node.classList.add("in-group");
+        if (first) node.classList.add("group-start");
+      }
+      lanes.push(...pair);
+    });
+    // Marks above the bars at (nearly) the same moment, the Supervisor's recovery and the Error it caused
+    // say, are set side by side rather than on top of each other.
+    for (const lane of lanes.filter((node) => node.classList.contains("track"))) {
+      let anchor = -Infinity;
+      let beside = 0;
+      const above = [...lane.querySelectorAll(".m-recovery, .m-operator, .m-error, .m-engine")]
+        .sort((a, b) => parseFloat(a.style.left) - parseFloat(b.style.left));
+      for (const mark of above) {
+        const left = parseFloat(mark.style.left);
+        beside = left - anchor < 1.2 ? beside + 1 : 0;
+        if (!beside) anchor = left;
+        if (beside) mark.style.marginLeft = `${(left > 90 ? -beside : beside) * 1.05}rem`; // inwards
+      }
+    }
+    // Rows placed by hand: the gridlines span every lane's row, under the lanes.
+    lanes.forEach((node, i) => { node.style.gridRow = String(Math.floor(i / 2) + 2); });
+    grid.style.gridRow = `2 / span ${Math.max(1, lanes.length / 2)}`;
+    $("chart").replaceChildren(el("div", { class: "lane-label axis-label", text: "time" }), axis, grid, ...lanes);
+
+    const again = chosen && order.steps.find((s) => s.name === chosen.step);
+    const call = again && (again.calls || []).find((c) => c.kind === chosen.kind && c.attempt === chosen.attempt
+      && c.dispatched === chosen.dispatched);
+    if (call) showCall(again, call, false);
+    else hideCall();
+  }
+
+  // One dispatch: its bar (from dispatched to ended; still running, to the axis' end; never ended but
+  // followed by another dispatch, to that one) and its marks (the Agent's start, a callback, the
+  // Supervisor's recovery).
+  function callBar(step, c, next, end, x, place) {
+    const from = ms(c.dispatched);
+    const superseded = !c.ended && c.outcome == null && next !== undefined;
+    const to = c.ended ? ms(c.ended) : superseded ? ms(next.dispatched) : end;
+    const kind = KINDS[c.kind] || "call";
+    const outcome = c.outcome || (superseded ? "superseded" : "running");
+    const tip = [
+      `${step.name}: ${kind} attempt ${c.attempt}, ${outcome}`,
+      `dispatched ${precise(c.dispatched)}`,
+      c.started ? `Agent started ${precise(c.started)}` : null,
+      c.ended ? `ended ${precise(c.ended)} (${took(ms(c.ended) - from)})` : superseded ? "no end recorded: a later dispatch replaced it" : "still running when loaded",
+      c.answered ? `callback ${precise(c.answered)}` : null,
+      c.instance ? `instance ${c.instance}` : null,
+      c.tries != null ? `tries ${c.tries}` : null,
+      c.status != null ? `HTTP ${c.status}` : null,
+      c.reason ? `reason: ${c.reason}` : null,
+      c.recovery ? `Supervisor: ${c.recovery}` : null,
+    ].filter(Boolean).join("\n");
+    const bar = el("button", {
+      type: "button", class: `bar kind-${kind} ${outcomeClass(superseded ? "superseded" : c.outcome)}`,
+      title: tip, "aria-label": `Step ${step.name}, ${kind} attempt ${c.attempt}: ${outcome}. Show its details`,
+      "aria-controls": "call-detail", "aria-expanded": "false",
+      "data-step": step.name, "data-attempt": c.attempt, "data-kind": c.kind, "data-outcome": c.outcome || "",
+      "data-start": c.dispatched, "data-end": c.ended || "",
+      onclick: () => showCall(step, c, true),
+    });
+    place(bar, from);
+    bar.style.width = `calc(${x(to)} - ${x(from)})`;
+    const marks = [bar];
+    if (c.started) {
+      marks.push(place(el("span", { class: "marker m-started", "data-marker": "started", "data-step": step.name,
+        "data-attempt": c.attempt, "data-at": c.started, title: `Agent started calling: ${precise(c.started)}` }), ms(c.started)));
+    }
+    if (c.answered) {
+      marks.push(place(el("span", { class: "marker m-callback", "data-marker": "callback", "data-step": step.name,
+        "data-attempt": c.attempt, "data-at": c.answered, title: `Callback came: ${precise(c.answered)}` }), ms(c.answered)));
+    }
+    if (c.recovery) {
+      // The Supervisor acted when it found the dispatch past its CompleteBy: that is when it ended it.
+      const at = c.ended || c.completeBy || c.dispatched;
+      const text = `Supervisor, ${precise(at)}: ${c.recovery}`;
+      marks.push(place(el("span", { class: "marker m-recovery", role: "img", "aria-label": text, title: text,
+        "data-marker": "recovery", "data-step": step.name, "data-attempt": c.attempt, "data-at": at,
+        "data-text": c.recovery }), ms(at)));
+    }
+    return marks;
+  }
+
+  // The details of one dispatch, for a person who supports the order: what was sent, what came back, when.
+  function showCall(step, c, focus) {
+    chosen = { step: step.name, kind: c.kind, attempt: c.attempt, dispatched: c.dispatched };
+    document.querySelectorAll("#chart .bar").forEach((b) => {
+      const mine = b.dataset.step === step.name && b.dataset.kind === c.kind
+        && b.dataset.attempt === String(c.attempt) && b.dataset.start === c.dispatched;
+      b.classList.toggle("selected", mine);
+      b.setAttribute("aria-expanded", String(mine));
+    });
+    const from = ms(c.dispatched);
+    const at = (iso, after) => (iso ? el("span", {},
+      el("time", { datetime: iso, text: precise(iso) }),
+      after !== undefined ? ` (${took(ms(iso) - after)} after it was dispatched)` : "") : "-");
+    const outcome = c.outcome || "none yet: no answer had come when the order was loaded";
+    const facts = [
+      ["kind", "What", KIND_TEXT[c.kind] || c.kind],
+      ["attempt", "Attempt", String(c.attempt)],
+      ["outcome", "Outcome", outcome],
+      ["dispatched", "Dispatched by the Scheduler", at(c.dispatched)],
+      ["completeBy", "Had to complete by", at(c.completeBy, from)],
+      ["started", "Agent started calling", at(c.started, from)],
+      ["ended", "Ended", at(c.ended, from)],
+      ["duration", "Took", c.ended ? [c.started ? `${took(ms(c.ended) - ms(c.started))} calling` : null,
+        `${took(ms(c.ended) - from)} from dispatch`].filter(Boolean).join("; ") : "-"],
+      ["answered", "Callback came", at(c.answered, from)],
+      ["instance", "Agent process", c.instance || "-"],
+      ["tries", "Tries", c.tries != null ? String(c.tries) : "-"],
+      ["status", "Last HTTP status", c.status != null ? String(c.status) : "-"],
+      ["reason", "Reason given", c.reason || "-"],
+      ["recovery", "The Supervisor", c.recovery || "-"],
+    ];
+    $("call-title").textContent = `Step ${step.name}: ${c.kind} attempt ${c.attempt} (${c.outcome || "running"})`;
+    $("call-facts").replaceChildren(...facts.flatMap(([key, name, value]) => [
+      el("dt", { text: name }), el("dd", { "data-fact": key }, value)]));
+    const json = (value, none) => (value == null ? none : JSON.stringify(value, null, 2));
+    $("call-body").textContent = json(c.body, c.kind === "wait" ? "Nothing: a wait calls no service."
+      : "Not recorded: no reply came from the Agent for this dispatch (it may have given up at its deadline).");
+    $("call-body").toggleAttribute("data-empty", c.body == null);
+    $("call-result").textContent = [
+      `HTTP status: ${c.status != null ? c.status : "-"}`,
+      `Outcome: ${c.outcome || "-"}`,
+      c.reason ? `Reason: ${c.reason}` : null,
+      `Returned: ${json(c.result, "nothing")}`,
+    ].filter(Boolean).join("\n");
+    $("call-detail").hidden = false;
+    if (focus) $("call-title").focus();
+  }
+
+  function hideCall() {
+    chosen = null;
+    $("call-detail").hidden = true;
+    document.querySelectorAll("#chart .bar.selected").forEach((b) => {
+      b.classList.remove("selected");
+      b.setAttribute("aria-expanded", "false");
+    });
   }
 
   function stepButton(step, verb, label) {
@@ -306,6 +556,90 @@
     }
     await openOrder(order.orderId, true);
     refresh();
+  }
+
+  // ---- finding orders ------------------------------------------------------------------------------
+  // A search's page may hold fewer than pageSize before the end: a click reads on until it has a page's
+  // worth or a few pages, and More goes on from there.
+  const FIND_PAGE = 25;
+  const FIND_READS = 5;
+  let finding = null; // {query, token, seen}: the search shown, and where its next page starts
+
+  // The query the form asks for, or a sentence saying why there is none.
+  function findQuery() {
+    const query = new URLSearchParams();
+    const text = (id) => $(id).value.trim();
+    if (text("find-customer")) query.set("customerId", text("find-customer"));
+    if (text("find-step")) query.set("step", text("find-step"));
+    if (text("find-minutes")) {
+      const minutes = Number(text("find-minutes"));
+      if (!Number.isFinite(minutes)) return "The minutes at the step must be a number.";
+      query.set("atStepSeconds", String(Math.round(minutes * 60))); // the API says which values it refuses
+    }
+    if ($("find-state").value) query.set("processState", $("find-state").value);
+    for (const [id, name] of [["find-from", "submittedFrom"], ["find-to", "submittedTo"]]) {
+      if (!$(id).value) continue;
+      const at = new Date($(id).value); // the browser's local time, sent in UTC
+      if (Number.isNaN(at.getTime())) return `${name} is no time.`;
+      query.set(name, at.toISOString());
+    }
+    return [...query.keys()].length ? query : "Fill in at least one thing to find orders by.";
+  }
+
+  async function findOrders(more) {
+    if (!more) {
+      const query = findQuery();
+      if (typeof query === "string") {
+        showFound(query, "error");
+        return;
+      }
+      finding = { query, token: null, seen: new Set() };
+      $("found").tBodies[0].replaceChildren();
+      $("found").hidden = true;
+      $("find-more").hidden = true;
+    }
+    if (!finding) return;
+    showFound("Searching…");
+    let added = 0;
+    for (let reads = 0; reads < FIND_READS && added < FIND_PAGE; reads += 1) {
+      const query = new URLSearchParams(finding.query);
+      query.set("pageSize", String(FIND_PAGE));
+      if (finding.token) query.set("continuationToken", finding.token);
+      const reply = await call("GET", `orders?${query}`);
+      if (reply.status !== 200) {
+        finding.token = null;
+        $("find-more").hidden = true;
+        showFound(`The search was refused: ${message(reply)}`, "error");
+        return;
+      }
+      const fresh = reply.data.items.filter((o) => !finding.seen.has(o.orderId));
+      fresh.forEach((o) => finding.seen.add(o.orderId));
+      $("found").tBodies[0].append(...fresh.map(foundRow));
+      added += fresh.length;
+      finding.token = reply.data.continuationToken || null;
+      if (!finding.token) break;
+    }
+    const count = finding.seen.size;
+    $("found").hidden = count === 0;
+    $("find-more").hidden = !finding.token;
+    showFound(count === 0 && !finding.token ? "No order matches."
+      : `${count} found${finding.token ? "; there may be more: More reads on." : "."}`, "ok");
+  }
+
+  function foundRow(o) {
+    return el("tr", { "data-order": o.orderId },
+      el("th", { scope: "row" }, openButton(o.orderId)),
+      el("td", { text: `${o.workflow} v${o.workflowVersion}` }),
+      el("td", {}, stateCell(o.processState)),
+      el("td", { "data-current-step": o.currentStep || "", text: o.currentStep || "-" }),
+      el("td", {}, o.atStepSince ? el("time", { datetime: o.atStepSince, text: dated(o.atStepSince) }) : "-"),
+      el("td", {}, el("time", { datetime: o.createdAt, text: dated(o.createdAt) })),
+    );
+  }
+
+  function showFound(text, kind) {
+    $("found-note").textContent = text;
+    $("found-note").className = `meta ${kind || ""}`.trim();
   }
 
   // ---- the lists -------------------------------------------------------------------------------
@@ -588,6 +922,12 @@
     event.preventDefault();
     return openOrder($("order-id").value.trim());
   }));
+  $("find-orders").addEventListener("submit", guard((event) => {
+    event.preventDefault();
+    return findOrders(false);
+  }));
+  $("find-more").addEventListener("click", guard(() => findOrders(true)));
+  $("call-close").addEventListener("click", hideCall);
   $("order-heading").tabIndex = -1;
   document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
   setInterval(ticking, 1000);
