@@ -626,7 +626,12 @@ class TableStateStore:
         # The search entries go first too, beside it: an order never exists without them, and entries
         # whose order was never written (refused, or a crash) are passed over by a search.
         watching = self._add_watch(record.state) if watched else _nothing()
-        added, _ = await asyncio.gather(watching, self._write_search(record.state))
+        if self.search is not None:
+            added, _ = await asyncio.gather(watching, self._write_search(record.state))
+        else:
+            # No tasks of its own: a store without a search table (the simulation's) schedules exactly
+            # what it did before search entries existed.
+            added = await watching
         for _ in range(_RACES):
             found: TableEntity | None = None
             if self.history is not None:

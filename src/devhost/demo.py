@@ -384,11 +384,61 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
                 time.sleep(0.5)  # a progress display refreshes on a period
         elapsed = time.monotonic() - started
         people.callbacks = callback_rows(sims.get("/stats").json())
-        return summarize(orders, sims.get("/ledger").json(), elapsed, people)
+        code = summarize(orders, sims.get("/ledger").json(), elapsed, people)
+        return code or find_check(api, bodies, orders)
     finally:
         api.close()
         sims.close()
         devhost.stop()
+
+
+def _search(api: httpx.Client, **query: str) -> list[str]:
+    """Every order id a search of ``GET /api/orders`` finds, following its pages."""
+    found: list[str] = []
+    token: str | None = None
+    while True:
+        params = {**query, "pageSize": "100", **({"continuationToken": token} if token else {})}
+        reply = api.get("/api/orders", params=params)
+        reply.raise_for_status()
+        page = reply.json()
+        found += [item["orderId"] for item in page["items"]]
+        token = page["continuationToken"]
+        if not token:
+            return found
+
+
+def find_check(
+    api: httpx.Client, bodies: dict[str, dict[str, Any]], orders: dict[str, dict[str, Any]]
+) -> int:
+    """Find the orders of the most frequent value of each searchable field, with and without their final
+    state, and compare with what the demo submitted; name the slowest order and where its timeline is."""
+    fields = sorted({name for workflow in CATALOG.workflows for name in workflow.searchable})
+    failed = 0
+    for name in fields:
+        values = Counter(str(body[name]) for body in bodies.values() if body.get(name) is not None)
+        if not values:
+            continue
+        value, _ = values.most_common(1)[0]
+        submitted = {i for i, body in bodies.items() if str(body.get(name)) == value}
+        found = _search(api, **{name: value})
+        processed = {i for i in submitted if orders[i]["processState"] == "Processed"}
+        found_processed = _search(api, **{name: value, "processState": "Processed"})
+        ok = sorted(found) == sorted(submitted) and sorted(found_processed) == sorted(processed)
+        failed += not ok
+        colour = "green" if ok else "red"
+        console.print(
+            f"[{colour}]find[/{colour}] {name}={value}: {len(found)} orders found ({len(submitted)} "
+            f"submitted), {len(found_processed)} of them Processed ({len(processed)})"
+        )
+    finished = [o for o in orders.values() if o["processState"] in TERMINAL and "createdAt" in o]
+    if finished:
+        slowest = max(finished, key=_seconds)
+        console.print(
+            f"slowest order: {slowest['orderId']} ({_seconds(slowest):.2f} s, {slowest['processState']}); "
+            "its timeline and every call: the console (/console), or GET /api/orders/"
+            f"{slowest['orderId']} (each step's calls)"
+        )
+    return 1 if failed else 0
 
 
 def _percentile(ordered: list[float], share: float) -> float:
