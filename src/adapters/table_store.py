@@ -1751,47 +1751,110 @@ class TableStateStore:
         return await self._search_at_step(query, page_size, continuation)
 
     async def _search_keyed(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
-        place, token = _decode_token(continuation)
-        if place >= self.shards:
-            raise InvalidContinuation(continuation or "")
         if self.search is None:
+            _decode_marks(continuation, self.shards)
             return Page([], None)
         prefix = query_prefix(query)
         lo = prefix + (_stamp(query.submitted_from) if query.submitted_from else "")
         hi = prefix + (_stamp(query.submitted_to) if query.submitted_to else "~")
-        conditions, parameters = [_RANGE], {"lo": lo, "hi": hi}
+        conditions, parameters = [], dict[str, Any]()
         if query.workflow:
             conditions.append("Workflow eq @workflow")
             parameters["workflow"] = query.workflow
         if query.workflow_version is not None:
             conditions.append("WorkflowVersion eq @version")
-            parameters["version"] = query.workflow_version  # type: ignore[assignment]
+            parameters["version"] = query.workflow_version
         if query.storefront:
             conditions.append("Submitter eq @submitter")
             parameters["submitter"] = query.storefront
         for n, (name, value) in enumerate(sorted(query.fields.items())):
             conditions.append(f"Q_{name} eq @q{n}")
             parameters[f"q{n}"] = value
-        # Hits the state's criteria turn away still cost a read: a page stops after this many.
+        places = [_Place(self.search, f"s{shard:02d}", lo, hi) for shard in range(self.shards)]
+
+        async def states(found: list[TableEntity]) -> list[TaskState | None]:
+            read = await asyncio.gather(*(self._state_of(e["OrderID"], e["CreatedAt"]) for e in found))
+            return [state if state is not None and query.holds(state) else None for state in read]
+
+        return await self._fan_out(
+            places,
+            conditions,
+            parameters,
+            ["RowKey", "OrderID", "CreatedAt"],
+            states,
+            page_size,
+            continuation,
+        )
+
+    async def _fan_out(
+        self,
+        places: list[_Place],
+        conditions: list[str],
+        parameters: dict[str, Any],
+        select: list[str] | None,
+        states: Callable[[list[TableEntity]], Awaitable[list[TaskState | None]]],
+        page_size: int,
+        continuation: str | None,
+    ) -> Page:
+        """A page of what key ranges (``places``) hold, read all at once, one page of each per round, then
+        taken place by place: a search costs one round trip per round, not one per shard. Each range goes
+        on after the last key it gave (the token holds those), so what a round read beyond the page is read
+        again by the next page, never skipped. ``states`` turns entries into the tasks they stand for
+        (None: not one the search wants). A page stops after reading four pages' worth (at least 200
+        entries), however few of them the criteria kept: a search costs at most that per page."""
+        marks = _decode_marks(continuation, len(places))
         budget, read = max(page_size * 4, 200), 0
         items: list[TaskState] = []
-        while place < self.shards and len(items) < page_size and read < budget:
-            pages = self.search.query_entities(
-                " and ".join(conditions),
-                parameters={"pk": f"s{place:02d}", **parameters},
-                select=["OrderID", "CreatedAt"],
-                results_per_page=page_size - len(items),
-            ).by_page(continuation_token=token)
-            found = [e async for e in await anext(pages, _empty_page())]
-            self.counter.add(table=SEARCH, entities=len(found))
-            read += len(found)
-            states = await asyncio.gather(*(self._state_of(e["OrderID"], e["CreatedAt"]) for e in found))
-            items += [state for state in states if state is not None and query.holds(state)]
-            token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
-            if token is None:
-                place += 1
-        more = place < self.shards
-        return Page(items, _encode_token(place, token) if more else None)
+        while len(items) < page_size and read < budget and any(m != _DONE for m in marks):
+            need = page_size - len(items)
+            active = [i for i, mark in enumerate(marks) if mark != _DONE]
+            pages = await asyncio.gather(
+                *(self._range_page(places[i], marks[i], conditions, parameters, select, need) for i in active)
+            )
+            fetched = [(i, entity) for i, (found, _) in zip(active, pages, strict=True) for entity in found]
+            read += len(fetched)
+            wanted = await states([entity for _, entity in fetched])
+            taken: dict[int, int] = {}
+            for (i, entity), state in zip(fetched, wanted, strict=True):
+                if len(items) == page_size:
+                    break
+                marks[i] = entity["RowKey"]
+                taken[i] = taken.get(i, 0) + 1
+                if state is not None:
+                    items.append(state)
+            for i, (found, exhausted) in zip(active, pages, strict=True):
+                if exhausted and taken.get(i, 0) == len(found):
+                    marks[i] = _DONE
+        more = any(m != _DONE for m in marks)
+        return Page(items, _encode_marks(marks) if more else None)
+
+    async def _range_page(
+        self,
+        place: _Place,
+        after: str | None,
+        conditions: list[str],
+        parameters: dict[str, Any],
+        select: list[str] | None,
+        size: int,
+    ) -> tuple[list[TableEntity], bool]:
+        """Up to ``size`` entries of one key range (after ``after``, when given), and whether the range
+        has nothing beyond them."""
+        if after is not None and not place.lo <= after < place.hi:
+            raise InvalidContinuation(after)  # not a key of this range: not a token this search issued
+        start = "RowKey gt @lo" if after is not None else "RowKey ge @lo"
+        where = " and ".join(["PartitionKey eq @pk", start, "RowKey lt @hi", *conditions])
+        values = {
+            **parameters,
+            "pk": place.pk,
+            "lo": after if after is not None else place.lo,
+            "hi": place.hi,
+        }
+        pages = place.table.query_entities(where, parameters=values, select=select, results_per_page=size)
+        iterator = pages.by_page()
+        found = [entity async for entity in await anext(iterator, _empty_page())]
+        name = SEARCH if place.table is self.search else STATE if place.table is self.table else HISTORY
+        self.counter.add(table=name, entities=len(found))
+        return found, cast(AsyncPageIterator[TableEntity], iterator).continuation_token is None
 
     async def _state_of(self, order_id: str, created_at: datetime) -> TaskState | None:
         """The state of the task a search entry names (live, or in the history; read at once), or None if
@@ -1820,53 +1883,45 @@ class TableStateStore:
         return state if state.created_at == created_at else None
 
     async def _search_at_step(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
-        """Tasks at a step (``query.positions``), from the listing entries of the states a task can be at
-        a step in: the live table's and, for Waiting, the parked tasks' in the history."""
+        """Tasks at a step (``query.positions``), or at any step for a while, from the listing entries of
+        the states a task can be at a step in: the live table's and, for Waiting, the parked tasks' in the
+        history; every state's range of every shard read at once (see :meth:`_fan_out`)."""
         states = [query.process_state] if query.process_state is not None else list(AT_A_STEP)
         places = [
-            (state, table)
+            _Place(table, f"s{shard:02d}", *_listing_range(state))
             for state in states
             if state in AT_A_STEP
             for table in (self.table, self.history)
             if table is not None and (table is self.table or state is ProcessState.WAITING)
+            for shard in range(self.shards)
         ]
-        place, token = _decode_token(continuation)
-        if place > len(places) * self.shards:
-            raise InvalidContinuation(continuation or "")
-        if not query.positions:
+        if query.step is not None and not query.positions:
+            _decode_marks(continuation, len(places))
             return Page([], None)
-        # Spaces around the parentheses: the SDK substitutes a parameter only as a word of its own.
-        at = " or ".join(
-            f"( Workflow eq @w{n} and WorkflowVersion eq @v{n} and CurrentStep eq @c{n} )"
-            for n in range(len(query.positions))
-        )
-        conditions = [_RANGE, f"( {at} )"]
-        parameters: dict[str, Any] = {}
-        for n, (workflow, version, index) in enumerate(query.positions):
-            parameters.update({f"w{n}": workflow, f"v{n}": version, f"c{n}": index})
+        conditions, parameters = [], dict[str, Any]()
+        if query.step is not None:
+            # Spaces around the parentheses: the SDK substitutes a parameter only as a word of its own.
+            at = " or ".join(
+                f"( Workflow eq @w{n} and WorkflowVersion eq @v{n} and CurrentStep eq @c{n} )"
+                for n in range(len(query.positions))
+            )
+            conditions.append(f"( {at} )")
+            for n, (workflow, version, index) in enumerate(query.positions):
+                parameters.update({f"w{n}": workflow, f"v{n}": version, f"c{n}": index})
+        elif query.workflow_version is not None:
+            conditions.append("WorkflowVersion eq @version")
+            parameters["version"] = query.workflow_version
         if query.at_step_before is not None:
             conditions.append("StepSince le @since")
             parameters["since"] = query.at_step_before
         if query.waiting_for is not None:
             conditions.append("WaitingFor eq @kind")
             parameters["kind"] = query.waiting_for
-        items: list[TaskState] = []
-        while place < len(places) * self.shards and len(items) < page_size:
-            state, table = places[place // self.shards]
-            lo, hi = _listing_range(state)
-            pages = table.query_entities(
-                " and ".join(conditions),
-                parameters={"pk": f"s{place % self.shards:02d}", "lo": lo, "hi": hi, **parameters},
-                results_per_page=page_size - len(items),
-            ).by_page(continuation_token=token)
-            found = [self._to_state(e) async for e in await anext(pages, _empty_page())]
-            self.counter.add(table=STATE if table is self.table else HISTORY, entities=len(found))
-            items += [s for s in found if query.holds(s)]
-            token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
-            if token is None:
-                place += 1
-        more = place < len(places) * self.shards
-        return Page(items, _encode_token(place, token) if more else None)
+
+        async def states_of(found: list[TableEntity]) -> list[TaskState | None]:
+            return [state if query.holds(state := self._to_state(e)) else None for e in found]
+
+        return await self._fan_out(places, conditions, parameters, None, states_of, page_size, continuation)
 
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks each state holds: the live table's listing entries of every shard (their keys
@@ -1998,6 +2053,46 @@ class TableStateStore:
 
 async def _nothing() -> None:
     return None
+
+
+@dataclass(frozen=True)
+class _Place:
+    """One key range of one partition of one table, as a search reads it."""
+
+    table: TableClient
+    pk: str
+    lo: str
+    hi: str
+
+
+_DONE = "~"  # a range read to its end (no key sorts after "~" in these ranges)
+
+
+def _encode_marks(marks: list[str | None]) -> str:
+    """A search's continuation: where each range goes on (``None``: its start; :data:`_DONE`: read)."""
+    done = [i for i, mark in enumerate(marks) if mark == _DONE]
+    after = {str(i): mark for i, mark in enumerate(marks) if mark not in (None, _DONE)}
+    raw = json.dumps({"n": len(marks), "d": done, "a": after}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_marks(value: str | None, count: int) -> list[str | None]:
+    if not value:
+        return [None] * count
+    try:
+        data = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        if data["n"] != count:
+            raise ValueError(data["n"])
+        marks: list[str | None] = [None] * count
+        for i in data["d"]:
+            marks[int(i)] = _DONE
+        for i, mark in data["a"].items():
+            if not isinstance(mark, str):
+                raise TypeError(mark)
+            marks[int(i)] = mark
+        return marks
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise InvalidContinuation(value) from exc
 
 
 async def _empty_page() -> AsyncIterator[TableEntity]:

@@ -63,8 +63,10 @@ class SearchQuery(BaseModel):
 
     @property
     def keyed(self) -> bool:
-        """Whether a search entry's key narrows the search (else the step's listing path)."""
-        return bool(
+        """Whether the search reads search entries; else (a step, or a time at the current step, with no
+        criterion a search entry's key holds) it reads the listing entries of the states at a step."""
+        at_step = self.step is not None or self.at_step_before is not None
+        return not at_step or bool(
             self.fields or self.storefront or self.workflow or self.submitted_from or self.submitted_to
         )
 
@@ -74,9 +76,11 @@ class SearchQuery(BaseModel):
             return False
         if self.waiting_for is not None and state.waiting_for != self.waiting_for:
             return False
-        if self.step is not None:
+        if self.workflow_version is not None and state.workflow_version != self.workflow_version:
+            return False
+        if self.step is not None or self.at_step_before is not None:
             at = (state.workflow, state.workflow_version, state.current_step)
-            if state.process_state not in AT_A_STEP or at not in self.positions:
+            if state.process_state not in AT_A_STEP or (self.step is not None and at not in self.positions):
                 return False
             if self.at_step_before is not None and (
                 state.step_since is None or state.step_since > self.at_step_before

@@ -270,7 +270,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param(
                 "workflow",
                 "query",
-                {"type": "string", "minLength": 1},
+                {"type": "string", "enum": CATALOG.names},
                 False,
                 description="a search: the orders of this workflow",
             ),
@@ -279,12 +279,12 @@ OPERATIONS: tuple[Operation, ...] = (
                 "query",
                 {"type": "integer", "minimum": 1},
                 False,
-                description="with workflow: the orders of this version of it",
+                description="a search: the orders of this version (of the workflow, if given)",
             ),
             Param(
                 "step",
                 "query",
-                {"type": "string", "minLength": 1},
+                {"type": "string", "enum": sorted({s.name for w in CATALOG.workflows for s in w.steps})},
                 False,
                 description="a search: the orders at this step now (Pending, Processing, Waiting, "
                 "Compensating or Error)",
@@ -294,7 +294,8 @@ OPERATIONS: tuple[Operation, ...] = (
                 "query",
                 {"type": "number", "minimum": 0, "maximum": 10 * 365 * 86_400},
                 False,
-                description="with step: only those at it for at least this many seconds",
+                description="only the orders at their step (with step: at that step) for at least this many "
+                "seconds",
             ),
             Param(
                 "submittedFrom",

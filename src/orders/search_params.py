@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -30,6 +31,8 @@ def _time(query: Mapping[str, str], name: str) -> datetime | None:
     text = query.get(name)
     if not text:
         return None
+    # RFC 3339 allows a lower-case "t" and "z", and a leap second (:60), which Python's parser does not.
+    text = re.sub(r"(T\d\d:\d\d):60", r"\1:59", text.upper())
     try:
         at = datetime.fromisoformat(text)
     except ValueError as exc:
@@ -42,7 +45,8 @@ def _time(query: Mapping[str, str], name: str) -> datetime | None:
 
 
 def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> SearchQuery | None:
-    """The search ``query`` asks for, or None for a plain listing by state (only LISTING parameters).
+    """The search ``query`` asks for, or None for a plain listing by state (``processState`` and only
+    LISTING parameters). With no criterion at all, every order (by time of submission).
 
     Raises :class:`BadQuery` for an unknown parameter (a misspelt one must not widen a search to every
     order), or a value the route cannot use."""
@@ -52,8 +56,11 @@ def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> 
         raise BadQuery(
             f"unknown query parameter {unknown[0]}; known: {', '.join([*LISTING, *SEARCH, *fields])}"
         )
-    by_storefront = bool(query.get("storefront")) and not query.get("processState")
-    if not by_storefront and not any(query.get(name) for name in (*SEARCH, *fields)):
+    empty = sorted(name for name, value in query.items() if value == "" and name != "continuationToken")
+    if empty:
+        raise BadQuery(f"{empty[0]} is empty: give it a value, or leave it out")
+    listing = bool(query.get("processState")) and not any(query.get(name) for name in (*SEARCH, *fields))
+    if listing:
         return None
     state_text = query.get("processState") or None
     if state_text is not None and state_text not in {s.value for s in ProcessState}:
@@ -69,8 +76,6 @@ def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> 
         raise BadQuery(f"workflow must be one of {', '.join(catalog.names)}")
     version: int | None = None
     if query.get("workflowVersion"):
-        if workflow is None:
-            raise BadQuery("workflowVersion needs workflow")
         try:
             version = int(query["workflowVersion"])
         except ValueError as exc:
@@ -80,8 +85,6 @@ def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> 
         raise BadQuery(f"no deployed workflow has a step {step}")
     at_step_before: datetime | None = None
     if query.get("atStepSeconds"):
-        if step is None:
-            raise BadQuery("atStepSeconds needs step")
         try:
             seconds = float(query["atStepSeconds"])
         except ValueError:
@@ -90,8 +93,6 @@ def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> 
             raise BadQuery("atStepSeconds must be a number of seconds, 0 or more")
         at_step_before = now - timedelta(seconds=seconds)
     submitted_from, submitted_to = _time(query, "submittedFrom"), _time(query, "submittedTo")
-    if submitted_from is not None and submitted_to is not None and submitted_from >= submitted_to:
-        raise BadQuery("submittedFrom must be before submittedTo")
     values = {name: query[name] for name in fields if query.get(name)}
     for name, value in values.items():
         if len(value) > 1024:

@@ -11,8 +11,9 @@ from datetime import datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from adapters.table_store import TableStateStore, shard_of
+from adapters.table_store import TableStateStore, _encode_marks, shard_of
 from engine import transitions
+from engine.errors import InvalidContinuation
 from engine.ports import CreateOutcome
 from engine.search import SearchQuery
 from engine.state import ProcessState, TaskRecord
@@ -144,3 +145,18 @@ async def test_an_order_is_found_at_its_step_for_as_long_as_it_is_there(store: T
     keyed = at_second.model_copy(update={"fields": {"customerId": "c-1"}})
     assert await ids(store, keyed) == ["o-1"]
     assert await ids(store, keyed.model_copy(update={"positions": ((WORKFLOW.name, 1, 0),)})) == []
+
+
+async def test_a_token_the_search_did_not_issue_is_refused(store: TableStateStore) -> None:
+    for n in range(3):
+        await store.create(searchable(f"a-{n}", "c-1", NOW + timedelta(seconds=n)))
+    query = SearchQuery(fields={"customerId": "c-1"})
+    page = await store.search_orders(query, 1, None)
+    assert len(page.states) == 1 and page.continuation is not None
+    other = await store.search_orders(SearchQuery(fields={"customerId": "c-0"}), 1, None)
+    assert other.states == [] and other.continuation is None
+    # Another search's place, a key outside the range, another number of ranges, not a token at all.
+    forged = _encode_marks(["field|customerId|c-0|", None])
+    for token in (forged, _encode_marks([None, None, None]), "not-a-token"):
+        with pytest.raises(InvalidContinuation):
+            await store.search_orders(query, 1, token)

@@ -837,10 +837,11 @@ def test_orders_are_found_in_the_page_and_a_refused_search_says_why(
 
     assert problems(browser) == []
 
-    # Minutes at a step with no step: the API refuses, and the page says what the API said.
-    refused = stack.api.get("/api/orders", params={"atStepSeconds": "600"})
+    # A step no workflow has: the API refuses, and the page says what the API said.
+    browser.find_element(By.ID, "find-customer").clear()
+    refused = stack.api.get("/api/orders", params={"step": "no-such-step"})
     assert refused.status_code == 400, refused.text
-    browser.find_element(By.ID, "find-minutes").send_keys("10")
+    browser.find_element(By.ID, "find-step").send_keys("no-such-step")
     browser.find_element(By.ID, "find-submit").click()
     note = search_done(browser)
     assert note == f"The search was refused: {refused.json()['error']['message']}", note

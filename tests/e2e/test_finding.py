@@ -184,10 +184,10 @@ def test_a_search_the_route_cannot_take_is_refused_with_the_reason(stack: LocalS
     for params, reason in (
         ({"customerID": "x"}, "unknown query parameter customerID"),
         ({"step": "no-such-step"}, "no deployed workflow has a step no-such-step"),
-        ({"atStepSeconds": "5"}, "atStepSeconds needs step"),
         ({"submittedFrom": "yesterday"}, "submittedFrom must be a time"),
         ({"submittedFrom": "2026-01-01T00:00:00"}, "must say its offset"),
-        ({"workflowVersion": "2"}, "workflowVersion needs workflow"),
+        ({"workflowVersion": "two"}, "workflowVersion must be a whole number"),
+        ({"atStepSeconds": "-1"}, "atStepSeconds must be a number"),
         ({"workflow": "no-such-workflow"}, "workflow must be one of"),
         ({FIELD: "x", "processState": "Done"}, "processState must be one of"),
         ({FIELD: "x", "pageSize": "0"}, "pageSize"),

@@ -335,7 +335,6 @@ async def test_counts_give_every_state_and_say_when_they_are_lower_bounds(
 @pytest.mark.parametrize(
     "query",
     [
-        {},
         {"processState": "Lost"},
         {"processState": "Pending", "pageSize": "0"},
         {"processState": "Pending", "pageSize": "many"},
