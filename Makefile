@@ -94,8 +94,8 @@ bench: install
 	$(BIN)/python bench/orders_throughput.py
 	$(BIN)/python -m devhost.demo
 
-# Operator reads, a sweep and a submission with 1,000, 10,000 and 100,000 finished orders stored (about
-# two minutes), e.g. HISTORY_ARGS="--rounds 100" make bench-history
+# Operator reads, searches, a sweep and a submission with 1,000, 10,000 and 100,000 finished orders stored
+# (about eight minutes), e.g. HISTORY_ARGS="--rounds 100" make bench-history
 bench-simulation: $(STAMP)
 	$(BIN)/python bench/simulation.py
 

@@ -82,6 +82,58 @@ def final(sim: Simulation) -> None:
     _parked(sim)
     _messages(sim)
     liveness.final(sim)
+    _calls(sim, ends)
+
+
+def _calls(sim: Simulation, ends: dict[str, tuple[str, TaskState | None, Row | None]]) -> None:
+    """What the steps' records say of their calls (``engine.calls``) agrees with how they ended: in a
+    Processed order, every step its service applied records a call of its last attempt that succeeded; in a
+    Compensated one, every step undone records an undo of its last undo attempt that succeeded; every
+    record's attempts are in order, none beyond the step's own count, none ending before it was sent.
+    Checked after every other invariant, so that a bug they catch is named by them first."""
+    oracle = sim.oracle
+    for order_id, (where, state, row) in ends.items():
+        truth = oracle.orders.get(order_id)
+        if truth is None or state is None or row is None:
+            continue
+        if where == "history":
+            steps = sim.storage.archived(row).steps
+        else:
+            prefix = f"order|{order_id}|step|"
+            steps = [
+                sim.storage.step(r)
+                for _, r in sim.storage.live.scan(sim.storage.pk(order_id), prefix, prefix + "~")
+            ]
+        for step in steps:
+            for kind, count in (("call", step.attempts), ("undo", step.compensation_attempts)):
+                entries = [e for e in step.calls if e.kind == kind]
+                attempts = [e.attempt for e in entries]
+                if attempts != sorted(set(attempts)) or any(a > count for a in attempts):
+                    oracle.violation(order_id, f"{step.name} records {kind} attempts {attempts} of {count}")
+            if any(e.ended is not None and e.ended < e.dispatched for e in step.calls):
+                oracle.violation(order_id, f"{step.name} records a dispatch that ended before it was sent")
+            if (
+                step.index in truth.skipped
+                or step.index in truth.left_out
+                or truth.waits[step.index] is not None
+            ):
+                continue
+            wanted = None
+            if state.process_state is ProcessState.PROCESSED and step.status is StepStatus.COMPLETED:
+                wanted = ("call", step.attempts)
+            elif state.process_state is ProcessState.COMPENSATED and step.status is StepStatus.COMPENSATED:
+                wanted = ("undo", step.compensation_attempts)
+            if wanted is None:
+                continue
+            last = next((e for e in reversed(step.calls) if e.kind == wanted[0]), None)
+            if last is None or last.attempt != wanted[1] or last.outcome != "succeeded":
+                oracle.violation(
+                    order_id,
+                    f"{step.name} is {step.status.value}, but its records show no {wanted[0]} of attempt "
+                    f"{wanted[1]} that succeeded: {last}",
+                )
+            else:
+                oracle.count("calls recorded as they ended")
 
 
 def _ledger(sim: Simulation, order_id: str, final_name: str, where: str, row: Row | None) -> None:

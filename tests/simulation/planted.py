@@ -613,7 +613,9 @@ class Plant:
 
 PLANTS: dict[str, Plant] = {
     "reply accepted without its attempt's fence": Plant(
-        lambda mp: mp.setattr(transitions, "apply_reply", apply_reply_without_attempt_fence), "never reported"
+        # Seed 14 by "never reported" until the steps kept their calls; now seed 0, by its records.
+        lambda mp: mp.setattr(transitions, "apply_reply", apply_reply_without_attempt_fence),
+        "its records show no call of attempt",
     ),
     "the Scheduler saves without the ETag condition": Plant(
         lambda mp: mp.setattr(Scheduler, "_commit", _commit_without_etags), "a finished order changed"
