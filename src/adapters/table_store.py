@@ -1813,15 +1813,18 @@ class TableStateStore:
             )
             fetched = [(i, entity) for i, (found, _) in zip(active, pages, strict=True) for entity in found]
             read += len(fetched)
-            wanted = await states([entity for _, entity in fetched])
             taken: dict[int, int] = {}
-            for (i, entity), state in zip(fetched, wanted, strict=True):
-                if len(items) == page_size:
-                    break
-                marks[i] = entity["RowKey"]
-                taken[i] = taken.get(i, 0) + 1
-                if state is not None:
-                    items.append(state)
+            # Taken in place order, as many at a time as the page still needs: what the page cannot hold
+            # is not looked at (the next page reads it again).
+            at = 0
+            while at < len(fetched) and len(items) < page_size:
+                chunk = fetched[at : at + page_size - len(items)]
+                at += len(chunk)
+                for (i, entity), state in zip(chunk, await states([e for _, e in chunk]), strict=True):
+                    marks[i] = entity["RowKey"]
+                    taken[i] = taken.get(i, 0) + 1
+                    if state is not None:
+                        items.append(state)
             for i, (found, exhausted) in zip(active, pages, strict=True):
                 if exhausted and taken.get(i, 0) == len(found):
                     marks[i] = _DONE
