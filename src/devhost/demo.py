@@ -435,7 +435,7 @@ def find_check(
         slowest = max(finished, key=_seconds)
         console.print(
             f"slowest order: {slowest['orderId']} ({_seconds(slowest):.2f} s, {slowest['processState']}); "
-            "its timeline and every call: the console (/console), or GET /api/orders/"
+            "its timeline and every call: the console (/api/console), or GET /api/orders/"
             f"{slowest['orderId']} (each step's calls)"
         )
     return 1 if failed else 0
