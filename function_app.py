@@ -126,7 +126,7 @@ async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpRespon
 
 @_api("orders", "GET")
 async def list_orders(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """List orders in one ProcessState, paged."""
+    """List orders in one ProcessState, or find orders (orders.search_params), paged."""
     return _respond(await api.list_by_state(dict(req.params)))
 
 
