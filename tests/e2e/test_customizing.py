@@ -208,7 +208,8 @@ def test_the_walk_through_s_step_and_workflow_run_through_the_local_stack(
         ("mailer", EMAIL): (1, 0),
     }
     assert effects[("giftcards", CARD)]["result"] == {"cardNumber": card_number}, effects
-    assert effects[("mailer", EMAIL)]["carried"] == {"cardNumber": card_number}, effects
+    # The e-mail's body as the mailer received it, the card's number in it.
+    assert effects[("mailer", EMAIL)]["carried"]["cardNumber"] == card_number, effects
 
     # No recipient: the e-mail is left out by its condition, with the reason, audited, and never called.
     assert handed["processState"] == "Processed", handed
@@ -223,8 +224,9 @@ def test_the_walk_through_s_step_and_workflow_run_through_the_local_stack(
     assert undone["processState"] == "Compensated", undone
     effects = entries(ledger, "card-3")
     card, charge = effects[("giftcards", CARD)], effects[("payment", CHARGE)]
-    assert (card["compensated"], card["undoCarried"]) == (1, card["result"]), card
-    assert (charge["compensated"], charge["undoCarried"]) == (1, charge["result"]), charge
+    # Each undo's body as received: the order and the values its apply returned.
+    assert (card["compensated"], card["undoCarried"]) == (1, {"orderId": "card-3", **card["result"]}), card
+    assert (charge["compensated"], charge["undoCarried"]) == (1, {"orderId": "card-3", **charge["result"]})
     assert ("mailer", EMAIL) not in effects, effects
 
     # And the copy's own ledger check, over the copy's declaration: every call carried what it should.

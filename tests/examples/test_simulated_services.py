@@ -20,7 +20,8 @@ from tests.simulators.helpers import RESOURCES, Service, apply, assert_error, le
 # fulfilment: 2 x sku-1 at 9.5 and one digital ebook-7 at 20; a return: 1 x sku-1 at 9.5.
 ITEMS = [{"sku": "sku-1", "quantity": 2}, {"sku": "ebook-7", "quantity": 1}]
 ITEMS_BODY = {"orderId": "order-1", "items": ITEMS}
-AMOUNT_BODY = {"orderId": "order-1", "amount": 39.0, "currency": "EUR"}
+# The charge also carries the order's payment token (the first example has one).
+CHARGE_BODY = {"orderId": "order-1", "amount": 39.0, "currency": "EUR", "paymentToken": "tok-4242-visa"}
 RETURN_BODY = {"orderId": "order-1", "items": [{"sku": "sku-1", "quantity": 1}]}
 CREDIT_BODY = {"orderId": "order-1", "amount": 9.5, "currency": "EUR"}
 
@@ -54,7 +55,7 @@ PAYMENT = Service(
     "charged",
     "refunded",
     "card declined",
-    AMOUNT_BODY,
+    CHARGE_BODY,
     ("chargeId",),
 )
 SHIPPING = Service(
@@ -124,8 +125,9 @@ def test_a_charge_returns_its_id_and_its_refund_names_it(client: httpx.Client) -
         "applied": 1,
         "compensated": 1,
         "result": {"chargeId": charge_id},
-        "carried": {},
-        "undoCarried": {"chargeId": charge_id},
+        # The bodies as received.
+        "carried": CHARGE_BODY,
+        "undoCarried": {"orderId": "order-1", "chargeId": charge_id},
     }
 
 
@@ -150,13 +152,16 @@ def test_a_shipment_returns_its_tracking_number_which_the_confirmation_carries(c
     book = ledger(client)
     assert book["shipping"]["order-1:create-shipment"]["result"] == {"trackingNumber": tracking}
     confirmation = book["notifications"]["order-1:send-confirmation"]
-    assert (confirmation["result"], confirmation["carried"]) == ({}, {"trackingNumber": tracking})
+    assert (confirmation["result"], confirmation["carried"]) == (
+        {},
+        {**CONFIRMATION_BODY, "trackingNumber": tracking},
+    )
 
 
 def test_a_confirmation_of_digital_goods_carries_no_tracking_number(client: httpx.Client) -> None:
     assert apply(client, NOTIFICATIONS, "order-2:send-confirmation", trackingNumber=None).status_code == 201
     carried = ledger(client)["notifications"]["order-2:send-confirmation"]["carried"]
-    assert carried == {"trackingNumber": None}
+    assert carried == {**CONFIRMATION_BODY, "trackingNumber": None}
 
 
 def test_a_credit_returns_its_id_and_a_collection_returns_nothing(client: httpx.Client) -> None:
