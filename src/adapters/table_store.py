@@ -496,15 +496,10 @@ class TableStateStore:
         operations = [("upsert", e, {"mode": UpdateMode.REPLACE}) for e in entities]
         await self._transact(self.search, operations)
 
-    async def _delete_search(self, keys_by_shard: list[str] | dict[str, list[str]]) -> None:
-        """Delete search entries (best effort: one left behind is passed over by a search, whose order it
-        no longer finds); a list is one task's keys."""
-        if self.search is None or not keys_by_shard:
-            return
-        if isinstance(keys_by_shard, list):
-            order_id = keys_by_shard[0].rsplit("|", 2)[-2]
-            keys_by_shard = {self._pk(order_id): keys_by_shard}
-        for pk, keys in keys_by_shard.items():
+    async def _delete_search(self, pk: str, keys: list[str]) -> None:
+        """Delete search entries of shard ``pk`` (best effort: one left behind is passed over by a search,
+        whose order it no longer finds)."""
+        if self.search is not None:
             for i in range(0, len(keys), _BATCH):
                 deletes = [("delete", {"PartitionKey": pk, "RowKey": k}) for k in keys[i : i + _BATCH]]
                 self.counter.add(table=SEARCH, entities=len(deletes))
@@ -653,7 +648,9 @@ class TableStateStore:
                 await self._delete_created(record.order_id, operations)
             answer = await self._existing(record, added, found)
             if answer is not None:
-                await self._delete_search(self._search_keys(record.state))  # this submission's, unused
+                await self._delete_search(
+                    self._pk(record.order_id), self._search_keys(record.state)
+                )  # its own, unused
                 return answer
             # Gone in between (another submission of the id took its own write back): try again.
         else:
@@ -716,7 +713,7 @@ class TableStateStore:
         ]
         self.counter.add(table=STATE, entities=len(deletes))
         await self._transact(self.table, deletes)
-        await self._delete_search(self._search_keys(self._to_state(operations[1][1])))
+        await self._delete_search(self._pk(order_id), self._search_keys(self._to_state(operations[1][1])))
         log.info("order %s was submitted again after it finished; its history answered", order_id)
 
     async def _read_kept(self, order_id: str) -> TableEntity | None:
@@ -1251,27 +1248,10 @@ class TableStateStore:
                     purged += done
                     gone += [entry for entry, _ in group]
             # Its search entries go after the task: one left by a crash between finds no task.
-            await self._delete_search({pk: [k for e in gone for k in self._search_keys_of(e)]})
+            await self._delete_search(pk, [key for e in gone for key in self._search_keys(self._to_state(e))])
             if purged + lost >= limit:
                 break
         return PurgeReport(purged=purged, lost_races=lost, more=purged + lost >= limit)
-
-    def _search_keys_of(self, entry: Mapping[str, Any]) -> list[str]:
-        """The search entries' keys of a task, from its listing entry."""
-        if entry.get("CreatedAt") is None or entry.get("Workflow") is None:
-            return []
-        search = entry.get("Search")
-        state = TaskState.model_validate(
-            {
-                "OrderID": entry["OrderID"],
-                "Workflow": entry["Workflow"],
-                "CreatedAt": entry["CreatedAt"],
-                "UpdatedAt": entry["UpdatedAt"],
-                "Submitter": entry.get("Submitter"),
-                "Search": json.loads(search) if isinstance(search, str) else None,
-            }
-        )
-        return self._search_keys(state)
 
     async def _purge_operations(self, pk: str, entry: TableEntity, tombstone_until: datetime) -> list[Any]:
         order_id = entry["OrderID"]
