@@ -15,14 +15,16 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # the app's packages live in src/
 
 import azure.functions as func
+from opentelemetry.trace import SpanKind
 
-from engine import queues
+from engine import queues, tracing
 from engine.inbound import parse
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.ports import BreakerStore
@@ -94,6 +96,16 @@ def _api(route: str, method: str) -> Callable[[Handler], object]:
 
     def register(handler: Handler) -> object:
         async def guarded(req: func.HttpRequest) -> func.HttpResponse:
+            if method == "GET":  # reads change nothing: no span of their own
+                return await checked(req)
+            # A change has a span (under the caller's, when it sends one): what it starts is traced from it.
+            parent = req.headers.get(tracing.TRACEPARENT)
+            with tracing.span(f"{method} /api/{route}", SpanKind.SERVER, parent=parent) as span:
+                response = await checked(req)
+                span.set_attribute("http.response.status_code", response.status_code)
+                return response
+
+        async def checked(req: func.HttpRequest) -> func.HttpResponse:
             caller = access.authenticate(_headers(req), ACCESS)
             refusal = access.check(allowed, caller)
             if refusal is not None:
@@ -113,6 +125,12 @@ def _api(route: str, method: str) -> Callable[[Handler], object]:
     return register
 
 
+def _handling(span: str, msg: func.ServiceBusMessage, queue: str) -> AbstractContextManager[object]:
+    """The span of one message's handling, a child of the span that sent it (engine.tracing)."""
+    parent = tracing.from_properties(msg.application_properties)
+    return tracing.span(span, SpanKind.CONSUMER, parent=parent, attributes={tracing.QUEUE: queue})
+
+
 def _page(status: int, body: bytes, headers: dict[str, str]) -> func.HttpResponse:
     return func.HttpResponse(body, status_code=status, headers=headers, mimetype="text/html", charset="utf-8")
 
@@ -120,8 +138,9 @@ def _page(status: int, body: bytes, headers: dict[str, str]) -> func.HttpRespons
 # ---- HTTP API ---------------------------------------------------------------------------------------
 @_api("orders", "POST")
 async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Accept an order: 202 with its status URL."""
-    return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), caller.storefront))
+    """Accept an order: 202 with its status URL. Its trace starts here (or under the caller's)."""
+    with tracing.span(tracing.ORDER_SUBMIT):
+        return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), caller.storefront))
 
 
 @_api("orders", "GET")
@@ -266,17 +285,19 @@ async def health(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.SCHEDULER_QUEUE, connection=SB)
 async def scheduler(msg: func.ServiceBusMessage) -> None:
     """New, retried and resumed orders."""
-    command = parse(
-        SchedulerCommand, msg.get_body(), queues.SCHEDULER_QUEUE, msg.message_id, msg.delivery_count
-    )
-    await (await runtime()).scheduler.handle_command(command)
+    with _handling(tracing.SCHEDULER_COMMAND, msg, queues.SCHEDULER_QUEUE):
+        command = parse(
+            SchedulerCommand, msg.get_body(), queues.SCHEDULER_QUEUE, msg.message_id, msg.delivery_count
+        )
+        await (await runtime()).scheduler.handle_command(command)
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.REPLY_QUEUE, connection=SB)
 async def scheduler_replies(msg: func.ServiceBusMessage) -> None:
     """Agents' replies."""
-    reply = parse(AgentReply, msg.get_body(), queues.REPLY_QUEUE, msg.message_id, msg.delivery_count)
-    await (await runtime()).scheduler.handle_reply(reply)
+    with _handling(tracing.SCHEDULER_REPLY, msg, queues.REPLY_QUEUE):
+        reply = parse(AgentReply, msg.get_body(), queues.REPLY_QUEUE, msg.message_id, msg.delivery_count)
+        await (await runtime()).scheduler.handle_reply(reply)
 
 
 # ---- Agents: one function per declared service (orders.catalog.SERVICES), on its own request queue ----
@@ -284,8 +305,9 @@ def _register_agent(service: ServiceDefinition) -> None:
     queue = queues.agent_queue(service.name)
 
     async def agent(msg: func.ServiceBusMessage) -> None:
-        request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
-        await (await runtime()).agents[service.name].handle(request)
+        with _handling(tracing.AGENT_CALL, msg, queue):
+            request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
+            await (await runtime()).agents[service.name].handle(request)
 
     agent.__doc__ = f"{service.description}."
     trigger = app.service_bus_queue_trigger(arg_name="msg", queue_name=queue, connection=SB)

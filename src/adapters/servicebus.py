@@ -16,6 +16,8 @@ from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessageSizeExceededError
 from pydantic import BaseModel
 
+from engine import tracing
+
 log = logging.getLogger("adapters.servicebus")
 
 
@@ -97,7 +99,11 @@ class ServiceBusSender:
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
     ) -> None:
-        """Send (or schedule, when ``scheduled_at`` is given) one message; raises if it was not sent."""
+        """Send (or schedule, when ``scheduled_at`` is given) one message; raises if it was not sent.
+
+        The message carries the span context it is sent from (``traceparent``), for whoever handles it.
+        """
+        traceparent = tracing.traceparent()
         message = ServiceBusMessage(
             body.model_dump_json(by_alias=True),
             content_type="application/json",
@@ -105,6 +111,7 @@ class ServiceBusSender:
             correlation_id=correlation_id,
             reply_to=reply_to,
             subject=type(body).__name__,
+            application_properties={tracing.TRACEPARENT: traceparent} if traceparent else None,
         )
         if time_to_live_seconds is not None:
             message.time_to_live = timedelta(seconds=time_to_live_seconds)

@@ -39,6 +39,7 @@ import httpx
 from engine import queues
 from orders.access import storefront_key_setting, storefronts
 from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
+from orders.telemetry_setup import TELEMETRY_DIR
 from servicebus_emulator import launcher as servicebus
 
 from . import azurite
@@ -183,6 +184,7 @@ class Stack:
         self.data_dir: Path = args.data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
         self.stats_dir = self.data_dir / "stats"
+        self.telemetry_dir = self.data_dir / "telemetry"
         self.azurite: subprocess.Popen[bytes] | None = None
         self.servicebus: subprocess.Popen[bytes] | None = None
         self.simulators: Child | None = None
@@ -278,6 +280,8 @@ class Stack:
             "ServiceBusConnection": servicebus.connection_string(a.sb_port),
             # Where clients (and services that answer later) reach the API: worker 1's HTTP host.
             "PUBLIC_BASE_URL": f"http://127.0.0.1:{a.port}",
+            # The workers' spans and metrics (orders-trace reads them); an empty value turns them off.
+            TELEMETRY_DIR: str(self.telemetry_dir),
         }
         settings.update(os.environ)
         settings.update(self.callback_secrets)

@@ -22,7 +22,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from . import calls, queues, telemetry
+from . import calls, metrics, queues, telemetry, tracing
 from .breaker import CircuitBreaker, MemoryBreakerStore, Permit
 from .clock import Clock
 from .errors import Accepted, CircuitOpenError, DeadlineReached, PermanentError, TransientError
@@ -42,6 +42,20 @@ Action = Callable[[AgentRequest, float], Awaitable[dict[str, Any]]]
 Sleep = Callable[[float], Awaitable[None]]
 # Weight of the newest successful call in the agent's running estimate of the service's latency.
 _LATENCY_WEIGHT = 0.2
+
+
+def _span_attributes(request: AgentRequest, service: str) -> dict[str, Any]:
+    return {
+        tracing.ORDER_ID: request.order_id,
+        tracing.WORKFLOW: request.workflow,
+        tracing.WORKFLOW_VERSION: request.workflow_version,
+        tracing.STEP: request.step,
+        tracing.STEP_INDEX: request.step_index,
+        tracing.ATTEMPT: request.attempt,
+        tracing.COMPENSATING: request.compensating,
+        tracing.SERVICE: service,
+        tracing.ACTION: request.action,
+    }
 
 
 def policy_key(workflow: str, version: int, step: str) -> str:
@@ -174,6 +188,8 @@ class Agent:
         fields = telemetry.context(
             request.order_id, request.step, request.attempt, action=request.action, agent=self.name
         )
+        if tracing.recording():
+            tracing.annotate(**_span_attributes(request, self.name))
         action = self.actions.get(request.action)
         if action is None:
             reply = self._reply(
@@ -198,11 +214,15 @@ class Agent:
             reply = self._reply(request, ReplyOutcome.FAILED, error=str(exc) or type(exc).__name__)
         except (TransientError, CircuitOpenError, DeadlineReached) as exc:
             telemetry.warning(log, "gave up within complete-by; nothing sent", **fields, error=str(exc))
+            tracing.annotate(**{tracing.OUTCOME: "gave up"})
+            tracing.error(str(exc) or type(exc).__name__)
             return None
         else:
             reply = self._reply(request, ReplyOutcome.SUCCEEDED, result=result)
         finally:
             calls.current_note().reset(token)
+            if note.tries > 1:
+                metrics.step_retried(request.workflow or "", request.step, "agent", note.tries - 1)
         reply.call = calls.AgentCall(
             instance=self.instance_id,
             started=started,
@@ -337,6 +357,9 @@ class Agent:
         if self._seconds_left(request.complete_by) <= 0:
             telemetry.info(log, "finished after complete-by; nothing sent", **fields)
             return None
+        tracing.annotate(**{tracing.OUTCOME: reply.outcome.value})
+        if reply.outcome is ReplyOutcome.FAILED:
+            tracing.error(reply.error or "failed")
         await self.sender.send(
             queues.REPLY_QUEUE,
             reply,

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from . import metrics
 from .errors import BreakerConflict, CircuitOpenError
 
 if TYPE_CHECKING:  # the port names this module's record: import it for the types only
@@ -262,6 +263,8 @@ class CircuitBreaker:
         """Cache ``record`` (the lock is held). Failures counted before an opening belong to the outage
         it records, so once the breaker is not closed the local count starts afresh."""
         self._view = record
+        if metrics.enabled():
+            metrics.breaker_state(self.service, record.state.value)
         self._read_at = self.clock.now()
         self._version += 1
         if record.state is not BreakerState.CLOSED:

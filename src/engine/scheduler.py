@@ -8,7 +8,7 @@ import socket
 import uuid
 from datetime import timedelta
 
-from . import saved_task, telemetry, transitions
+from . import saved_task, telemetry, tracing, transitions
 from .decisions import Decision, Outcome
 from .errors import ConcurrencyError
 from .messages import AgentReply, CommandKind, SchedulerCommand
@@ -57,6 +57,7 @@ class Scheduler:
         The task is the copy the command carries when that copy claims it; otherwise (no copy, or the task
         changed since, or the copy says it cannot be claimed) the task as read from the store decides.
         """
+        tracing.annotate(**{tracing.ORDER_ID: command.order_id, tracing.COMMAND_KIND: command.kind.value})
         act = {CommandKind.WAKE: self._wake, CommandKind.RETRY: self._retry}.get(
             command.kind, self._claim_for
         )
@@ -84,6 +85,7 @@ class Scheduler:
         if index is None or attempt is None or index >= len(record.steps):
             telemetry.warning(log, "wake-up naming no wait dropped", **telemetry.context(record.order_id))
             return False
+        tracing.annotate_task(record, index, attempt)
         decision = transitions.wake(record, ctx, index, attempt)
         if decision.changed:
             return await self._commit(record, decision, copy=copy)
@@ -111,6 +113,7 @@ class Scheduler:
         if index is None or attempt is None:
             telemetry.warning(log, "retry naming no step dropped", **telemetry.context(record.order_id))
             return False
+        tracing.annotate_task(record, index, attempt)
         decision = transitions.redispatch(record, ctx, index, attempt)
         if not decision.changed:
             if not copy:
@@ -142,6 +145,7 @@ class Scheduler:
             return False
         claimed = await self._commit(record, decision, copy=copy)
         if claimed:
+            tracing.annotate_task(record, record.state.current_step, record.state.attempt)
             step = record.steps[record.state.current_step]
             telemetry.info(
                 log,
@@ -190,6 +194,11 @@ class Scheduler:
         ctx = self.parts.context(self.instance, record)
         if ctx.workflow is None:
             return await self._workflow_gone(record, ctx, copy=copy)
+        if tracing.recording():
+            tracing.annotate_task(record, at, reply.attempt)
+            tracing.annotate(
+                **{tracing.COMPENSATING: reply.compensating, tracing.OUTCOME: reply.outcome.value}
+            )
         decision = transitions.apply_reply(record, ctx, reply)
         if not decision.changed:
             if not copy:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from . import metrics
 from .calls import CallEntry
 
 
@@ -108,6 +109,11 @@ class TaskState(BaseModel):
     search: dict[str, str] | None = Field(default=None, alias="Search")
     # When the task came to its current step (or the current step's phase): "at charge-payment for 10 min".
     step_since: datetime | None = Field(default=None, alias="StepSince")
+    # The span context of the order's submission (a W3C traceparent, see engine.tracing): the Supervisor's
+    # recoveries and operators' actions join the order's trace under it. Absent when nothing traced it.
+    trace_parent: str | None = Field(
+        default=None, alias="TraceParent", max_length=55, exclude_if=lambda value: value is None
+    )
     created_at: datetime = Field(alias="CreatedAt")
     updated_at: datetime = Field(alias="UpdatedAt")
 
@@ -196,6 +202,7 @@ class TaskRecord(BaseModel):
     audited: bool = False
     _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _saved_position: tuple[int, Phase] | None = PrivateAttr(default=None)
+    _saved_state: ProcessState | None = PrivateAttr(default=None)
     _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
 
     def model_post_init(self, context: Any, /) -> None:
@@ -214,7 +221,19 @@ class TaskRecord(BaseModel):
     def mark_saved(self) -> None:
         """The store wrote the record: its steps as they are now are the saved view, and its audit
         entries are written."""
-        self._saved_steps = [step.model_dump() for step in self.steps]
+        steps = [step.model_dump() for step in self.steps]
+        if metrics.enabled() and self._saved_state is not None:
+            # What this save made so is counted here, once, whoever saved it (Scheduler, Supervisor,
+            # operator): a decision whose save lost its race counts nothing.
+            metrics.observe_save(
+                self.state.workflow,
+                self._saved_state.value,
+                self.state.process_state.value,
+                self._saved_steps,
+                steps,
+            )
+        self._saved_state = self.state.process_state
+        self._saved_steps = steps
         self._saved_position = (self.state.current_step, self.state.phase)
         self._audit = []
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from . import telemetry, transitions
+from . import metrics, telemetry, tracing, transitions
 from .breaker import BreakerRecord
 from .decisions import Outcome
 from .errors import ConcurrencyError
@@ -109,10 +109,14 @@ class Supervisor:
         if self.parts.breakers is None:
             return {}
         try:
-            return {record.service: record for record in await self.parts.breakers.load_all()}
+            found = {record.service: record for record in await self.parts.breakers.load_all()}
         except Exception:
             log.warning("could not read the circuit breakers; holding nothing this sweep", exc_info=True)
             return {}
+        if metrics.enabled():
+            for service, record in found.items():
+                metrics.breaker_state(service, record.state.value)
+        return found
 
     async def _archive(self, record: TaskRecord) -> bool:
         """Move a finished task to the history; False if it changed meanwhile or could not be moved now
@@ -133,6 +137,12 @@ class Supervisor:
     async def sweep(self) -> SweepReport:
         """One pass over expired in-flight tasks. The breakers are read once, when the first task that
         needs recovery is found (a sweep with nothing expired reads nothing more)."""
+        with tracing.span(tracing.SUPERVISOR_SWEEP) as span:
+            report = await self._sweep(tracing.traceparent(span))
+        metrics.sweep_took(report.seconds)
+        return report
+
+    async def _sweep(self, sweep: str | None) -> SweepReport:
         started = time.perf_counter()
         report = SweepReport()
         store = self.parts.store
@@ -200,32 +210,41 @@ class Supervisor:
                 # breaker explains (simulation, finding 21).
                 breakers_read = self.parts.clock.now()
                 breakers = await self._breakers()
-            task_ctx = self.parts.context(record=record)
-            if task_ctx.workflow is None:
-                decision = transitions.workflow_not_deployed(record, task_ctx, "supervisor")
-            else:
-                decision = transitions.recover_expired(record, task_ctx, breakers)
-            if not decision.changed:
-                continue  # moved on since the index was read
-            try:
-                await store.save(record)
-            except ConcurrencyError:
-                report.lost_races += 1
-                continue
-            if decision.outcome is Outcome.HELD and record.state.complete_by is not None:
-                # Held again and again while the outage lasts: move the watch entry now, so the next
-                # sweeps skip the task until the hold ends instead of loading it to find that out.
-                await store.rewatch(entry, record.state.complete_by)
-            await carry_out(self.parts.sender, decision, record, store)
-            if overdue:
-                step = record.steps[record.state.current_step]
-                telemetry.emit_event(
-                    telemetry.APPROVAL_OVERDUE,
-                    orderId=record.order_id,
-                    step=step.name,
-                    deadline=step.complete_by.isoformat() if step.complete_by else "",
-                    processState=record.state.process_state.value,
-                )
+            # The recovery is a span of the order's trace (under its submission), linked to this sweep's:
+            # what it sends (a retry, an undo) continues the order's trace.
+            with tracing.span(
+                tracing.SUPERVISOR_RECOVER,
+                parent=record.state.trace_parent,
+                links=(sweep,),
+                attributes=tracing.task_attributes(record, record.state.current_step, record.state.attempt),
+            ):
+                task_ctx = self.parts.context(record=record)
+                if task_ctx.workflow is None:
+                    decision = transitions.workflow_not_deployed(record, task_ctx, "supervisor")
+                else:
+                    decision = transitions.recover_expired(record, task_ctx, breakers)
+                if not decision.changed:
+                    continue  # moved on since the index was read
+                tracing.annotate(**{tracing.RECOVERY: decision.outcome.value})
+                try:
+                    await store.save(record)
+                except ConcurrencyError:
+                    report.lost_races += 1
+                    continue
+                if decision.outcome is Outcome.HELD and record.state.complete_by is not None:
+                    # Held again and again while the outage lasts: move the watch entry now, so the next
+                    # sweeps skip the task until the hold ends instead of loading it to find that out.
+                    await store.rewatch(entry, record.state.complete_by)
+                await carry_out(self.parts.sender, decision, record, store)
+                if overdue:
+                    step = record.steps[record.state.current_step]
+                    telemetry.emit_event(
+                        telemetry.APPROVAL_OVERDUE,
+                        orderId=record.order_id,
+                        step=step.name,
+                        deadline=step.complete_by.isoformat() if step.complete_by else "",
+                        processState=record.state.process_state.value,
+                    )
             report.order_ids.append(record.order_id)
             report.count(decision.outcome)
             # A group's steps are recovered each on its own: one line per step asked to run again.
@@ -233,6 +252,8 @@ class Supervisor:
                 s for s, was in zip(record.steps, asked, strict=True) if s.retry_at and s.retry_at != was
             ]
             for step in again or [record.steps[record.state.current_step]]:
+                if decision.outcome is Outcome.RETRIED:
+                    metrics.step_retried(record.state.workflow, step.name, "supervisor")
                 telemetry.info(
                     log,
                     "recovered expired task",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import machine, queues, saved_task, search, telemetry, transitions
+from . import machine, metrics, queues, saved_task, search, telemetry, tracing, transitions
 from .decisions import Decision, Outcome
 from .errors import (
     ConcurrencyError,
@@ -87,6 +87,7 @@ class TaskService:
                 submitter=submitter,
                 status_queue=queues.status_queue(submitter) if submitter else None,
                 search=search.searchable_values(workflow.searchable, task_input),
+                trace_parent=tracing.traceparent(),
                 created_at=ctx.now,
                 updated_at=ctx.now,
             ),
@@ -100,8 +101,11 @@ class TaskService:
             raise Conflict(order_id)
         if outcome is CreateOutcome.PURGED:
             raise Purged(order_id)
+        tracing.annotate_task(stored)
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
+        if metrics.enabled():
+            metrics.state_entered(workflow.name, stored.state.process_state.value)
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
         kick = transitions.command(order_id, CommandKind.START, "submitted", new_id=self.parts.new_id)
         await deliver(self.parts.sender, saved_task.attach([kick], stored))
@@ -293,13 +297,22 @@ class TaskService:
                     detail=detail,
                 )
             )
-            try:
-                saved = await self.parts.store.save(record)
-            except ConcurrencyError:
-                if action.version is not None:
-                    raise PreconditionFailed(order_id) from None
-                continue  # the Scheduler moved it meanwhile: look again
-            await carry_out(self.parts.sender, decision, saved, self.parts.store)
+            # A span in the order's trace, linked to the request that asked for it: what the action sends
+            # stays in the order's trace.
+            attributes = {**tracing.task_attributes(record, current), tracing.OPERATION: what}
+            with tracing.span(
+                tracing.OPERATOR_ACTION,
+                parent=record.state.trace_parent,
+                links=(tracing.traceparent(),),
+                attributes={**attributes, "enduser.id": action.actor},
+            ):
+                try:
+                    saved = await self.parts.store.save(record)
+                except ConcurrencyError:
+                    if action.version is not None:
+                        raise PreconditionFailed(order_id) from None
+                    continue  # the Scheduler moved it meanwhile: look again
+                await carry_out(self.parts.sender, decision, saved, self.parts.store)
             telemetry.info(log, what, **telemetry.context(order_id), actor=action.actor)
             return saved
         raise InvalidState(

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine import queues, transitions
+from engine import queues, tracing, transitions
 from engine.calls import AgentCall
 from engine.errors import EngineError, NotFound, PermanentError
 from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
@@ -173,7 +174,23 @@ class Callbacks:
         reply.call = AgentCall(started=at, ended=at, callback=True)
         message_id = request_message_id(order_id, index, compensating, attempt) + ":callback"
         sender: MessageSender = tasks.parts.sender
-        await sender.send(queues.REPLY_QUEUE, reply, message_id=message_id, correlation_id=order_id)
+        # In the order's trace: under the service's call when it passed that call's context back, else
+        # under the submission.
+        sent_from = headers.get(tracing.TRACEPARENT)
+        same_trace = tracing.trace_id(sent_from) == tracing.trace_id(state.trace_parent)
+        with tracing.span(
+            tracing.CALLBACK_RECEIVE,
+            SpanKind.SERVER,
+            parent=sent_from if same_trace else state.trace_parent,
+            links=(tracing.traceparent(),),
+            attributes={
+                **tracing.task_attributes(record, index, attempt),
+                tracing.SERVICE: service,
+                tracing.COMPENSATING: compensating,
+                tracing.OUTCOME: reply.outcome.value,
+            },
+        ):
+            await sender.send(queues.REPLY_QUEUE, reply, message_id=message_id, correlation_id=order_id)
         return Taken(reply)
 
     @staticmethod

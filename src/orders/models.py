@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine import queues
+from engine import queues, tracing
 from engine.calls import CallEntry
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 from engine.workflow import WorkflowDefinition
@@ -123,6 +123,11 @@ class OrderSummary(_View):
 class OrderStatus(OrderSummary):
     """An order's task state, every step and its input (``GET /api/orders/{orderId}``)."""
 
+    trace_id: str | None = Field(
+        default=None,
+        alias="traceId",
+        description="the order's trace id (W3C): Application Insights' operation_Id; orders-trace locally",
+    )
     steps: list[StepView]
     input: dict[str, Any] = Field(description="the order as stored and handed to its steps")
 
@@ -303,7 +308,12 @@ def status_view(
         )
         for i, s in enumerate(record.steps)
     ]
-    return OrderStatus(**summary(record.state, storefront).model_dump(), steps=steps, input=record.input)
+    return OrderStatus(
+        **summary(record.state, storefront).model_dump(),
+        trace_id=tracing.trace_id(record.state.trace_parent),
+        steps=steps,
+        input=record.input,
+    )
 
 
 def audit_view(entry: AuditEntry) -> AuditView:

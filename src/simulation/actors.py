@@ -17,9 +17,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from azure.servicebus.aio import ServiceBusClient
+from opentelemetry.trace import SpanKind
 
 from adapters.servicebus import ServiceBusSender
-from engine import queues
+from engine import queues, tracing
 from engine.agent import Agent
 from engine.errors import EngineError
 from engine.inbound import parse
@@ -28,6 +29,7 @@ from engine.parts import EngineParts
 from engine.ports import MessageSender
 from engine.retention import Retention, RetentionPolicy
 from engine.scheduler import Scheduler
+from engine.state import TaskRecord
 from engine.supervisor import Supervisor
 from engine.tasks import Action, TaskService
 from engine.workflow import WorkflowDefinition
@@ -105,20 +107,37 @@ _MODELS: dict[str, type[SchedulerCommand | AgentReply | AgentRequest]] = {
 }
 
 
+_SPANS = {queues.SCHEDULER_QUEUE: tracing.SCHEDULER_COMMAND, queues.REPLY_QUEUE: tracing.SCHEDULER_REPLY}
+
+
 async def consume(worker: Worker, message: Message) -> None:
-    """A Service Bus-triggered function, as ``function_app.py`` binds it."""
+    """A Service Bus-triggered function, as ``function_app.py`` binds it (in a span, under the sender's)."""
     host: Host = worker.host
     body = message.body
     queue = message.queue
-    if isinstance(body, bytes):  # what arrives off the wire: parsed, or refused as poison
-        model = _MODELS.get(queue, AgentRequest)
-        body = parse(model, body, queue, message.message_id, message.deliveries)
-    if queue == queues.SCHEDULER_QUEUE:
-        await host.scheduler.handle_command(body)
-    elif queue == queues.REPLY_QUEUE:
-        await host.scheduler.handle_reply(body)
-    else:
-        await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+    with tracing.span(
+        _SPANS.get(queue, tracing.AGENT_CALL),
+        SpanKind.CONSUMER,
+        parent=message.traceparent,
+        attributes={tracing.QUEUE: queue},
+    ):
+        if isinstance(body, bytes):  # what arrives off the wire: parsed, or refused as poison
+            model = _MODELS.get(queue, AgentRequest)
+            body = parse(model, body, queue, message.message_id, message.deliveries)
+        if queue == queues.SCHEDULER_QUEUE:
+            await host.scheduler.handle_command(body)
+        elif queue == queues.REPLY_QUEUE:
+            await host.scheduler.handle_reply(body)
+        else:
+            await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+
+
+async def _submit(
+    host: Host, order_id: str, document: dict[str, Any], identity: str, workflow: str
+) -> tuple[bool, TaskRecord]:
+    """``POST /api/orders``, as ``function_app.py`` binds it: the order's trace starts here."""
+    with tracing.span(tracing.ORDER_SUBMIT, SpanKind.SERVER):
+        return await host.tasks.submit(order_id, document, identity, workflow)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -191,7 +210,7 @@ class Client:
         for attempt in range(1000):
             try:
                 created, _ = await in_process(
-                    sim, lambda host: host.tasks.submit(order_id, document, identity, workflow)
+                    sim, lambda host: _submit(host, order_id, document, identity, workflow)
                 )
             except (Crash, StoreUnavailable):
                 sim.oracle.may_watch_until(order_id)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import isodate
 from pydantic import BaseModel
 
-from engine import queues
+from engine import queues, tracing
 from engine.messages import CommandKind, SchedulerCommand
 
 from .loop import at_seconds
@@ -60,6 +60,7 @@ class Message:
     worker: Any = None
     running: bool = False
     reason: str = ""
+    traceparent: str | None = None  # the span context it was sent from (engine.tracing)
 
 
 class BusObserver(Protocol):
@@ -115,7 +116,9 @@ class Bus:
     ) -> None:
         """Send (or schedule) a message: a request to the broker like any other (latency, faults)."""
         await self.world.before("bus.send")
-        self.enqueue(queue, body, message_id, correlation_id, time_to_live_seconds, scheduled_at)
+        self.enqueue(
+            queue, body, message_id, correlation_id, time_to_live_seconds, scheduled_at, tracing.traceparent()
+        )
         self.world.after("bus.send")
 
     def enqueue(
@@ -126,6 +129,7 @@ class Bus:
         correlation_id: str,
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
+        traceparent: str | None = None,
     ) -> Message | None:
         """Put a message on a queue now (None: dropped as a duplicate)."""
         now = self.loop.time()
@@ -140,6 +144,7 @@ class Bus:
         ttl = time_to_live_seconds if time_to_live_seconds is not None else DEFAULT_TTL_SECONDS
         visible = max(at_seconds(scheduled_at), now) if scheduled_at is not None else now
         message = Message(len(self.messages), queue, body, message_id, correlation_id, now, visible + ttl)
+        message.traceparent = traceparent
         self.messages.append(message)
         self.observer.sent(message)
         if queue not in self.consumed:

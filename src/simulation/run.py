@@ -29,6 +29,7 @@ from .oracle import AlertHandler, Oracle
 from .profile import Profile, draw
 from .services import Declarations, Services
 from .storage import HISTORY, LIVE, WATCH, Storage
+from .traces import RunSpans
 from .world import StoreUnavailable, Worker, World
 
 
@@ -178,6 +179,7 @@ class Simulation:
         self.loop = VirtualLoop()
         self.clock = VirtualClock(self.loop)
         self.world = World(profile, random.Random(seed), self.loop)
+        self.spans = RunSpans()
         self.catalog = _catalog(base, profile)
         self.settings = EngineSettings(
             step_complete_by_seconds=profile.complete_by_seconds,
@@ -440,11 +442,13 @@ class Simulation:
         self.loop.set_exception_handler(lambda loop, context: None)
         state = random.getstate()
         random.seed(self.seed)  # tenacity's jitter draws from the module's generator
+        self.spans.start()
         try:
             self.loop.run_until_complete(self._main())
             self._drain()
             checks.final(self)
         finally:
+            self.spans.stop()
             random.setstate(state)
             engine_log.removeHandler(handler)
             engine_log.setLevel(saved_level)

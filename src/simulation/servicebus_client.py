@@ -20,6 +20,7 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.exceptions import MessageSizeExceededError
 from pydantic import BaseModel
 
+from engine import tracing
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand, StatusMessage
 
 from .bus import Bus
@@ -96,6 +97,7 @@ class SimQueueSender:
                 str(message.correlation_id),
                 ttl.total_seconds() if ttl is not None else None,
                 scheduled_at,
+                tracing.from_properties(message.application_properties),
             )
         world.after("bus.send")
 

@@ -23,8 +23,9 @@ def test_without_application_insights_nothing_is_exported_and_httpx_is_quiet(
     monkeypatch: pytest.MonkeyPatch, httpx_logger: logging.Logger, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
+    monkeypatch.delenv("ORDERS_TELEMETRY_DIR", raising=False)
     caplog.set_level(logging.INFO)  # the root logger at INFO, as the Functions host sets it
-    assert configure_telemetry() is False
+    assert configure_telemetry() is None
     # A record per remote-service call would reach the host's traces at INFO.
     assert not httpx_logger.isEnabledFor(logging.INFO)
     assert httpx_logger.isEnabledFor(logging.WARNING)

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from adapters import table_store
 from adapters.table_store import TableStateStore
-from engine import queues, transitions
+from engine import queues, supervisor, tracing, transitions
 from engine.breaker import BreakerRecord, BreakerState, hold_until
 from engine.decisions import REFUSED, UNCHANGED, Decision, Outcome, Outgoing
 from engine.errors import ConcurrencyError, EngineError, NotFound
@@ -601,6 +601,18 @@ def step_failed_undoing_from_itself(record: TaskRecord, ctx: Context, error: str
     return transitions._dispatch_compensation(record, ctx, start=index).after(compensating)
 
 
+class _SweepTracing:
+    """``engine.tracing`` as the Supervisor would see it had it opened each recovery under its sweep: the
+    span the order keeps is passed over, so what the recovery sends leaves the order's trace."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(tracing, name)
+
+    @staticmethod
+    def span(name: str, *args: Any, parent: str | None = None, **kwargs: Any) -> Any:
+        return tracing.span(name, *args, **kwargs)
+
+
 @dataclass(frozen=True)
 class Plant:
     """A bug to plant, words of the violation by which the invariant about its consequence reports it (the
@@ -722,6 +734,9 @@ PLANTS: dict[str, Plant] = {
         "waits",
     ),
     # groups (tests/simulation/test_groups.py, on the seeds it names)
+    "a recovery traced under the sweep, not the order": Plant(
+        lambda mp: mp.setattr(supervisor, "tracing", _SweepTracing()), "supervisor.recover span"
+    ),
     "a join that moves on at the first step of a group": Plant(
         lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_joining_at_the_first),
         "before its group's steps had all completed",

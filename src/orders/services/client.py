@@ -16,9 +16,10 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from engine import calls
+from engine import calls, tracing
 from engine.agent import Action
 from engine.errors import Accepted, PermanentError, TransientError
 from engine.messages import AgentRequest, callback_context
@@ -100,12 +101,25 @@ class RemoteServices:
         headers["Content-Type"] = "application/json"
         if recorded is not None:
             calls.note_body(recorded)
-        try:
-            response = await self.client.post(url, content=content, headers=headers, timeout=timeout)
-        except httpx.TimeoutException as exc:
-            raise TransientError(f"{service}: timed out after {timeout:.2f}s") from exc
-        except httpx.TransportError as exc:
-            raise TransientError(f"{service}: {type(exc).__name__}: {exc}") from exc
+        # One client span per try, a child of the Agent's; the service gets its context in the header.
+        with tracing.span(
+            tracing.HTTP_CALL,
+            SpanKind.CLIENT,
+            attributes={tracing.SERVICE: service, "http.request.method": "POST", "url.full": url},
+        ) as span:
+            traceparent = tracing.traceparent(span)
+            if traceparent:
+                headers[tracing.TRACEPARENT] = traceparent
+            try:
+                response = await self.client.post(url, content=content, headers=headers, timeout=timeout)
+            except httpx.TimeoutException as exc:
+                raise TransientError(f"{service}: timed out after {timeout:.2f}s") from exc
+            except httpx.TransportError as exc:
+                raise TransientError(f"{service}: {type(exc).__name__}: {exc}") from exc
+            if span.is_recording():
+                span.set_attribute("http.response.status_code", response.status_code)
+                if response.status_code >= 400:
+                    tracing.error(f"HTTP {response.status_code}")
         calls.note_status(response.status_code)
         if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUS:
             raise TransientError(f"{service}: HTTP {response.status_code}")
