@@ -210,6 +210,18 @@ module monitoring 'app/monitoring.bicep' = {
   }
 }
 
+// The operations workbook, listed under the Application Insights component (Workbooks).
+module workbook 'app/workbook.bicep' = {
+  name: 'workbook'
+  scope: rg
+  params: {
+    displayName: 'Order processing (${environmentName})'
+    location: location
+    tags: tags
+    applicationInsightsResourceId: monitoring.outputs.applicationInsightsResourceId
+  }
+}
+
 module plan 'app/hosting-plan.bicep' = {
   name: 'hosting-plan'
   scope: rg
