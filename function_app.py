@@ -321,8 +321,10 @@ for _service in SERVICES:
 # ---- Supervisor -------------------------------------------------------------------------------------
 @app.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
 async def supervisor(timer: func.TimerRequest) -> None:
-    """Find steps past their complete-by and arrange recovery."""
-    await (await runtime()).supervisor.sweep()
+    """Find steps past their complete-by and arrange recovery; then, now and then, measure the queues."""
+    parts = await runtime()
+    await parts.supervisor.sweep()
+    await parts.gauges.measure()
 
 
 @app.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)

@@ -146,6 +146,8 @@ var appSettings = {
   // An order waiting for a timer or an approval due more than 20 minutes off is parked out of the live
   // records (engine.supervisor), and brought back 10 minutes before it is due.
   WAIT_PARK_HORIZON_SECONDS: '600'
+  // The queue and waiting gauges, measured after a Supervisor sweep at most this often (orders.gauges).
+  METRICS_GAUGE_SECONDS: '30'
   ORDER_RETENTION: orderRetention
   // Status URLs are built from this, never from the request's Host header (which the client chooses).
   PUBLIC_BASE_URL: empty(publicBaseUrl) ? baseUrl : publicBaseUrl

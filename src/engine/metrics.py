@@ -6,9 +6,12 @@ checks they agree. Each process counts what it did; a chart sums over processes.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 
 METER_NAME = "engine"
 
@@ -57,15 +60,38 @@ _step_retries = _meter.create_counter(
     "a step tried again: by its Agent (an HTTP re-try) or the Supervisor (a re-dispatch)",
 )
 _step_compensations = _meter.create_counter(STEP_COMPENSATIONS, "{step}", "steps undone")
-_breaker_state = _meter.create_gauge(
-    BREAKER_STATE, "1", "each service's circuit breaker: 0 closed, 1 half-open, 2 open"
-)
-_queue_messages = _meter.create_gauge(QUEUE_MESSAGES, "{message}", "active messages waiting on each queue")
-_queue_age = _meter.create_gauge(QUEUE_AGE, "s", "age of the oldest active message on each queue")
-_queue_dead_letters = _meter.create_gauge(
-    QUEUE_DEAD_LETTERS, "{message}", "dead-lettered messages on each queue"
-)
-_waiting = _meter.create_gauge(WAITING, "{order}", "orders waiting, by workflow and what they wait for")
+
+
+class _Fresh:
+    """A gauge that reports each series only in the collection after it was measured.
+
+    A synchronous gauge repeats a process's last value, stamped anew, at every export for as long as the
+    process lives: a process that stopped measuring (its sweeps now run elsewhere) would keep reporting a
+    queue's depth of an hour ago as current. An observable gauge reports what its callback returns, and
+    this one returns only what was measured since it was last asked.
+    """
+
+    def __init__(self, name: str, unit: str, description: str) -> None:
+        self._measured: dict[tuple[tuple[str, str], ...], float] = {}
+        self._lock = threading.Lock()  # the metric reader collects on its own thread
+        _meter.create_observable_gauge(name, [self._collect], unit, description)
+
+    def set(self, value: float, attributes: dict[str, str]) -> None:
+        """Measured now."""
+        with self._lock:
+            self._measured[tuple(sorted(attributes.items()))] = value
+
+    def _collect(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            measured, self._measured = self._measured, {}
+        return [Observation(value, dict(key)) for key, value in measured.items()]
+
+
+_breaker_state = _Fresh(BREAKER_STATE, "1", "each service's circuit breaker: 0 closed, 1 half-open, 2 open")
+_queue_messages = _Fresh(QUEUE_MESSAGES, "{message}", "active messages waiting on each queue")
+_queue_age = _Fresh(QUEUE_AGE, "s", "age of the oldest active message on each queue")
+_queue_dead_letters = _Fresh(QUEUE_DEAD_LETTERS, "{message}", "dead-lettered messages on each queue")
+_waiting = _Fresh(WAITING, "{order}", "orders waiting, by what they wait for")
 _sweep_duration = _meter.create_histogram(
     SWEEP_DURATION, "s", "one Supervisor sweep", explicit_bucket_boundaries_advisory=_SECONDS
 )
@@ -122,9 +148,10 @@ def queue_depth(queue: str, active: int, oldest_seconds: float, dead_letters: in
     _queue_dead_letters.set(dead_letters, attributes)
 
 
-def waiting(workflow: str, waiting_for: str, count: int) -> None:
-    """How many orders of ``workflow`` wait for ``waiting_for`` (approval, callback, timer)."""
-    _waiting.set(count, {"workflow.name": workflow, "waiting.for": waiting_for})
+def waiting(waiting_for: str, count: int) -> None:
+    """How many orders wait for ``waiting_for`` (approval, callback, timer), over every workflow: the
+    store counts its Waiting orders by what they wait for, not by workflow."""
+    _waiting.set(count, {"waiting.for": waiting_for})
 
 
 def sweep_took(seconds: float) -> None:

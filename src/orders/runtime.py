@@ -19,6 +19,7 @@ from azure.data.tables.aio import TableServiceClient
 
 from adapters.breaker_store import TableBreakerStore
 from adapters.deadletters import ServiceBusDeadLetters
+from adapters.queue_depth import ServiceBusQueueDepth
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore, env_settings_in_use
 from engine import queues
@@ -34,6 +35,7 @@ from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
 from .catalog import CATALOG, SERVICES
 from .deadletters import DeadLetterParts
+from .gauges import Gauges
 from .services.client import RemoteServices
 from .settings import Settings, load_settings
 
@@ -53,6 +55,7 @@ class Runtime:
     agents: dict[str, Agent]
     dead_letters: DeadLetterParts
     breakers: BreakerStore
+    gauges: Gauges
     closers: list[Closer] = field(default_factory=list, repr=False)
 
     async def close(self) -> None:
@@ -120,7 +123,7 @@ async def build(settings: Settings) -> Runtime:
     closers.append(services.client.aclose)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))
     # The dead-letter tools' own client: their receivers open per call and must not share the
-    # sender's links.
+    # sender's links. The gauges peek through it too (their receivers also open per call).
     dead_letter_client = client_from_settings(dict(os.environ))
     closers.append(sender.close)  # last: its AMQP links may take a while to close
     closers.append(dead_letter_client.close)
@@ -146,6 +149,13 @@ async def build(settings: Settings) -> Runtime:
         tasks,
         tuple(queues.all_queues(workflows.agents)),
     )
+    gauges = Gauges(
+        ServiceBusQueueDepth(dead_letter_client),
+        tasks,
+        queues.all_queues(workflows.agents),
+        clock,
+        settings.metrics_gauge_seconds,
+    )
     return Runtime(
         tasks=tasks,
         scheduler=Scheduler(parts, instance),
@@ -154,6 +164,7 @@ async def build(settings: Settings) -> Runtime:
         agents=agents,
         dead_letters=dead_letters,
         breakers=breakers,
+        gauges=gauges,
         closers=closers,
     )
 

@@ -32,6 +32,11 @@ class Settings(BaseModel):
     # An order waiting for a timer or an approval more than twice this long off is parked out of the live
     # records until about this long before it is due (engine.supervisor); 0: never.
     wait_park_horizon_seconds: float = Field(default=600.0, ge=0, alias="WAIT_PARK_HORIZON_SECONDS")
+    # How often (seconds, at most) a process measures the queue and waiting gauges, after a Supervisor
+    # sweep (orders.gauges); 0: after every sweep.
+    metrics_gauge_seconds: float = Field(
+        default=30.0, ge=0, allow_inf_nan=False, alias="METRICS_GAUGE_SECONDS"
+    )
     # How long an Agent's circuit breaker stays open, for every step; empty: each step's own policy.
     breaker_reset_seconds: float | None = Field(default=None, gt=0, alias="BREAKER_RESET_SECONDS")
     # Table Storage: a connection string locally, or an endpoint with a managed identity in Azure.

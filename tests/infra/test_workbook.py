@@ -46,7 +46,7 @@ METRICS: dict[str, set[str]] = {
     "orders.queue.messages": {"queue"},
     "orders.queue.age": {"queue"},
     "orders.queue.dead_letters": {"queue"},
-    "orders.waiting": {"workflow.name", "waiting.for"},
+    "orders.waiting": {"waiting.for"},
     "orders.supervisor.sweep.duration": set(),
 }
 SPAN_KINDS = {
