@@ -12,12 +12,14 @@ has no undo route: a call there is a 404 like any unknown route. The paths are t
 
 Every call first waits the configured latency of its service, then draws one random number that picks
 at most one fault (see ``faults.pick_fault``); the ledger records what was really applied, whatever the
-caller was told, with the result values answered and the declared result values each body carried.
+caller was told, with the result values answered and the declared result values each body carried, and
+the trace each call that reached it came in (its W3C ``traceparent`` header's trace id, when it has one).
 
 A resource declared ``asynchronous`` answers a share of its applies (``asyncRate``) with 202 Accepted when
 the call names a ``Callback-Url``: after ``callbackDelayMs`` it applies the effect (or refuses it, if the
 call drew a permanent fault) and posts the outcome there, signed with the service's callback secret
-(``orders.callbacks``), the ``Callback-Context`` in it. Its callbacks can be lost, sent twice, or sent late,
+(``orders.callbacks``), the ``Callback-Context`` in it, and the ``traceparent`` the call came with (so the
+app's handling of the callback joins the caller's trace). Its callbacks can be lost, sent twice, or sent late,
 as the fault profile says; a callback the app does not answer 2xx or 4xx is sent again a few times.
 """
 
@@ -40,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive
 
+from engine import tracing
 from orders.callbacks import signed_headers
 from orders.services.client import CALLBACK_CONTEXT_HEADER, CALLBACK_URL_HEADER, apply_path
 from orders.services.declaration import Resource, ServiceBody, ServiceDefinition
@@ -185,6 +188,7 @@ class Simulators:
         raw = await _read_body(request)
         body = _validated(spec.resource.body, raw)
         carried = self._carried(raw)
+        traceparent, trace_id = _trace(request)
         settings = self._begin_call(spec.name)
         await _sleep_ms(settings.latency_ms)
         # The replay of a key already applied answers what the first call did: a real service looks the
@@ -197,7 +201,9 @@ class Simulators:
         if later is not None and fault is not Fault.HANG:
             url, context = later
             self.stats.count(spec.name, "accepted")
-            finish = self._finish_later(spec, key, body.order_id, carried, fault, settings, url, context)
+            finish = self._finish_later(
+                spec, key, body.order_id, carried, fault, settings, url, context, traceparent
+            )
             task = asyncio.ensure_future(finish)
             self._callbacks.add(task)
             task.add_done_callback(self._callbacks.discard)
@@ -210,7 +216,12 @@ class Simulators:
             await self.hang(request, settings.hang_ms / 1000)
             return self._finish(spec, "apply", key, fault, unavailable())
         applied = self.ledger.apply(
-            spec.name, key, body.order_id, result=spec.simulated_result(key), carried=carried
+            spec.name,
+            key,
+            body.order_id,
+            result=spec.simulated_result(key),
+            carried=carried,
+            trace_id=trace_id,
         )
         change = await self._record(applied)
         if fault is Fault.LOST_REPLY:
@@ -242,7 +253,10 @@ class Simulators:
         if fault is Fault.HANG:
             await self.hang(request, settings.hang_ms / 1000)
             return self._finish(spec, "compensate", key, fault, unavailable())
-        change = await self._record(self.ledger.compensate(spec.name, key, carried=carried))
+        _, trace_id = _trace(request)
+        change = await self._record(
+            self.ledger.compensate(spec.name, key, carried=carried, trace_id=trace_id)
+        )
         if fault is Fault.LOST_REPLY:
             return self._finish(spec, "compensate", key, fault, unavailable())
         status = spec.resource.undone if change.entry is not None else "not-found"
@@ -268,8 +282,10 @@ class Simulators:
         settings: FaultSettings,
         url: str,
         context: str,
+        traceparent: str | None,
     ) -> None:
-        """What a service that answered 202 does next: decide, record the effect, and call back."""
+        """What a service that answered 202 does next: decide, record the effect, and call back (in the
+        trace of ``traceparent``, the call's, when it names one)."""
         late = self.faults.chance(settings.callback_late_rate)
         lost = self.faults.chance(settings.callback_lost_rate)
         twice = self.faults.chance(settings.callback_duplicate_rate)
@@ -287,7 +303,12 @@ class Simulators:
             }
         else:
             applied = self.ledger.apply(
-                spec.name, key, order_id, result=spec.simulated_result(key), carried=carried
+                spec.name,
+                key,
+                order_id,
+                result=spec.simulated_result(key),
+                carried=carried,
+                trace_id=tracing.trace_id(traceparent),
             )
             try:
                 change = await self._record(applied)
@@ -303,13 +324,16 @@ class Simulators:
             return
         body = json.dumps(outcome).encode()
         for _ in range(2 if twice else 1):
-            await self._call_back(spec.name, url, body)
+            await self._call_back(spec.name, url, body, traceparent)
 
-    async def _call_back(self, service: ServiceName, url: str, body: bytes) -> None:
-        """Post one signed callback, again after a short wait while the app answers neither 2xx nor 4xx."""
+    async def _call_back(self, service: ServiceName, url: str, body: bytes, traceparent: str | None) -> None:
+        """Post one signed callback, again after a short wait while the app answers neither 2xx nor 4xx;
+        with ``traceparent`` as its header when given."""
         async with httpx.AsyncClient(timeout=10) as client:
             for attempt in range(4):
                 headers = signed_headers(self.secrets[service], body)
+                if traceparent is not None:
+                    headers[tracing.TRACEPARENT] = traceparent
                 self.stats.count(service, "callbacks")
                 try:
                     response = await client.post(url, content=body, headers=headers)
@@ -361,6 +385,13 @@ class Simulators:
             spec.resource.collection,
         )
         return response
+
+
+def _trace(request: Request) -> tuple[str | None, str | None]:
+    """The call's ``traceparent`` header and its trace id; (None, None) if it names no trace."""
+    traceparent = request.headers.get(tracing.TRACEPARENT)
+    trace_id = tracing.trace_id(traceparent)
+    return (None, None) if trace_id is None else (traceparent, trace_id)
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

@@ -5,7 +5,7 @@ system believes happened. So it only ever records what a caller could observe: a
 effect has been applied (``applied`` is then 1) and ``compensated`` becomes 1 at most once. With the
 apply it records the result values the service answered and the body as received (``carried``); with
 the undo, the undo's body; with each, the change's place in the ledger's
-order of changes (see ``models.LedgerEntry``).
+order of changes; and the distinct trace ids its calls came in (see ``models.LedgerEntry``).
 
 :class:`LedgerStore` is what the simulators need from a ledger. Two stores implement it: :class:`Ledger`
 here, a file on the local disk, for the standalone ``remote-simulators`` process (one process, one
@@ -17,7 +17,8 @@ entries the ledger holds:
 
 - the journal (``simulators-ledger.journal``): one JSON line per change, numbered (``seq``), holding the
   key's entry after the change (whose ``appliedSeq`` or ``compensatedSeq`` is that number, so the
-  entries say in which order their changes were made). A change is appended, flushed and fsynced before
+  entries say in which order their changes were made; a change that only adds a trace id, a replay's or
+  a repeated undo's, changes neither). A change is appended, flushed and fsynced before
   it is made visible in memory and answered, so no caller is told about an effect the journal does not
   hold. A crash in the middle of an append leaves an incomplete last line (no newline yet): that change
   was never answered, and the next start ignores it.
@@ -63,7 +64,7 @@ Entries = dict[ServiceName, dict[str, LedgerEntry]]
 
 Snapshot = dict[str, dict[str, dict[str, Any]]]
 # The snapshot format this version writes (it reads every earlier one too).
-FILE_VERSION = 3
+FILE_VERSION = 4
 
 
 class LedgerError(Exception):
@@ -115,15 +116,20 @@ class LedgerStore(abc.ABC):
         *,
         result: Values | None = None,
         carried: Values | None = None,
+        trace_id: str | None = None,
     ) -> Change:
         """Record the effect of ``key`` as applied with the ``result`` values it answers and the values
         its body ``carried`` (none if not given), unless it already is (then nothing changes: the entry
-        keeps what the first apply recorded)."""
+        keeps what the first apply recorded). Either way the entry keeps ``trace_id``, the trace the call
+        came in (see :meth:`models.LedgerEntry.traced`); recording it on an existing entry is best
+        effort: a failure to is logged, and the call answered as if it had been recorded."""
 
     @abc.abstractmethod
-    async def compensate(self, service: ServiceName, key: str, *, carried: Values | None = None) -> Change:
+    async def compensate(
+        self, service: ServiceName, key: str, *, carried: Values | None = None, trace_id: str | None = None
+    ) -> Change:
         """Record the effect of ``key`` as compensated with the values the undo's body ``carried``: once,
-        and only if it was applied."""
+        and only if it was applied. The entry keeps ``trace_id`` as :meth:`apply` does."""
 
 
 class Ledger(LedgerStore):
@@ -226,24 +232,34 @@ class Ledger(LedgerStore):
         *,
         result: Values | None = None,
         carried: Values | None = None,
+        trace_id: str | None = None,
     ) -> Change:
-        """Record the effect of ``key`` as applied, unless it already is (then nothing changes)."""
+        """Record the effect of ``key`` as applied, unless it already is (then nothing changes but the
+        trace ids)."""
         # Shielded: a request cancelled mid-write (shutdown) must not leave the file ahead of memory.
         return await asyncio.shield(
-            self._apply(service, key, order_id, dict(result or {}), dict(carried or {}))
+            self._apply(service, key, order_id, dict(result or {}), dict(carried or {}), trace_id)
         )
 
-    async def compensate(self, service: ServiceName, key: str, *, carried: Values | None = None) -> Change:
+    async def compensate(
+        self, service: ServiceName, key: str, *, carried: Values | None = None, trace_id: str | None = None
+    ) -> Change:
         """Record the effect of ``key`` as compensated: once, and only if it was applied."""
-        return await asyncio.shield(self._compensate(service, key, dict(carried or {})))
+        return await asyncio.shield(self._compensate(service, key, dict(carried or {}), trace_id))
 
     async def _apply(
-        self, service: ServiceName, key: str, order_id: str, result: Values, carried: Values
+        self,
+        service: ServiceName,
+        key: str,
+        order_id: str,
+        result: Values,
+        carried: Values,
+        trace_id: str | None,
     ) -> Change:
         async with self._lock:
             existing = self._entries[service].get(key)
             if existing is not None:
-                return Change(existing, changed=False)
+                return Change(await self._trace(service, key, existing, trace_id), changed=False)
             # The change's number is the journal line's (the lock holds it until the line is written).
             entry = LedgerEntry(
                 order_id=order_id,
@@ -252,20 +268,40 @@ class Ledger(LedgerStore):
                 result=result,
                 carried=carried,
                 applied_seq=self._sequence + 1,
-            )
+                trace_ids=(),
+            ).traced(trace_id)
             await self._commit(service, key, entry)
             return Change(entry, changed=True)
 
-    async def _compensate(self, service: ServiceName, key: str, carried: Values) -> Change:
+    async def _compensate(
+        self, service: ServiceName, key: str, carried: Values, trace_id: str | None
+    ) -> Change:
         async with self._lock:
             existing = self._entries[service].get(key)
             # A key never applied gets no entry: there is nothing to undo, and the ledger only shows effects.
-            if existing is None or existing.compensated:
-                return Change(existing, changed=False)
+            if existing is None:
+                return Change(None, changed=False)
+            if existing.compensated:
+                return Change(await self._trace(service, key, existing, trace_id), changed=False)
             update = {"compensated": 1, "undo_carried": carried, "compensated_seq": self._sequence + 1}
-            entry = existing.model_copy(update=update)
+            entry = existing.model_copy(update=update).traced(trace_id)
             await self._commit(service, key, entry)
             return Change(entry, changed=True)
+
+    async def _trace(
+        self, service: ServiceName, key: str, existing: LedgerEntry, trace_id: str | None
+    ) -> LedgerEntry:
+        """``existing`` with ``trace_id`` recorded (a change of its own) if it is new to it; as it was if
+        that cannot be written (the call that came with it changes nothing else, so it still succeeds)."""
+        traced = existing.traced(trace_id)
+        if traced is existing:
+            return existing
+        try:
+            await self._commit(service, key, traced)
+        except OSError as exc:
+            log.warning("cannot record trace %s on %s key %r: %s", trace_id, service, key, exc)
+            return existing
+        return traced
 
     async def _commit(self, service: ServiceName, key: str, entry: LedgerEntry) -> None:
         """Append one change to the journal, then make it the current state; compact when it is due.
@@ -436,9 +472,11 @@ def _replay(path: Path, entries: Entries, sequence: int) -> int:
 
 
 def _follows(before: LedgerEntry | None, after: LedgerEntry, sequence: int) -> bool:
-    """True if one apply or one compensation, change number ``sequence``, turns ``before`` into ``after``.
+    """True if one apply or one compensation, change number ``sequence``, turns ``before`` into ``after``;
+    or one call that changed nothing but the trace ids (it added some).
 
-    A line of an older journal has no results, carried values or change numbers (None): it still follows.
+    A line of an older journal has no results, carried values, change numbers or trace ids (None): it
+    still follows.
     """
     if before is None:
         return (
@@ -448,7 +486,17 @@ def _follows(before: LedgerEntry | None, after: LedgerEntry, sequence: int) -> b
             and after.undo_carried is None
             and after.compensated_seq is None
         )
-    undone = {"compensated": 1, "undo_carried": after.undo_carried, "compensated_seq": after.compensated_seq}
+    known, traces = before.trace_ids or (), after.trace_ids or ()
+    if traces[: len(known)] != known:
+        return False  # trace ids are only ever added
+    if after == before.model_copy(update={"trace_ids": after.trace_ids}):
+        return len(traces) > len(known)
+    undone = {
+        "compensated": 1,
+        "undo_carried": after.undo_carried,
+        "compensated_seq": after.compensated_seq,
+        "trace_ids": after.trace_ids,
+    }
     return (
         before.compensated == 0
         and after.compensated_seq in (None, sequence)

@@ -3,10 +3,11 @@
 An order says which workflow and version it ran, and its steps by name, state and result
 (``GET /api/orders/{id}``); the catalog says which service runs each step and which steps cannot be undone
 (no compensation: their resource declares no undo, so their simulator has no undo route); the Agent
-sends a step's effect to that service under the idempotency key ``<orderId>:<stepName>``. The ledger
-holds, per key, whether the effect is applied and undone, the result values the service answered, the
-declared result values each call's body carried, and where each change stands in the ledger's order of
-changes. So, for every finished order:
+sends a step's effect to that service under the idempotency key ``<orderId>:<stepName>``, in the order's
+trace (its ``traceId``: each call's ``traceparent`` header names it). The ledger holds, per key, whether
+the effect is applied and undone, the result values the service answered, the declared result values each
+call's body carried, where each change stands in the ledger's order of changes, and the distinct trace ids
+the calls came in (``traceIds``). So, for every finished order:
 
 - a step left out by its condition (state ``LeftOut``) was never called: no effect under its key;
 - Processed: every other step's effect is in its service's ledger under its key, applied and not undone;
@@ -25,7 +26,10 @@ changes. So, for every finished order:
   returned;
 - calls shown: every call the order's steps record as answered (applied, accepted, or undone) shows the
   body its service received under the step's key, field for field, but for the fields its body model
-  declares sensitive, which show ``[redacted]`` and never their value.
+  declares sensitive, which show ``[redacted]`` and never their value;
+- calls in the order's trace: every trace id a step's effect recorded (its applies, replays, and undos,
+  the ledger keeping a few distinct ones) is the order's. Not checked for an order without a trace id (it
+  was not traced) or an effect that recorded none (its calls came without the header, or an older ledger).
 
 Orders in Error are not checked: they wait for an operator with whatever they had done. The demo and the
 end-to-end tests both run this check.
@@ -65,6 +69,7 @@ class LedgerReport:
     waits: int = 0  # wait steps (timers, approvals) checked: no later step called after one ended badly
     calls: int = 0  # calls whose recorded body was compared with the body their service received
     redacted: int = 0  # of their fields, those declared sensitive, shown redacted
+    traced: int = 0  # effects whose calls' trace ids were compared with their order's trace id
 
     def summary(self) -> str:
         """The counts in words, for the demo's output."""
@@ -75,7 +80,7 @@ class LedgerReport:
             f"passed by a later step after ending badly; {self.carrying} calls "
             f"carried values passed on, {self.checked} values checked against the values returned; "
             f"{self.calls} recorded calls showed the bodies their services received ({self.redacted} "
-            "sensitive fields redacted)"
+            f"sensitive fields redacted); {self.traced} effects' calls came in their order's trace"
         )
 
 
@@ -165,7 +170,28 @@ def ledger_report(
         _check_effects(report, order, definition, steps)
         _check_results(report, order, definition, steps, returns)
         _check_calls(report, order, definition, steps, sensitive)
+        _check_traces(report, order, definition, steps)
     return report
+
+
+def _check_traces(
+    report: LedgerReport, order: Mapping[str, Any], definition: WorkflowDefinition, steps: list[_Step]
+) -> None:
+    """Every trace id a step's effect recorded is the order's: its service was called in its trace."""
+    expected = order.get("traceId")
+    if not expected:
+        return  # the order was not traced
+    named = f"{order['orderId']} ({definition.name})"
+    for step in steps:
+        traces = step.entry.get("traceIds") if step.entry is not None else None
+        if not traces:
+            continue  # no call came with a trace (or an older ledger kept none)
+        report.traced += 1
+        for trace in traces:
+            if trace != expected:
+                report.problems.append(
+                    f"{named}: {step.name}'s call came in trace {trace}, not the order's {expected}"
+                )
 
 
 def _sensitive(services: Iterable[ServiceDefinition]) -> dict[tuple[str, str], tuple[str, ...]]:

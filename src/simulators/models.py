@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StringConstraints, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from orders.catalog import SERVICES as DECLARED
@@ -80,6 +80,11 @@ FAULTS_UPDATE = TypeAdapter(dict[ServiceName, FaultSettings])
 Values = dict[str, JsonValue]
 # A number that orders the ledger's changes: each change's is higher than those of the changes before it.
 Sequence = Annotated[int, Field(ge=1)]
+# A W3C trace id, as ``engine.tracing.trace_id`` gives it: 32 lowercase hex digits.
+TraceId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+# The most distinct trace ids an entry keeps: its calls should all come in one trace (their order's), so a
+# few are enough to show that some did not, and the entry stays small whatever its callers send.
+MAX_TRACE_IDS = 4
 
 
 class LedgerEntry(BaseModel):
@@ -89,8 +94,11 @@ class LedgerEntry(BaseModel):
     answered (every replay answers the same); ``carried`` and ``undo_carried``, the bodies of the apply and
     of the undo as received (every field, among them the values of declared result names), so a
     check can compare each with the value its producing step returned; ``applied_seq`` and
-    ``compensated_seq``, where the apply and the undo stand in the ledger's order of changes. An entry
-    recorded before the ledger kept these (format 1 or 2) has None in each: nothing is known.
+    ``compensated_seq``, where the apply and the undo stand in the ledger's order of changes;
+    ``trace_ids``, the distinct trace ids of the ``traceparent`` headers its calls that reached the ledger
+    (applies, replays included, and undos; not those a fault turned away first) came with, in the order
+    first seen, at most :data:`MAX_TRACE_IDS` (empty: no call came with one). An entry recorded before
+    the ledger kept these (format 1 or 2; format 3 for ``trace_ids``) has None in each: nothing is known.
     """
 
     model_config = ConfigDict(strict=True, frozen=True, validate_by_name=True, validate_by_alias=True)
@@ -103,10 +111,19 @@ class LedgerEntry(BaseModel):
     undo_carried: Values | None = Field(default=None, alias="undoCarried")
     applied_seq: Sequence | None = Field(default=None, alias="appliedSeq")
     compensated_seq: Sequence | None = Field(default=None, alias="compensatedSeq")
+    trace_ids: tuple[TraceId, ...] | None = Field(default=None, alias="traceIds")
 
     def wire(self) -> dict[str, Any]:
         """The JSON form served by ``GET /ledger`` and written to the ledger's files, every field present."""
         return self.model_dump(by_alias=True, mode="json")
+
+    def traced(self, trace_id: str | None) -> LedgerEntry:
+        """This entry with ``trace_id`` among its trace ids; itself when there is none, it is there
+        already, or the entry holds as many as it keeps."""
+        known = self.trace_ids or ()
+        if trace_id is None or trace_id in known or len(known) >= MAX_TRACE_IDS:
+            return self
+        return self.model_copy(update={"trace_ids": (*known, trace_id)})
 
 
 class LedgerFile(BaseModel):
@@ -115,12 +132,14 @@ class LedgerFile(BaseModel):
     Version 2 adds ``sequence``: the number of the last journal record the snapshot includes. A version 1
     file (written before the journal existed) holds everything, and reads as sequence 0. Version 3 adds
     the entries' results, carried values and change numbers (see :class:`LedgerEntry`); entries of an
-    older file read without them.
+    older file read without them. Version 4 adds the entries' trace ids, and journal lines that change
+    nothing else (a replay or an undo again, in a trace the entry had not seen), which no earlier version
+    would replay.
     """
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    version: Literal[1, 2, 3]
+    version: Literal[1, 2, 3, 4]
     sequence: Annotated[int, Field(ge=0)] = 0
     services: dict[ServiceName, dict[str, LedgerEntry]]
 

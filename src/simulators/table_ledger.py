@@ -15,8 +15,11 @@ its own table (:func:`ledger_table_name`), one entity per service and idempotenc
   text in ``Result``, ``Carried`` and ``UndoCarried``. ``AppliedSeq`` and ``CompensatedSeq`` order the
   changes by the time each was made, in microseconds since the epoch on the instance that made it: there
   is no one counter every instance shares (it would be one entity every call updates), so two changes
-  made on two instances within their clocks' skew (milliseconds) may be ordered wrong. An entity
-  written before these properties existed reads with None in each.
+  made on two instances within their clocks' skew (milliseconds) may be ordered wrong. ``TraceIds`` is
+  the JSON list of the distinct trace ids the key's calls came in; a replay or a repeated undo in a
+  trace new to the entity adds its id with an ETag-conditional update, best effort (a lost race or a
+  failed write leaves it out, and the call is answered all the same). An entity written before these
+  properties existed reads with None in each.
 
 The SDK's synchronous client runs in worker threads (``asyncio.to_thread``): its asynchronous client
 needs aiohttp, which the app does not otherwise install, and these calls are a demo's, not the engine's.
@@ -78,6 +81,11 @@ def _sequence(entity: Mapping[str, Any], name: str) -> int | None:
     return None if value is None else int(value)
 
 
+def _trace_ids(entity: Mapping[str, Any]) -> tuple[str, ...] | None:
+    text = entity.get("TraceIds")
+    return None if text is None else tuple(str(trace) for trace in json.loads(str(text)))
+
+
 def _now() -> EntityProperty:
     """This change's place in the order of changes: the time, in microseconds (see the module's note)."""
     return EntityProperty(time.time_ns() // 1000, EdmType.INT64)
@@ -85,6 +93,10 @@ def _now() -> EntityProperty:
 
 def _json(values: Values) -> str:
     return json.dumps(values, separators=(",", ":"), sort_keys=True)
+
+
+def _json_list(traces: tuple[str, ...]) -> str:
+    return json.dumps(list(traces), separators=(",", ":"))
 
 
 def _entry(entity: Mapping[str, Any]) -> LedgerEntry:
@@ -97,6 +109,7 @@ def _entry(entity: Mapping[str, Any]) -> LedgerEntry:
         undo_carried=_values(entity, "UndoCarried"),
         applied_seq=_sequence(entity, "AppliedSeq"),
         compensated_seq=_sequence(entity, "CompensatedSeq"),
+        trace_ids=_trace_ids(entity),
     )
 
 
@@ -154,13 +167,18 @@ class TableLedger(LedgerStore):
         *,
         result: Values | None = None,
         carried: Values | None = None,
+        trace_id: str | None = None,
     ) -> Change:
-        """Insert the key's entry; if it exists already, answer it unchanged."""
-        return await self._run(self._apply, service, key, order_id, dict(result or {}), dict(carried or {}))
+        """Insert the key's entry; if it exists already, answer it unchanged (but for the trace ids)."""
+        return await self._run(
+            self._apply, service, key, order_id, dict(result or {}), dict(carried or {}), trace_id
+        )
 
-    async def compensate(self, service: ServiceName, key: str, *, carried: Values | None = None) -> Change:
+    async def compensate(
+        self, service: ServiceName, key: str, *, carried: Values | None = None, trace_id: str | None = None
+    ) -> Change:
         """Mark the key's entry compensated with an ETag-conditional update, once."""
-        return await self._run(self._compensate, service, key, dict(carried or {}))
+        return await self._run(self._compensate, service, key, dict(carried or {}), trace_id)
 
     # ---- in a worker thread --------------------------------------------------------------------------
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
@@ -199,7 +217,13 @@ class TableLedger(LedgerStore):
         return snapshot
 
     def _apply(
-        self, service: ServiceName, key: str, order_id: str, result: Values, carried: Values
+        self,
+        service: ServiceName,
+        key: str,
+        order_id: str,
+        result: Values,
+        carried: Values,
+        trace_id: str | None,
     ) -> Change:
         applied_at = _now()
         entry = LedgerEntry(
@@ -209,7 +233,8 @@ class TableLedger(LedgerStore):
             result=result,
             carried=carried,
             applied_seq=applied_at.value,
-        )
+            trace_ids=(),
+        ).traced(trace_id)
         entity = {
             "PartitionKey": service,
             "RowKey": row_key(key),
@@ -220,6 +245,7 @@ class TableLedger(LedgerStore):
             "Result": _json(result),
             "Carried": _json(carried),
             "AppliedSeq": applied_at,
+            "TraceIds": _json_list(entry.trace_ids or ()),
         }
         try:
             self.table.create_entity(entity)
@@ -227,10 +253,10 @@ class TableLedger(LedgerStore):
             existing = self._read(service, key)
             if existing is None:  # entries are never deleted, so this is a storage fault
                 raise LedgerUnavailable(f"{service} key {key!r} exists and cannot be read") from None
-            return Change(_entry(existing), changed=False)
+            return Change(self._trace(service, key, existing, trace_id), changed=False)
         return Change(entry, changed=True)
 
-    def _compensate(self, service: ServiceName, key: str, carried: Values) -> Change:
+    def _compensate(self, service: ServiceName, key: str, carried: Values, trace_id: str | None) -> Change:
         for _ in range(MAX_UPDATE_ROUNDS):
             existing = self._read(service, key)
             # A key never applied gets no entry: there is nothing to undo (as in the file ledger).
@@ -238,23 +264,65 @@ class TableLedger(LedgerStore):
                 return Change(None, changed=False)
             entry = _entry(existing)
             if entry.compensated:
-                return Change(entry, changed=False)
+                return Change(self._trace(service, key, existing, trace_id), changed=False)
             compensated_at = _now()
+            undone = {"compensated": 1, "undo_carried": carried, "compensated_seq": compensated_at.value}
+            after = entry.model_copy(update=undone).traced(trace_id)
+            update: dict[str, Any] = {
+                "PartitionKey": service,
+                "RowKey": row_key(key),
+                "Compensated": 1,
+                "UndoCarried": _json(carried),
+                "CompensatedSeq": compensated_at,
+            }
+            if after.trace_ids is not None:
+                update["TraceIds"] = _json_list(after.trace_ids)
             try:
                 self.table.update_entity(
-                    {
-                        "PartitionKey": service,
-                        "RowKey": row_key(key),
-                        "Compensated": 1,
-                        "UndoCarried": _json(carried),
-                        "CompensatedSeq": compensated_at,
-                    },
+                    update,
                     mode=UpdateMode.MERGE,
                     etag=existing.metadata["etag"],
                     match_condition=MatchConditions.IfNotModified,
                 )
             except ResourceModifiedError:
                 continue  # someone changed the entity since the read: read it again
-            undone = {"compensated": 1, "undo_carried": carried, "compensated_seq": compensated_at.value}
-            return Change(entry.model_copy(update=undone), changed=True)
+            return Change(after, changed=True)
         raise LedgerUnavailable(f"{service} key {key!r} kept changing during {MAX_UPDATE_ROUNDS} updates")
+
+    def _trace(
+        self, service: ServiceName, key: str, entity: TableEntity, trace_id: str | None
+    ) -> LedgerEntry:
+        """The entry of ``entity`` with ``trace_id`` added (an ETag-conditional update) if it is new to it.
+
+        Best effort: the call that came with it changes nothing else, so it is answered whatever happens
+        here. Another caller's change to the entity since it was read makes it read again (a few rounds);
+        a write that fails is logged, and the entry answered as it was.
+        """
+        for _ in range(MAX_UPDATE_ROUNDS):
+            entry = _entry(entity)
+            traced = entry.traced(trace_id)
+            if traced is entry:
+                return entry
+            try:
+                try:
+                    self.table.update_entity(
+                        {
+                            "PartitionKey": service,
+                            "RowKey": row_key(key),
+                            "TraceIds": _json_list(traced.trace_ids or ()),
+                        },
+                        mode=UpdateMode.MERGE,
+                        etag=entity.metadata["etag"],
+                        match_condition=MatchConditions.IfNotModified,
+                    )
+                    return traced
+                except ResourceModifiedError:
+                    reread = self._read(service, key)  # someone changed it since the read: read it again
+            except AzureError as exc:
+                log.warning("cannot record trace %s on %s key %r: %s", trace_id, service, key, exc)
+                return entry
+            if reread is None:  # entries are never deleted, so this is a storage fault
+                return entry
+            entity = reread
+        log.warning("cannot record trace %s on %s key %r: it kept changing", trace_id, service, key)
+        return _entry(entity)

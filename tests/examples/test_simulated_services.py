@@ -128,6 +128,8 @@ def test_a_charge_returns_its_id_and_its_refund_names_it(client: httpx.Client) -
         # The bodies as received.
         "carried": CHARGE_BODY,
         "undoCarried": {"orderId": "order-1", "chargeId": charge_id},
+        # No call came with a traceparent header.
+        "traceIds": [],
     }
 
 

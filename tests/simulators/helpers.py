@@ -186,9 +186,11 @@ def entry(
     compensated: int = 0,
     carried: dict[str, Any] | None = None,
     undo_carried: dict[str, Any] | None = None,
+    trace_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """The ledger entry of an apply of ``service`` under ``key`` (and of its undo when ``compensated``),
-    less the change numbers (see :func:`without_seq`)."""
+    less the change numbers (see :func:`without_seq`); its calls came in the traces ``trace_ids`` (by
+    default none: without a ``traceparent`` header)."""
     return {
         "orderId": order_id,
         "applied": 1,
@@ -197,6 +199,7 @@ def entry(
         # The body as received: by default what :func:`apply` sends for ``order_id``.
         "carried": carried if carried is not None else {**service.body, "orderId": order_id},
         "undoCarried": (undo_carried or {}) if compensated else None,
+        "traceIds": trace_ids or [],
     }
 
 

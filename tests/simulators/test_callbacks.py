@@ -71,8 +71,16 @@ def provider(simulators_factory: SimulatorsFactory, monkeypatch: pytest.MonkeyPa
     return simulators_factory()
 
 
-def charge(provider: RunningSimulators, key: str, callback_url: str | None, context: str) -> httpx.Response:
+def charge(
+    provider: RunningSimulators,
+    key: str,
+    callback_url: str | None,
+    context: str,
+    traceparent: str | None = None,
+) -> httpx.Response:
     headers = {"Idempotency-Key": key}
+    if traceparent:
+        headers["traceparent"] = traceparent
     if callback_url:
         headers |= {CALLBACK_URL_HEADER: callback_url, CALLBACK_CONTEXT_HEADER: context}
     with provider.client() as client:
@@ -111,6 +119,22 @@ def test_an_apply_answered_later_is_applied_then_called_back_signed_and_twice_wh
         "callbacks": 2,
         "callbackDuplicated": 1,
     }
+
+
+def test_a_callback_is_sent_in_the_trace_the_apply_came_in(
+    provider: RunningSimulators, receiver: Receiver
+) -> None:
+    """The app's handling of the callback joins the caller's trace; the effect records it as an apply's."""
+    faults(provider, asyncRate=1, callbackDelayMs=0)
+    sent = f"00-{'c' * 32}-{'d' * 16}-01"
+    assert charge(provider, "o-7:charge-payment", receiver.url, "o-7:1:f:1", sent).status_code == 202
+    assert charge(provider, "o-8:charge-payment", receiver.url, "o-8:1:f:1").status_code == 202
+    wait_for(lambda: len(receiver.received) == 2, timeout=10, what="two callbacks")
+    by_context = {json.loads(body)["context"]: headers for headers, body in receiver.received}
+    assert by_context["o-7:1:f:1"]["traceparent"] == sent
+    assert "traceparent" not in by_context["o-8:1:f:1"], "a call in no trace is called back in none"
+    assert ledger(provider)["o-7:charge-payment"]["traceIds"] == ["c" * 32]
+    assert ledger(provider)["o-8:charge-payment"]["traceIds"] == []
 
 
 def test_a_refused_apply_is_called_back_refused_and_nothing_is_applied(

@@ -19,7 +19,15 @@ from tests.simulators.helpers import FIRST, LAST, SECOND, UNDECLARED
 # Three services of the declaration (one may play several roles when fewer are declared).
 ONE, TWO, THREE = FIRST.name, LAST.name, SECOND.name
 # Entries as ``change`` makes them, less their change numbers (see ``numbered``).
-APPLIED = {"orderId": "o-1", "applied": 1, "compensated": 0, "result": {}, "carried": {}, "undoCarried": None}
+APPLIED = {
+    "orderId": "o-1",
+    "applied": 1,
+    "compensated": 0,
+    "result": {},
+    "carried": {},
+    "undoCarried": None,
+    "traceIds": [],
+}
 COMPENSATED = {**APPLIED, "compensated": 1, "undoCarried": {}}
 # An entry as a ledger before results (format 2) wrote it.
 OLDER = {"orderId": "o-1", "applied": 1, "compensated": 0}
@@ -147,6 +155,9 @@ def line(seq: int, service: str = LAST.name, order: str = "o", compensated: int 
         ([line(1, appliedSeq=7)], "no apply"),
         ([line(1, undoCarried={})], "no apply"),
         ([line(1), line(2, compensated=1, compensatedSeq=9)], "no apply"),
+        ([line(1), line(2)], "no apply"),
+        ([line(1, traceIds=["a" * 32]), line(2, traceIds=["b" * 32])], "no apply"),
+        ([line(1, traceIds=["a" * 32]), line(2, compensated=1, traceIds=[])], "no apply"),
     ],
     ids=[
         "garbage-line",
@@ -159,6 +170,9 @@ def line(seq: int, service: str = LAST.name, order: str = "o", compensated: int 
         "apply-misnumbered",
         "undo-recorded-unundone",
         "undo-misnumbered",
+        "nothing-changed",
+        "trace-replaced",
+        "trace-dropped-by-undo",
     ],
 )
 def test_a_damaged_journal_stops_the_start_and_is_left_alone(
@@ -184,9 +198,9 @@ def test_a_first_format_ledger_file_is_read_and_carried_over(tmp_path: Path) -> 
     finally:
         ledger.close()
     # What was not recorded then stays unknown (null); the undo is recorded as today's are.
-    older = {**OLDER, "result": None, "carried": None, "appliedSeq": None}
+    older = {**OLDER, "result": None, "carried": None, "appliedSeq": None, "traceIds": None}
     assert reload(tmp_path)[ONE] == {"p": {**older, "compensated": 1, "undoCarried": {}, "compensatedSeq": 1}}
-    assert snapshot_file(tmp_path)["version"] == 3
+    assert snapshot_file(tmp_path)["version"] == 4
 
 
 def test_a_second_format_snapshot_and_journal_are_read_and_carried_over(tmp_path: Path) -> None:
@@ -212,13 +226,14 @@ def test_a_second_format_snapshot_and_journal_are_read_and_carried_over(tmp_path
         "undoCarried": None,
         "appliedSeq": None,
         "compensatedSeq": None,
+        "traceIds": None,
     }
     assert reload(tmp_path)[ONE] == {
         "p": {**OLDER, **unknown, "compensated": 1},
         "q": {**OLDER, **unknown, "compensated": 1, "undoCarried": {}, "compensatedSeq": 4},
         "r": numbered(APPLIED, 5),
     }
-    assert (snapshot_file(tmp_path)["version"], snapshot_file(tmp_path)["sequence"]) == (3, 5)
+    assert (snapshot_file(tmp_path)["version"], snapshot_file(tmp_path)["sequence"]) == (4, 5)
 
 
 def test_what_a_change_records_is_kept_across_a_restart(ledger: Ledger, tmp_path: Path) -> None:
@@ -243,7 +258,36 @@ def test_what_a_change_records_is_kept_across_a_restart(ledger: Ledger, tmp_path
         "undoCarried": {"thingId": "t-1"},
         "appliedSeq": 1,
         "compensatedSeq": 2,
+        "traceIds": [],
     }
+    assert reload(tmp_path)[ONE] == {"p": expected}
+
+
+TRACE_A, TRACE_B = "a" * 32, "b" * 32
+
+
+def test_a_trace_new_to_an_entry_is_a_change_of_its_own_and_kept_across_a_restart(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """A replay or a repeated undo changes nothing but adds the trace it came in, when the entry has not
+    seen it: a journal line of its own, whose number neither the apply's nor the undo's is."""
+
+    async def scenario() -> None:
+        assert (await ledger.apply(ONE, "p", "o-1", trace_id=TRACE_A)).changed
+        again = await ledger.apply(ONE, "p", "o-1", trace_id=TRACE_A)
+        assert not again.changed and again.entry is not None and again.entry.trace_ids == (TRACE_A,)
+        replayed = await ledger.apply(ONE, "p", "o-1", trace_id=TRACE_B)
+        assert not replayed.changed and replayed.entry is not None
+        assert replayed.entry.trace_ids == (TRACE_A, TRACE_B)
+        assert (await ledger.compensate(ONE, "p", trace_id=TRACE_A)).changed
+        assert not (await ledger.compensate(ONE, "p", trace_id="c" * 32)).changed
+
+    asyncio.run(scenario())
+
+    traces = [line["entry"]["traceIds"] for line in journal_lines(tmp_path)]
+    assert traces == [[TRACE_A], [TRACE_A, TRACE_B], [TRACE_A, TRACE_B], [TRACE_A, TRACE_B, "c" * 32]]
+    ledger.close()
+    expected = {**numbered(COMPENSATED, 1, 3), "traceIds": [TRACE_A, TRACE_B, "c" * 32]}
     assert reload(tmp_path)[ONE] == {"p": expected}
 
 

@@ -519,3 +519,41 @@ def test_a_wait_that_ended_badly_lets_no_later_step_be_called_and_a_processed_or
         catalog,
     )
     assert report.problems == [] and report.waits == 2
+
+
+# ---- every call in its order's trace -----------------------------------------------------------------
+TRACE, OTHER_TRACE = "a" * 32, "b" * 32
+
+
+def in_trace(trace_id: str | None, **by_step: list[str] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``PROCESSED_GIFT`` as the API shows it in trace ``trace_id``, and its ledger with these steps'
+    recorded trace ids (the others' entries have none: from a ledger before trace ids)."""
+    book: dict[str, Any] = PROCESSED_GIFT_LEDGER
+    for step, trace_ids in by_step.items():
+        book = _with(book, step, traceIds=trace_ids)
+    return {**PROCESSED_GIFT, "traceId": trace_id}, book
+
+
+def test_every_call_recorded_in_the_order_s_trace_passes_and_is_counted() -> None:
+    order, book = in_trace(TRACE, hold=[TRACE], pay=[TRACE], wrap=[TRACE], tell=[TRACE])
+    found = report([order], book)
+    assert found.problems == []
+    assert found.traced == 4
+    assert "4 effects' calls came in their order's trace" in found.summary()
+
+
+def test_a_call_that_came_in_another_trace_is_a_problem() -> None:
+    order, book = in_trace(TRACE, hold=[TRACE], pay=[TRACE, OTHER_TRACE], tell=[])
+    found = report([order], book)
+    assert found.problems == [f"s (shop): pay's call came in trace {OTHER_TRACE}, not the order's {TRACE}"]
+    # Checked: hold's and pay's; tell's calls came in no trace, and wrap's entry is older than trace ids.
+    assert found.traced == 2
+
+
+def test_an_order_not_traced_or_effects_that_recorded_no_trace_are_not_checked() -> None:
+    for order, book in (
+        in_trace(None, pay=[OTHER_TRACE]),  # the order was not traced
+        in_trace(TRACE, pay=[], tell=None),  # its calls came in no trace, or an older ledger
+    ):
+        found = report([order], book)
+        assert (found.problems, found.traced) == ([], 0)

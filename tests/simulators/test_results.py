@@ -231,6 +231,7 @@ def test_an_entry_recorded_before_results_replays_the_values_the_key_gives(tmp_p
         "undoCarried": None,
         "appliedSeq": None,
         "compensatedSeq": None,
+        "traceIds": None,
     }
 
 

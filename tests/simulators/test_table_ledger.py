@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from devhost import azurite
 from simulators.app import create_app
 from simulators.hosted import hosted_app
+from simulators.models import MAX_TRACE_IDS
 from simulators.table_ledger import TableLedger, ledger_table_name, row_key
 from tests.simulators.helpers import FIRST, LAST, SECOND, empty, entry, without_seq
 from tests.support import free_port
@@ -159,6 +160,7 @@ def test_keys_a_row_key_may_not_hold_are_kept_as_sent(
             "result": {"a": "x"},
             "carried": {"b": None},
             "undoCarried": {"a": "x"},
+            "traceIds": [],
         }
     }
     # Ordered by the time each change was made, in microseconds.
@@ -185,6 +187,73 @@ def test_an_entity_written_before_results_reads_with_them_unknown(
     recorded = entries["o-6:step"]
     assert (recorded["result"], recorded["carried"], recorded["appliedSeq"]) == (None, None, None)
     assert (recorded["compensated"], recorded["undoCarried"]) == (1, {})
+    assert recorded["traceIds"] is None
+    # A call in a trace adds it to an older entity too.
+    assert not asyncio.run(ledger.compensate(LAST.name, "o-6:step", trace_id="f" * 32)).changed
+    assert asyncio.run(ledger.entries())[LAST.name]["o-6:step"]["traceIds"] == ["f" * 32]
+
+
+def test_both_instances_record_the_distinct_traces_of_a_keys_calls_a_few_at_most(
+    azurite_connection_string: str, new_table: Callable[[], str]
+) -> None:
+    table = new_table()
+    one, other = (
+        table_ledger(azurite_connection_string, table),
+        table_ledger(azurite_connection_string, table),
+    )
+    traces = [f"{n:x}" * 32 for n in range(1, MAX_TRACE_IDS + 3)]
+
+    async def scenario() -> list[list[str] | None]:
+        key, seen = "o-7:step", []
+        seen.append(await one.apply(LAST.name, key, "o-7", trace_id=traces[0]))
+        seen.append(await other.apply(LAST.name, key, "o-7", trace_id=traces[0]))  # a duplicate
+        seen.append(await other.apply(LAST.name, key, "o-7", trace_id=traces[1]))  # a replay elsewhere
+        seen.append(await one.compensate(LAST.name, key, trace_id=traces[2]))
+        seen.append(await other.compensate(LAST.name, key, trace_id=traces[3]))  # an undo again
+        seen.append(await one.apply(LAST.name, key, "o-7", trace_id=traces[4]))  # one too many
+        recorded = [None if change.entry is None else change.entry.trace_ids for change in seen]
+        return [None if ids is None else list(ids) for ids in recorded] + [
+            (await other.entries())[LAST.name][key]["traceIds"]
+        ]
+
+    assert asyncio.run(scenario()) == [
+        traces[:1],
+        traces[:1],
+        traces[:2],
+        traces[:3],
+        traces[:4],
+        traces[:MAX_TRACE_IDS],
+        traces[:MAX_TRACE_IDS],
+    ]
+
+
+def test_replays_racing_in_new_traces_on_both_instances_record_each_trace(
+    azurite_connection_string: str, new_table: Callable[[], str]
+) -> None:
+    """Each adds its trace with an ETag-conditional update; one that loses a race reads again."""
+    table = new_table()
+    one, other = (
+        table_ledger(azurite_connection_string, table),
+        table_ledger(azurite_connection_string, table),
+    )
+    traces = ["a" * 32, "b" * 32]
+
+    async def scenario() -> tuple[list[bool], list[str]]:
+        assert (await one.apply(LAST.name, "o-8:step", "o-8")).changed
+        replays = await asyncio.gather(
+            *(
+                ledger.apply(LAST.name, "o-8:step", "o-8", trace_id=trace)
+                for trace in traces
+                for ledger in (one, other)
+            )
+        )
+        return [change.changed for change in replays], (await one.entries())[LAST.name]["o-8:step"][
+            "traceIds"
+        ]
+
+    changed, recorded = asyncio.run(scenario())
+    assert changed == [False] * 4
+    assert sorted(recorded) == traces
 
 
 def test_two_hosted_apps_share_the_ledger_table_next_to_the_state_table(

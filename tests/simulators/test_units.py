@@ -118,6 +118,7 @@ def test_ledger_applies_and_compensates_once_and_persists(tmp_path: Path) -> Non
         "undoCarried": {},
         "appliedSeq": 1,
         "compensatedSeq": 2,
+        "traceIds": [],
     }
     expected = {**empty(), FIRST.name: {"k": compensated}}
     assert ledger.snapshot() == expected
@@ -126,7 +127,7 @@ def test_ledger_applies_and_compensates_once_and_persists(tmp_path: Path) -> Non
     assert reloaded.snapshot() == expected
     # The start compacted the two changes into the snapshot.
     snapshot = json.loads((tmp_path / LEDGER_FILE_NAME).read_text())
-    assert (snapshot["version"], snapshot["sequence"]) == (3, 2)
+    assert (snapshot["version"], snapshot["sequence"]) == (4, 2)
     assert (tmp_path / JOURNAL_FILE_NAME).read_bytes() == b""
 
 
@@ -139,12 +140,13 @@ GOOD_ENTRY = {"orderId": "o", "applied": 1, "compensated": 0}
     [
         "",
         "[]",
-        '{"version": 4, "services": {}}',
+        '{"version": 5, "services": {}}',
         json.dumps({"version": 1, "services": {UNDECLARED: {}}}),
         json.dumps({"version": 1, "services": {LAST.name: {"k": BAD_ENTRY}}}),
         '{"version": 2, "sequence": -1, "services": {}}',
         json.dumps({"version": 3, "services": {LAST.name: {"k": {**GOOD_ENTRY, "result": []}}}}),
         json.dumps({"version": 3, "services": {LAST.name: {"k": {**GOOD_ENTRY, "appliedSeq": 0}}}}),
+        json.dumps({"version": 4, "services": {LAST.name: {"k": {**GOOD_ENTRY, "traceIds": ["not-hex"]}}}}),
     ],
 )
 def test_a_ledger_file_that_cannot_be_read_is_an_error(tmp_path: Path, content: str) -> None:
@@ -168,5 +170,6 @@ def test_a_ledger_file_with_some_services_fills_in_the_others(tmp_path: Path) ->
         "undoCarried": None,
         "appliedSeq": None,
         "compensatedSeq": None,
+        "traceIds": None,
     }
     assert ledger.snapshot() == {**empty(), LAST.name: {"k": {**entry, **unknown}}}
