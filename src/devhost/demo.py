@@ -38,7 +38,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from devhost import launch
+from adapters.otlp_file import read_spans, spans_path
+from devhost import launch, trace_check, trace_cli
 from engine.workflow import WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from simulators.ledger_check import ledger_report
@@ -385,7 +386,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
         elapsed = time.monotonic() - started
         people.callbacks = callback_rows(sims.get("/stats").json())
         code = summarize(orders, sims.get("/ledger").json(), elapsed, people)
-        return code or find_check(api, bodies, orders)
+        code = code or find_check(api, bodies, orders)
+        return code or trace_summary(data_dir, orders, kept=args.data_dir is not None)
     finally:
         api.close()
         sims.close()
@@ -430,15 +432,41 @@ def find_check(
             f"[{colour}]find[/{colour}] {name}={value}: {len(found)} orders found ({len(submitted)} "
             f"submitted), {len(found_processed)} of them Processed ({len(processed)})"
         )
+    return 1 if failed else 0
+
+
+def trace_summary(data_dir: Path, orders: dict[str, dict[str, Any]], kept: bool) -> int:
+    """Check every order's trace (devhost.trace_check), then name the slowest order, print its trace and
+    say how to print it again (``kept``: the data folder outlives the demo)."""
     finished = [o for o in orders.values() if o["processState"] in TERMINAL and "createdAt" in o]
+    report = trace_check.wait_and_check(data_dir, finished)
+    if report.problems:
+        console.print("[red]trace check failed:[/red]")
+        for problem in report.problems[:20]:
+            console.print(f"  {problem}")
+    else:
+        console.print(
+            f"[green]trace check passed[/green] ({report.summary()}): every order's hops in the one trace "
+            "its submission started, each span under the one that caused it, every answered call traced"
+        )
     if finished:
         slowest = max(finished, key=_seconds)
+        order_id = slowest["orderId"]
         console.print(
-            f"slowest order: {slowest['orderId']} ({_seconds(slowest):.2f} s, {slowest['processState']}); "
-            "its timeline and every call: the console (/api/console), or GET /api/orders/"
-            f"{slowest['orderId']} (each step's calls)"
+            f"slowest order: {order_id} ({_seconds(slowest):.2f} s, {slowest['processState']}); its timeline "
+            f"and every call: the console (/api/console) or GET /api/orders/{order_id}; its trace:"
         )
-    return 1 if failed else 0
+        traces = trace_cli.order_traces(read_spans(spans_path(data_dir)), order_id)
+        for line in trace_cli.render_text(traces):
+            console.print(line, soft_wrap=True)
+        if kept:
+            console.print(f"print it again: orders-trace {order_id} --data-dir {data_dir}")
+        else:
+            console.print(
+                "to print a trace after the demo, keep its data: make demo DEMO_ARGS='--data-dir DIR', "
+                f"then orders-trace {order_id} --data-dir DIR"
+            )
+    return 1 if report.problems else 0
 
 
 def _percentile(ordered: list[float], share: float) -> float:

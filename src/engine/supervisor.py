@@ -225,12 +225,13 @@ class Supervisor:
                     decision = transitions.recover_expired(record, task_ctx, breakers)
                 if not decision.changed:
                     continue  # moved on since the index was read
-                tracing.annotate(**{tracing.RECOVERY: decision.outcome.value})
                 try:
                     await store.save(record)
                 except ConcurrencyError:
+                    tracing.annotate(**{tracing.RECOVERY: "lost a race"})
                     report.lost_races += 1
                     continue
+                tracing.annotate(**{tracing.RECOVERY: decision.outcome.value})
                 if decision.outcome is Outcome.HELD and record.state.complete_by is not None:
                     # Held again and again while the outage lasts: move the watch entry now, so the next
                     # sweeps skip the task until the hold ends instead of loading it to find that out.

@@ -117,15 +117,17 @@ def span(
     attributes: Mapping[str, Any] | None = None,
 ) -> Iterator[Span]:
     """A span, current within the block: a child of ``parent`` (a ``traceparent``) when it names one, else
-    of the current span; linked to each of ``links`` that names one. An exception leaving the block is
-    recorded and sets the span's status to error."""
+    of the current span; linked to each of ``links`` that names one. An exception leaving the block sets
+    the span's status to error, with the exception's type and text."""
     context = None
     remote = span_context(parent)
     if remote is not None:
         context = trace.set_span_in_context(NonRecordingSpan(remote))
     linked = [Link(c) for c in (span_context(link) for link in links) if c is not None]
+    # The exception's type and text go in the span's status; its traceback (costly to format on every
+    # failed delivery) is in the log record of whoever handles it.
     with _tracer.start_as_current_span(
-        name, context=context, kind=kind, links=linked, attributes=_clean(attributes)
+        name, context=context, kind=kind, links=linked, attributes=_clean(attributes), record_exception=False
     ) as current:
         yield current
 
