@@ -735,6 +735,8 @@ def test_the_timeline_draws_every_dispatch_and_shows_what_a_call_sent(
     first = order["steps"][0]
     open_console(browser, stack)
     open_order(browser, order_id)
+    # The order's trace id, to look it up in Application Insights (or orders-trace locally).
+    assert order["traceId"] and browser.find_element(By.ID, "order-trace").text == order["traceId"]
 
     # One bar per dispatch kept, drawn from the times the API gives, in time order along the axis.
     bars = drawn(browser, "#chart .bar")

@@ -198,6 +198,8 @@
       ["Created", when(order.createdAt)],
       ["Updated", when(order.updatedAt)],
       ["Last error", order.lastError || "-"],
+      // Application Insights' operation_Id of every span of the order; locally: orders-trace <orderId>.
+      ["Trace", order.traceId ? el("code", { id: "order-trace", text: order.traceId }) : "-"],
     ];
     $("order-summary").replaceChildren(...facts.flatMap(([name, value]) => [el("dt", { text: name }), el("dd", {}, value)]));
     // The order's input as stored: what its steps' bodies and conditions read.
