@@ -101,8 +101,9 @@ _enabled = False
 
 
 def enable() -> None:
-    """Measure from now on (once a meter provider is set): the work of finding what a save changed is
-    skipped where nothing reads the figures (tests, the simulation)."""
+    """Measure from now on (once a meter provider is set). Until then every function here returns at once:
+    nothing is recorded, not even into a provider another part of the process set (a test's), whose
+    exemplar sampling would draw from the ``random`` module that the simulation seeds for its runs."""
     global _enabled
     _enabled = True
 
@@ -114,11 +115,15 @@ def enabled() -> bool:
 
 def state_entered(workflow: str, state: str) -> None:
     """An order of ``workflow`` entered ``state`` (counted once, by the process whose save made it so)."""
+    if not _enabled:
+        return
     _state_entered.add(1, {"workflow.name": workflow, "state": state})
 
 
 def step_ended(workflow: str, step: str, outcome: str, seconds: float) -> None:
     """One attempt of a step ended (``outcome``: succeeded, failed, timeout), ``seconds`` after dispatch."""
+    if not _enabled:
+        return
     _step_duration.record(
         max(seconds, 0.0), {"workflow.name": workflow, "step.name": step, "outcome": outcome}
     )
@@ -126,22 +131,28 @@ def step_ended(workflow: str, step: str, outcome: str, seconds: float) -> None:
 
 def step_retried(workflow: str, step: str, by: str, times: int = 1) -> None:
     """A step was tried again ``times`` times, ``by`` its agent or the supervisor."""
-    if times > 0:
+    if _enabled and times > 0:
         _step_retries.add(times, {"workflow.name": workflow, "step.name": step, "by": by})
 
 
 def step_compensated(workflow: str, step: str) -> None:
     """A step was undone."""
+    if not _enabled:
+        return
     _step_compensations.add(1, {"workflow.name": workflow, "step.name": step})
 
 
 def breaker_state(service: str, state: str) -> None:
     """The state a service's breaker was seen in."""
+    if not _enabled:
+        return
     _breaker_state.set(BREAKER_LEVELS.get(state, 0), {"peer.service": service})
 
 
 def queue_depth(queue: str, active: int, oldest_seconds: float, dead_letters: int) -> None:
     """What waits on one queue, as a Supervisor sweep found it."""
+    if not _enabled:
+        return
     attributes = {"queue": queue}
     _queue_messages.set(active, attributes)
     _queue_age.set(max(oldest_seconds, 0.0), attributes)
@@ -151,11 +162,15 @@ def queue_depth(queue: str, active: int, oldest_seconds: float, dead_letters: in
 def waiting(waiting_for: str, count: int) -> None:
     """How many orders wait for ``waiting_for`` (approval, callback, timer), over every workflow: the
     store counts its Waiting orders by what they wait for, not by workflow."""
+    if not _enabled:
+        return
     _waiting.set(count, {"waiting.for": waiting_for})
 
 
 def sweep_took(seconds: float) -> None:
     """One Supervisor sweep took ``seconds``."""
+    if not _enabled:
+        return
     _sweep_duration.record(seconds)
 
 
@@ -168,6 +183,8 @@ def observe_save(
 ) -> None:
     """Count what one saved change made so: the state it entered, and each dispatch it ended (its duration
     from the dispatch, by outcome; an undo that succeeded is a compensation). Steps as ``model_dump()``."""
+    if not _enabled:
+        return
     if state_after != state_before:
         state_entered(workflow, state_after)
     for index, after in enumerate(steps_after):
