@@ -8,8 +8,8 @@ A queue's peek returns messages of every state: the active ones (waiting to be r
 receiver that has not settled them yet), the deferred and the scheduled ones (the engine schedules its
 delayed sends). Only the active ones are counted, and the oldest active one's enqueued time is kept. The
 scan peeks at most ``limit + 1`` messages of a queue, of any state, so its cost is bounded even when the
-queue holds many scheduled messages; stopping there, the count is a lower bound (``at_least``). Every
-message of a dead-letter sub-queue is counted.
+queue holds many scheduled messages; stopping there, the count is a lower bound (``at_least``). The
+dead-letter sub-queue is counted by the dead-letter port's own count, every message of it.
 
 Each measurement opens its own receivers (``prefetch_count=0``: a peek never takes a message) and closes
 them: gauges are read every few tens of seconds, and an open receiver would hold a link for nothing.
@@ -22,10 +22,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from azure.servicebus import ServiceBusMessageState, ServiceBusReceivedMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessageState, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient
+
+from .deadletters import ServiceBusDeadLetters
 
 log = logging.getLogger("adapters.queue_depth")
 
@@ -63,6 +64,7 @@ class ServiceBusQueueDepth:
         if page < 1:
             raise ValueError("page must be 1 or more")
         self._client = client
+        self._dead_letters = ServiceBusDeadLetters(client)  # its count is the dead-letter half
         self._page = page
         self._timeout = timeout_seconds
 
@@ -71,13 +73,13 @@ class ServiceBusQueueDepth:
         the SDK raises (an unknown queue, a broker that cannot be reached)."""
         if limit < 0:
             raise ValueError("limit must be 0 or more")
-        active, dead = await asyncio.gather(self._scan(queue, False, limit), self._scan(queue, True, limit))
+        active, dead = await asyncio.gather(self._scan(queue, limit), self._dead_letters.count(queue, limit))
         return QueueDepth(
             queue=queue,
             active=active.counted,
             active_at_least=active.at_least,
             oldest_enqueued_at=active.oldest,
-            dead_letters=dead.counted,
+            dead_letters=dead.count,
             dead_letters_at_least=dead.at_least,
         )
 
@@ -95,17 +97,13 @@ class ServiceBusQueueDepth:
         found = await asyncio.gather(*(one(q) for q in queues))
         return [d for d in found if d is not None]
 
-    def _receiver(self, queue: str, dead_letter: bool) -> Any:
-        sub_queue = ServiceBusSubQueue.DEAD_LETTER if dead_letter else None
-        return self._client.get_queue_receiver(queue, sub_queue=sub_queue, prefetch_count=0)
-
-    async def _scan(self, queue: str, dead_letter: bool, limit: int) -> _Scan:
+    async def _scan(self, queue: str, limit: int) -> _Scan:
         """Peek up to ``limit + 1`` messages (one past the limit tells whether there may be more), counting
-        the active ones of a queue (every one of a dead-letter sub-queue) up to ``limit``."""
+        the active ones (a peek also shows scheduled messages) up to ``limit``."""
         counted, peeked, start = 0, 0, 0
         oldest: datetime | None = None
         more = False
-        async with self._receiver(queue, dead_letter) as receiver:
+        async with self._client.get_queue_receiver(queue, prefetch_count=0) as receiver:
             while True:
                 wanted = min(self._page, limit + 1 - peeked)
                 found: list[ServiceBusReceivedMessage] = await receiver.peek_messages(
@@ -118,10 +116,10 @@ class ServiceBusQueueDepth:
                     if peeked > limit:
                         more = True
                         break
-                    if dead_letter or message.state == ServiceBusMessageState.ACTIVE:
+                    if message.state == ServiceBusMessageState.ACTIVE:
                         counted += 1
                         enqueued = message.enqueued_time_utc
-                        if not dead_letter and enqueued is not None and (oldest is None or enqueued < oldest):
+                        if enqueued is not None and (oldest is None or enqueued < oldest):
                             oldest = enqueued
                 if more:
                     break

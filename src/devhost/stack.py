@@ -36,6 +36,7 @@ from typing import IO
 
 import httpx
 
+from adapters.otlp_file import spans_path
 from engine import queues
 from orders.access import storefront_key_setting, storefronts
 from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
@@ -184,7 +185,7 @@ class Stack:
         self.data_dir: Path = args.data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
         self.stats_dir = self.data_dir / "stats"
-        self.telemetry_dir = self.data_dir / "telemetry"
+        self.telemetry_dir = spans_path(self.data_dir).parent  # where orders-trace reads
         self.azurite: subprocess.Popen[bytes] | None = None
         self.servicebus: subprocess.Popen[bytes] | None = None
         self.simulators: Child | None = None

@@ -186,7 +186,7 @@ def make_view(data: Telemetry, bin_seconds: float | None, order_id: str | None) 
     """The page's parameters for ``data``: its whole time range, and an order to show the trace of."""
     times = data.times()
     if not times:
-        raise PreviewError(f"no spans or metric points in {data.data_dir / 'telemetry'}")
+        raise PreviewError(f"no spans or metric points in {spans_path(data.data_dir).parent}")
     start, end = min(times), max(times)
     bin_ns = round(bin_seconds * SECOND) if bin_seconds else pick_bin(start, end)
     note = ""
@@ -507,18 +507,26 @@ def _throughput(data: Telemetry, view: View) -> Figure:
     return state_series(data, view, FINISHING)
 
 
+def _pivot(
+    data: Telemetry, metric: str, row_name: str, by: str, across: str, known: Sequence[str] = ()
+) -> Table:
+    """A counter's totals in a table: a row per value of attribute ``by``, a column per value of ``across``
+    (those in ``known`` first, in that order, then the others sorted)."""
+    cells: dict[str, dict[str, float]] = defaultdict(dict)
+    for inc in totals(data.points, metric):
+        column = _text(inc.attributes.get(across))
+        row = cells[_text(inc.attributes.get(by))]
+        row[column] = row.get(column, 0) + inc.value
+    present = {c for row in cells.values() for c in row}
+    columns = [c for c in known if c in present] + sorted(present - set(known))
+    rows = [(name, *(_number(row.get(c, 0)) for c in columns)) for name, row in sorted(cells.items())]
+    return Table((row_name, *columns), rows)
+
+
 @panel("states-by-workflow", [metrics.STATE_ENTERED], Table, "73218215066f")
 def _states_by_workflow(data: Telemetry, view: View) -> Figure:
-    cells: dict[str, dict[str, float]] = defaultdict(dict)
-    for inc in totals(data.points, metrics.STATE_ENTERED):
-        state = _text(inc.attributes.get("state"))
-        row = cells[_text(inc.attributes.get(tracing.WORKFLOW))]
-        row[state] = row.get(state, 0) + inc.value
     known = [s.value for s in ProcessState]
-    present = {s for row in cells.values() for s in row}
-    states = [s for s in known if s in present] + sorted(present - set(known))
-    rows = [(wf, *(_number(row.get(s, 0)) for s in states)) for wf, row in sorted(cells.items())]
-    return Table(("workflow", *states), rows)
+    return _pivot(data, metrics.STATE_ENTERED, "workflow", tracing.WORKFLOW, "state", known)
 
 
 @panel("step-latency", [tracing.AGENT_CALL], Table, "225545becd2f")
@@ -646,14 +654,7 @@ def _order_traces(spans: Iterable[SpanRecord]) -> dict[str, str]:
 
 @panel("retries-by-step", [metrics.STEP_RETRIES], Table, "a02e927266d5")
 def _retries_by_step(data: Telemetry, view: View) -> Figure:
-    cells: dict[str, dict[str, float]] = defaultdict(dict)
-    for inc in totals(data.points, metrics.STEP_RETRIES):
-        who = _text(inc.attributes.get("by"))
-        row = cells[_text(inc.attributes.get(tracing.STEP))]
-        row[who] = row.get(who, 0) + inc.value
-    whom = sorted({w for row in cells.values() for w in row})
-    rows = [(step, *(_number(row.get(w, 0)) for w in whom)) for step, row in sorted(cells.items())]
-    return Table(("step_name", *whom), rows)
+    return _pivot(data, metrics.STEP_RETRIES, "step_name", tracing.STEP, "by")
 
 
 @panel("retries-over-time", [metrics.STEP_RETRIES], Series, "cd9a04e8d906")

@@ -263,8 +263,7 @@ class CircuitBreaker:
         """Cache ``record`` (the lock is held). Failures counted before an opening belong to the outage
         it records, so once the breaker is not closed the local count starts afresh."""
         self._view = record
-        if metrics.enabled():
-            metrics.breaker_state(self.service, record.state.value)
+        metrics.breaker_state(self.service, record.state.value)
         self._read_at = self.clock.now()
         self._version += 1
         if record.state is not BreakerState.CLOSED:

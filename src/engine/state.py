@@ -222,7 +222,7 @@ class TaskRecord(BaseModel):
         """The store wrote the record: its steps as they are now are the saved view, and its audit
         entries are written."""
         steps = [step.model_dump() for step in self.steps]
-        if metrics.enabled() and self._saved_state is not None:
+        if self._saved_state is not None:
             # What this save made so is counted here, once, whoever saved it (Scheduler, Supervisor,
             # operator): a decision whose save lost its race counts nothing.
             metrics.observe_save(

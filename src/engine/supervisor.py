@@ -113,9 +113,8 @@ class Supervisor:
         except Exception:
             log.warning("could not read the circuit breakers; holding nothing this sweep", exc_info=True)
             return {}
-        if metrics.enabled():
-            for service, record in found.items():
-                metrics.breaker_state(service, record.state.value)
+        for service, record in found.items():
+            metrics.breaker_state(service, record.state.value)
         return found
 
     async def _archive(self, record: TaskRecord) -> bool:

@@ -104,8 +104,7 @@ class TaskService:
         tracing.annotate_task(stored)
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
-        if metrics.enabled():
-            metrics.state_entered(workflow.name, stored.state.process_state.value)
+        metrics.state_entered(workflow.name, stored.state.process_state.value)
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
         kick = transitions.command(order_id, CommandKind.START, "submitted", new_id=self.parts.new_id)
         await deliver(self.parts.sender, saved_task.attach([kick], stored))
@@ -299,12 +298,15 @@ class TaskService:
             )
             # A span in the order's trace, linked to the request that asked for it: what the action sends
             # stays in the order's trace.
-            attributes = {**tracing.task_attributes(record, current), tracing.OPERATION: what}
             with tracing.span(
                 tracing.OPERATOR_ACTION,
                 parent=record.state.trace_parent,
                 links=(tracing.traceparent(),),
-                attributes={**attributes, "enduser.id": action.actor},
+                attributes={
+                    **tracing.task_attributes(record, current),
+                    tracing.OPERATION: what,
+                    "enduser.id": action.actor,
+                },
             ):
                 try:
                     saved = await self.parts.store.save(record)

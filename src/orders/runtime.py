@@ -143,18 +143,10 @@ async def build(settings: Settings) -> Runtime:
     closers.insert(0, functools.partial(_cancel, opening))
     parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers)
     tasks = TaskService(parts)
-    dead_letters = DeadLetterParts(
-        ServiceBusDeadLetters(dead_letter_client),
-        store,
-        tasks,
-        tuple(queues.all_queues(workflows.agents)),
-    )
+    every_queue = tuple(queues.all_queues(workflows.agents))
+    dead_letters = DeadLetterParts(ServiceBusDeadLetters(dead_letter_client), store, tasks, every_queue)
     gauges = Gauges(
-        ServiceBusQueueDepth(dead_letter_client),
-        tasks,
-        queues.all_queues(workflows.agents),
-        clock,
-        settings.metrics_gauge_seconds,
+        ServiceBusQueueDepth(dead_letter_client), tasks, every_queue, clock, settings.metrics_gauge_seconds
     )
     return Runtime(
         tasks=tasks,

@@ -58,7 +58,7 @@ def _configure_files(folder: Path, service_name: str) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from adapters.otlp_file import JsonLinesMetricExporter, JsonLinesSpanExporter
+    from adapters.otlp_file import METRICS_FILE, SPANS_FILE, JsonLinesMetricExporter, JsonLinesSpanExporter
 
     resource = Resource.create(
         # A restarted process may get a dead one's pid: the random part keeps their totals apart.
@@ -70,12 +70,12 @@ def _configure_files(folder: Path, service_name: str) -> None:
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(
         BatchSpanProcessor(
-            JsonLinesSpanExporter(folder / "spans.jsonl"), schedule_delay_millis=_LOCAL_SPAN_DELAY_MS
+            JsonLinesSpanExporter(folder / SPANS_FILE), schedule_delay_millis=_LOCAL_SPAN_DELAY_MS
         )
     )
     trace.set_tracer_provider(tracer_provider)
     reader = PeriodicExportingMetricReader(
-        JsonLinesMetricExporter(folder / "metrics.jsonl"), export_interval_millis=_LOCAL_METRIC_INTERVAL_MS
+        JsonLinesMetricExporter(folder / METRICS_FILE), export_interval_millis=_LOCAL_METRIC_INTERVAL_MS
     )
     otel_metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
     log.info("telemetry written to %s", folder)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapters.otlp_file import MetricTotal, SpanRecord, metric_totals, read_spans
+from adapters.otlp_file import MetricTotal, SpanRecord, metric_totals, metrics_path, read_spans, spans_path
 from devhost import trace_cli
 from engine import metrics, tracing
 from tests.e2e.conftest import FIRST_STEP, LocalStack, new_order, start_stack, stop_stack
@@ -39,7 +39,7 @@ def caller_context() -> tuple[str, str, str]:
 
 
 def spans_of(stack: LocalStack, trace_id: str) -> list[SpanRecord]:
-    return [s for s in read_spans(stack.data_dir / "telemetry" / "spans.jsonl") if s.trace_id == trace_id]
+    return [s for s in read_spans(spans_path(stack.data_dir)) if s.trace_id == trace_id]
 
 
 def answered(order: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -182,7 +182,7 @@ def test_a_recovery_and_an_operators_action_join_the_orders_trace_linked_to_what
 
     recoveries = [s for s in spans if s.name == tracing.SUPERVISOR_RECOVER]
     assert recoveries and all(s.parent_span_id == submitted.span_id for s in recoveries)
-    sweeps = {s.span_id: s for s in read_spans(stack.data_dir / "telemetry" / "spans.jsonl")}
+    sweeps = {s.span_id: s for s in read_spans(spans_path(stack.data_dir))}
     for recovery in recoveries:
         [link] = recovery.links
         sweep = sweeps[link.span_id]
@@ -196,7 +196,7 @@ def test_a_recovery_and_an_operators_action_join_the_orders_trace_linked_to_what
 
 
 def totals(stack: LocalStack) -> dict[tuple[str, frozenset[tuple[str, Any]]], MetricTotal]:
-    return metric_totals(stack.data_dir / "telemetry" / "metrics.jsonl")
+    return metric_totals(metrics_path(stack.data_dir))
 
 
 def series(found: dict[Any, MetricTotal], name: str, **attributes: Any) -> list[MetricTotal]:
