@@ -27,15 +27,18 @@ _LOCAL_SPAN_DELAY_MS = 1_000
 
 def configure_telemetry(service_name: str = "orders") -> str | None:
     """Configure where telemetry goes; returns "azure", "files" or None (nothing configured)."""
-    # httpx logs every request at INFO: one trace per remote-service call through the host, repeating
-    # what the Agent's own record says of it.
+    # httpx logs every request at INFO: one trace per callback the hosted simulators send through the host
+    # (the Agents' own calls go through aiohttp, which logs none).
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING"):
         from azure.monitor.opentelemetry import configure_azure_monitor  # heavy import: only when used
 
         # The engine's events are INFO records; the host's root logger may be set higher.
         logging.getLogger("engine").setLevel(logging.INFO)
-        # The Agents make their own client span per try (orders.services.client): httpx's would repeat it.
+        # The Agents make their own client span per try (orders.services.client) and call through aiohttp,
+        # which this distribution (1.8.11) has no instrumentation for, so each call is traced once.
+        # httpx's instrumentation stays off, as before: only the hosted simulators' callbacks (demo only)
+        # use httpx now.
         configure_azure_monitor(logger_name="engine", instrumentation_options={"httpx": {"enabled": False}})
         metrics.enable()
         log.info("Azure Monitor telemetry configured")

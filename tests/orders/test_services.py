@@ -6,6 +6,7 @@ declaration; the example services' bodies are checked in ``tests/examples/test_s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,10 +17,15 @@ from typing import Any
 
 import pytest
 
-from engine.errors import PermanentError, TransientError
-from engine.messages import AgentRequest
+from engine.errors import Accepted, PermanentError, TransientError
+from engine.messages import AgentRequest, callback_context
 from orders.catalog import SERVICES
-from orders.services.client import RemoteServices
+from orders.services.client import (
+    CALLBACK_CONTEXT_HEADER,
+    CALLBACK_URL_HEADER,
+    SIMULATORS_KEY_HEADER,
+    RemoteServices,
+)
 from orders.services.declaration import (
     AmountBody,
     Document,
@@ -68,10 +74,11 @@ ORDER = {"orderId": "o-1", "items": [{"sku": "a", "quantity": 2, "unitPrice": 2.
 
 
 class Service:
-    """A scripted HTTP service: answers the next scripted (status, body, delay) and records requests."""
+    """A scripted HTTP service: answers the next scripted (status, body, delay, headers) and records
+    requests."""
 
     def __init__(self) -> None:
-        self.script: list[tuple[int, bytes, float]] = []
+        self.script: list[tuple[int, bytes, float, dict[str, str]]] = []
         self.seen: list[tuple[str, dict[str, str], Any]] = []
         service = self
 
@@ -80,9 +87,12 @@ class Service:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null")
                 service.seen.append((self.path, dict(self.headers), body))
-                status, answer, delay = service.script.pop(0) if service.script else (200, b"{}", 0.0)
+                scripted = service.script.pop(0) if service.script else (200, b"{}", 0.0, {})
+                status, answer, delay, extra = scripted
                 time.sleep(delay)  # a slow service, not synchronisation
                 self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
@@ -96,9 +106,11 @@ class Service:
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
 
-    def answer(self, status: int, body: Any = None, delay: float = 0.0) -> None:
+    def answer(
+        self, status: int, body: Any = None, delay: float = 0.0, headers: dict[str, str] | None = None
+    ) -> None:
         raw = body if isinstance(body, bytes) else json.dumps(body if body is not None else {}).encode()
-        self.script.append((status, raw, delay))
+        self.script.append((status, raw, delay, headers or {}))
 
     def close(self) -> None:
         self.server.shutdown()
@@ -269,11 +281,73 @@ async def test_an_answer_that_is_not_json_is_transient(service: Service, service
 
 async def test_a_slow_answer_is_a_transient_timeout(service: Service, services: RemoteServices) -> None:
     service.answer(200, {}, delay=0.6)
-    with pytest.raises(TransientError, match="timed out"):
+    with pytest.raises(TransientError, match=r"^alpha: timed out after 0\.20s$"):
         await services.actions()[NAME]["debit"](request("debit"), 0.2)
 
 
 async def test_a_service_that_is_down_is_transient() -> None:
     down = RemoteServices((ALPHA,), {NAME: f"http://127.0.0.1:{free_port()}"})
-    with pytest.raises(TransientError, match="ConnectError"):
-        await down.actions()[NAME]["debit"](request("debit"), 2.0)
+    try:
+        with pytest.raises(TransientError, match="alpha: ClientConnectorError: "):
+            await down.actions()[NAME]["debit"](request("debit"), 2.0)
+    finally:
+        await down.client.aclose()
+
+
+async def test_a_service_that_answers_later_is_sent_where_to_and_what_with_and_its_key(
+    service: Service,
+) -> None:
+    later = ALPHA.model_copy(
+        update={"resources": tuple(r.model_copy(update={"asynchronous": True}) for r in ALPHA.resources)}
+    )
+    remote = RemoteServices(
+        (later,), {NAME: service.url}, keys={NAME: "s3cret"}, callback_base="https://app.example/"
+    )
+    try:
+        service.answer(202, {"status": "accepted"})
+        with pytest.raises(Accepted):
+            await remote.actions()[NAME]["debit"](request("debit"), 5.0)
+    finally:
+        await remote.client.aclose()
+    ((_, headers, body),) = service.seen
+    assert headers["Idempotency-Key"] == "o-1:debit-step"
+    assert headers[CALLBACK_URL_HEADER] == "https://app.example/api/callbacks/alpha"
+    assert headers[CALLBACK_CONTEXT_HEADER] == callback_context(request("debit"))
+    assert headers[SIMULATORS_KEY_HEADER] == "s3cret"
+    assert headers["Content-Type"] == "application/json"
+    assert body == {"orderId": "o-1", "amount": 5.0, "currency": "EUR"}
+
+
+async def test_a_service_that_answers_now_is_sent_no_callback_and_no_key_it_was_not_given(
+    service: Service, services: RemoteServices
+) -> None:
+    service.answer(202, {"id": "o-1:debit-step", "status": "debited", "debitId": "d-1"})
+    assert await services.actions()[NAME]["debit"](request("debit"), 5.0) == {"debitId": "d-1"}
+    ((_, headers, _),) = service.seen
+    assert not {CALLBACK_URL_HEADER, CALLBACK_CONTEXT_HEADER, SIMULATORS_KEY_HEADER} & set(headers)
+
+
+async def test_a_redirect_is_not_followed(service: Service, services: RemoteServices) -> None:
+    service.answer(307, {}, headers={"Location": f"{service.url}/elsewhere"})
+    assert await services.actions()[NAME]["hold"](request("hold", step="hold-step"), 5.0) == {}
+    assert [path for path, _, _ in service.seen] == ["/alpha/holds"]
+
+
+def test_the_session_is_made_on_the_first_call_in_its_loop_reused_and_closed(service: Service) -> None:
+    """The services are built before any loop runs a call (the session must be made in a running loop);
+    every call shares the one session, and ``client.aclose`` (the runtime's closer) closes it."""
+    remote = RemoteServices((ALPHA,), {NAME: service.url})
+
+    async def main() -> None:
+        debit = remote.actions()[NAME]["debit"]
+        service.answer(201, {"debitId": "d-1"})
+        service.answer(201, {"debitId": "d-2"})
+        await debit(request("debit"), 5.0)
+        session = remote.client.get()
+        await debit(request("debit"), 5.0)
+        assert remote.client.get() is session and not session.closed
+        await remote.client.aclose()
+        assert session.closed
+
+    asyncio.run(main())
+    assert len(service.seen) == 2

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
@@ -27,6 +25,7 @@ from simulation.services import Declarations
 from simulation.table_client import SimTableClient
 from simulation.tables import Tables
 from simulation.world import Crash, Worker, World
+from tests.orders.test_services import Service
 
 
 def test_virtual_time_jumps_to_the_next_timer() -> None:
@@ -281,28 +280,28 @@ def test_a_simulated_call_carries_the_body_the_client_sends_and_answers_what_the
     """The simulation records, for each call, the body the real client (``orders.services.client``) sends for
     the same request, and a simulated apply answers with values the client passes on unchanged."""
     declarations = Declarations(SERVICES)
-    sent: list[Any] = []
-    answer: dict[str, Any] = {}
-
-    def service(request: httpx.Request) -> httpx.Response:
-        sent.append(json.loads(request.content))
-        return httpx.Response(200, json={"status": "done", **answer})
+    service = Service()  # a real local HTTP service: records each body, answers what it is scripted to
 
     async def main() -> None:
-        client = httpx.AsyncClient(transport=httpx.MockTransport(service))
-        remote = RemoteServices(SERVICES, {s.name: "http://service" for s in SERVICES}, client)
-        actions = remote.actions()
-        for agent, request in _requests():
-            built = declarations.body(agent, request)
-            assert built is not None, f"{agent}.{request.action} is declared"
-            answer.clear()
-            answer.update(declarations.result(agent, request))
-            passed_on = await actions[agent][request.action](request, 5.0)
-            assert sent[-1] == built[0], f"{agent}.{request.action}: the body the client sends"
-            assert passed_on == ({} if request.compensating else answer), f"{agent}.{request.action}"
-            for name, value in built[1].items():
-                assert sent[-1].get(name) == value, f"{agent}.{request.action} carries {name}"
-        await client.aclose()
+        remote = RemoteServices(SERVICES, {s.name: service.url for s in SERVICES})
+        try:
+            actions = remote.actions()
+            for agent, request in _requests():
+                built = declarations.body(agent, request)
+                assert built is not None, f"{agent}.{request.action} is declared"
+                answer = declarations.result(agent, request)
+                service.answer(200, {"status": "done", **answer})
+                passed_on = await actions[agent][request.action](request, 5.0)
+                sent = service.seen[-1][2]
+                assert sent == built[0], f"{agent}.{request.action}: the body the client sends"
+                assert passed_on == ({} if request.compensating else answer), f"{agent}.{request.action}"
+                for name, value in built[1].items():
+                    assert sent.get(name) == value, f"{agent}.{request.action} carries {name}"
+        finally:
+            await remote.client.aclose()
 
-    asyncio.run(main())
-    assert len(sent) == len(_requests())
+    try:
+        asyncio.run(main())
+    finally:
+        service.close()
+    assert len(service.seen) == len(_requests())

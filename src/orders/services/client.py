@@ -4,8 +4,8 @@ Each action sends the step's idempotency key on every try, and classifies what c
 a connection failure, 408, 429 or 5xx is transient (retry); any other 4xx is a lasting fault. A service
 given a key (the simulators hosted in a Function App) also gets it as ``x-simulators-key``.
 
-Calls go through one ``httpx.AsyncClient`` per event loop: a call waiting on a slow or hung service is a
-suspended coroutine, not a blocked thread.
+Calls go through one ``aiohttp.ClientSession`` per event loop, made on the first call: a call waiting on a
+slow or hung service is a suspended coroutine, not a blocked thread.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+import aiohttp
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
+from yarl import URL
 
 from engine import calls, tracing
 from engine.agent import Action
@@ -49,6 +50,32 @@ def undo_path(service: ServiceDefinition, resource: Resource, key: str) -> str:
     return f"{apply_path(service, resource)}/{quote(key, safe='')}/{resource.undo}"
 
 
+class LazySession:
+    """The one pooled ``aiohttp.ClientSession`` of a process's calls, made on first use: an aiohttp session
+    must be made in the running event loop, and the services are built before any call is made."""
+
+    def __init__(self, session: aiohttp.ClientSession | None = None) -> None:
+        self._session = session
+
+    def get(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # aiohttp rather than httpx: httpx took about 3.5x aiohttp's CPU per call here (0.70 against
+            # 0.19 ms per POST to a local server, measured 2026-11-27), and the call is on every step's path.
+            # The pool is as large as the calls one process may have in flight (maxConcurrentCalls per
+            # agent function), so no call waits for a connection while its complete-by runs. Idle
+            # connections are kept 5 s, as httpx kept them. Proxy settings and .netrc in the environment are
+            # not read (trust_env off): aiohttp would read them again on every call, off the loop.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS, keepalive_timeout=5.0)
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the session, if one was made; the services make no call afterwards."""
+        if self._session is not None:
+            await self._session.close()
+
+
 class RemoteServices:
     """Builds the actions of each service's agent from the declarations and the services' base URLs."""
 
@@ -56,7 +83,7 @@ class RemoteServices:
         self,
         services: Iterable[ServiceDefinition],
         urls: dict[str, str],
-        client: httpx.AsyncClient | None = None,
+        session: aiohttp.ClientSession | None = None,
         keys: dict[str, str] | None = None,
         callback_base: str = "",
     ) -> None:
@@ -65,12 +92,9 @@ class RemoteServices:
         self.callback_base = callback_base.rstrip("/")
         self.urls = {name: url.rstrip("/") for name, url in urls.items()}
         self._keys = {name: key for name, key in (keys or {}).items() if key}
-        # One pooled client per process (and event loop); the per-call timeout is set on each request.
-        # The pool is as large as the calls one process may have in flight (maxConcurrentCalls per agent
-        # function), so no call waits for a connection while its complete-by runs.
-        self.client = client or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
-        )
+        # One pooled session per process (and event loop), closed by ``client.aclose()``; the per-call
+        # timeout is set on each request.
+        self.client = LazySession(session)
 
     async def _call(
         self,
@@ -111,24 +135,35 @@ class RemoteServices:
             if traceparent:
                 headers[tracing.TRACEPARENT] = traceparent
             try:
-                response = await self.client.post(url, content=content, headers=headers, timeout=timeout)
-            except httpx.TimeoutException as exc:
+                # The whole answer is read in the request's context, so the connection goes back to the
+                # pool; the timeout bounds the whole call. No redirect is followed, no status raises. The URL
+                # is sent as built (encoded=True): yarl would otherwise unquote the key's escapes (%3A).
+                async with self.client.get().post(
+                    URL(url, encoded=True),
+                    data=content,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=timeout),
+                    allow_redirects=False,
+                ) as response:
+                    status = response.status
+                    answer = await response.read()
+            except TimeoutError as exc:  # aiohttp's ServerTimeoutError is one too
                 raise TransientError(f"{service}: timed out after {timeout:.2f}s") from exc
-            except httpx.TransportError as exc:
+            except aiohttp.ClientError as exc:  # no status raises: a connection or protocol failure
                 raise TransientError(f"{service}: {type(exc).__name__}: {exc}") from exc
             if span.is_recording():
-                span.set_attribute("http.response.status_code", response.status_code)
-                if response.status_code >= 400:
-                    tracing.error(f"HTTP {response.status_code}")
-        calls.note_status(response.status_code)
-        if response.status_code >= 500 or response.status_code in _TRANSIENT_STATUS:
-            raise TransientError(f"{service}: HTTP {response.status_code}")
-        if response.status_code >= 400:
-            raise PermanentError(f"{service}: {_reason(response)}")
-        if response.status_code == 202 and asynchronous:
+                span.set_attribute("http.response.status_code", status)
+                if status >= 400:
+                    tracing.error(f"HTTP {status}")
+        calls.note_status(status)
+        if status >= 500 or status in _TRANSIENT_STATUS:
+            raise TransientError(f"{service}: HTTP {status}")
+        if status >= 400:
+            raise PermanentError(f"{service}: {_reason(status, answer)}")
+        if status == 202 and asynchronous:
             raise Accepted(service)
         try:
-            return dict(response.json())
+            return dict(json.loads(answer))
         except ValueError as exc:
             raise TransientError(f"{service}: answer was not JSON") from exc
 
@@ -210,9 +245,9 @@ def declared_result(service: ServiceDefinition, resource: Resource, answer: dict
         raise PermanentError(f"{service.name}: the answer lacks its declared result: {exc}") from exc
 
 
-def _reason(response: httpx.Response) -> str:
+def _reason(status: int, answer: bytes) -> str:
     try:
-        error = response.json().get("error", {})
-        return str(error.get("message") or error.get("code") or f"HTTP {response.status_code}")
+        error = json.loads(answer).get("error", {})
+        return str(error.get("message") or error.get("code") or f"HTTP {status}")
     except ValueError:
-        return f"HTTP {response.status_code}"
+        return f"HTTP {status}"
