@@ -4,12 +4,14 @@ the expected counts without anyone editing a number.
 
 An order that runs straight through (no retry, no recovery, no undo) of a workflow of ``n`` steps:
 
-- one command to the Scheduler (the submission's kick);
+- no command to the Scheduler: the submission claims the task itself and sends the first request
+  (``Scheduler.start``); where it kicks the Scheduler instead (``kicked``), one command;
 - per step, one request to its Agent's queue and one reply to the Scheduler;
 - ``n + 2`` status messages: ``received``, ``step-completed`` per step, ``processed``.
 
 Each message on a queue a function reads is sent, received and completed once: three client operations;
-the status queue is read by the application, so only its sends count here. In all, ``7 n + 5`` operations.
+the status queue is read by the application, so only its sends count here. In all, ``7 n + 2`` operations
+(``7 n + 5`` kicked).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ class OrderTraffic:
     status_events: tuple[str, ...] = ()
 
     def messages(self) -> dict[str, int]:
-        """Messages sent per queue, every queue the order uses."""
-        return {
+        """Messages sent per queue, every queue the order uses (and none it does not)."""
+        every = {
             queues.SCHEDULER_QUEUE: self.commands,
             **{queues.agent_queue(agent): count for agent, count in self.requests.items()},
             queues.REPLY_QUEUE: self.replies,
             queues.STATUS_QUEUE: len(self.status_events),
         }
+        return {queue: count for queue, count in every.items() if count}
 
     def servicebus(self) -> dict[str, dict[str, int]]:
         """Client operations per queue, as the broker counts them (the status queue: sends only)."""
@@ -65,8 +68,11 @@ class OrderTraffic:
         return {queue: count for queue, count in self.messages().items() if queue != queues.STATUS_QUEUE}
 
 
-def processed_order(workflow: WorkflowDefinition, document: dict[str, Any] | None = None) -> OrderTraffic:
-    """The traffic of an order of ``workflow`` that runs straight through to Processed.
+def processed_order(
+    workflow: WorkflowDefinition, document: dict[str, Any] | None = None, *, kicked: bool = False
+) -> OrderTraffic:
+    """The traffic of an order of ``workflow`` that runs straight through to Processed; ``kicked``: its
+    submission kicks the Scheduler (a :class:`~engine.tasks.TaskService` without ``start``).
 
     A step left out by its condition costs nothing on the bus (it is decided in the save that dispatches
     the next step); pass the order's ``document`` (``{"input": ..., "results": ...}``) to leave out the
@@ -79,7 +85,7 @@ def processed_order(workflow: WorkflowDefinition, document: dict[str, Any] | Non
     # A wait says it waits, then that it is done; a timer's wake-up is one more command.
     events = [e for step in steps for e in ((STEP_COMPLETED,) if step.calls else (WAITING, STEP_COMPLETED))]
     return OrderTraffic(
-        commands=1 + sum(1 for step in steps if isinstance(step.wait, Timer)),
+        commands=int(kicked) + sum(1 for step in steps if isinstance(step.wait, Timer)),
         requests=dict(Counter(calls)),
         replies=len(calls),
         status_events=(RECEIVED, *events, PROCESSED),

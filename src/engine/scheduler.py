@@ -72,6 +72,20 @@ class Scheduler:
             return False
         return await act(record, command)
 
+    async def start(self, record: TaskRecord) -> bool:
+        """Claim a task its submission has just written, in the submitting process, and dispatch its first
+        work: what the submission's kick makes a Scheduler do, without the kick's hop through the queue.
+
+        ``record`` is the task as the store wrote it. The claim is the same conditional save as any
+        Scheduler's, so it is exclusive. False when the task is not claimable as written (something
+        changed it meanwhile): the caller then sends the kick, and the task as stored decides.
+        """
+        with tracing.span(
+            tracing.SCHEDULER_COMMAND,
+            attributes={tracing.ORDER_ID: record.order_id, tracing.COMMAND_KIND: CommandKind.START.value},
+        ):
+            return await self._claim(record, copy=True)
+
     async def _claim_for(self, record: TaskRecord, command: SchedulerCommand, *, copy: bool = False) -> bool:
         return await self._claim(record, copy=copy)
 

@@ -4,7 +4,7 @@ operator's resubmit and step-level retry, extend and skip, each audited."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +48,18 @@ class Action:
 
 
 class TaskService:
-    """The application side of the engine."""
+    """The application side of the engine.
 
-    def __init__(self, parts: EngineParts) -> None:
+    ``start`` (a Scheduler's :meth:`~engine.scheduler.Scheduler.start`) claims each new task in the
+    submitting process, so its first step is dispatched without the kick's hop through the Scheduler's
+    queue; without it (or when it does not claim the task), the submission kicks the Scheduler.
+    """
+
+    def __init__(
+        self, parts: EngineParts, start: Callable[[TaskRecord], Awaitable[bool]] | None = None
+    ) -> None:
         self.parts = parts
+        self._start = start
 
     async def submit(
         self,
@@ -105,11 +113,37 @@ class TaskService:
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
         metrics.state_entered(workflow.name, stored.state.process_state.value)
+        telemetry.info(log, "submitted", **telemetry.context(order_id))
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
         kick = transitions.command(order_id, CommandKind.START, "submitted", new_id=self.parts.new_id)
-        await deliver(self.parts.sender, saved_task.attach([kick], stored))
-        telemetry.info(log, "submitted", **telemetry.context(order_id))
-        return True, stored
+        if self._start is None:
+            await deliver(self.parts.sender, saved_task.attach([kick], stored))
+            return True, stored
+        if await self._started(stored):
+            return True, stored
+        # The claim changed the record without saving it: the kick goes without a copy (the Scheduler reads
+        # the task), and the answer is the task as stored, when the store answers.
+        await deliver(self.parts.sender, [kick])
+        try:
+            return True, await self.parts.store.load(order_id) or stored
+        except Exception:
+            return True, stored
+
+    async def _started(self, stored: TaskRecord) -> bool:
+        """Whether ``start`` claimed the new task here. A claim that fails (the store did not answer, its
+        save's messages were not all sent) leaves the kick to send: a kick the task no longer needs is
+        dropped by the Scheduler that gets it, and a move saved but not sent is the Supervisor's to
+        recover, as after any Scheduler's crash between its save and its sends."""
+        assert self._start is not None
+        try:
+            return await self._start(stored)
+        except Exception:
+            telemetry.warning(
+                log,
+                "the claim at submission failed; the Scheduler is kicked",
+                **telemetry.context(stored.order_id),
+            )
+            return False
 
     async def get(self, order_id: str) -> TaskRecord:
         """The task, or :class:`~engine.errors.NotFound`."""

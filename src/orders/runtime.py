@@ -142,7 +142,9 @@ async def build(settings: Settings) -> Runtime:
     opening = asyncio.create_task(sender.open(queues.all_queues(workflows.agents)))
     closers.insert(0, functools.partial(_cancel, opening))
     parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers)
-    tasks = TaskService(parts)
+    scheduler = Scheduler(parts, instance)
+    # A submission claims its new task here and dispatches the first step, saving the kick's hop.
+    tasks = TaskService(parts, start=scheduler.start)
     every_queue = tuple(queues.all_queues(workflows.agents))
     dead_letters = DeadLetterParts(ServiceBusDeadLetters(dead_letter_client), store, tasks, every_queue)
     gauges = Gauges(
@@ -150,7 +152,7 @@ async def build(settings: Settings) -> Runtime:
     )
     return Runtime(
         tasks=tasks,
-        scheduler=Scheduler(parts, instance),
+        scheduler=scheduler,
         supervisor=Supervisor(parts),
         retention=Retention(store, clock, settings.retention()),
         agents=agents,

@@ -85,14 +85,16 @@ def build_host(sim: Simulation, worker: Worker) -> Host:
         max_seconds=1e12,  # bounded by batches, not the wall clock (a run must not depend on it)
         idle=timedelta(seconds=sim.profile.sweep_seconds * 3),
     )
-    tasks = TaskService(parts)
+    # As orders.runtime builds them: a submission claims its new task in the submitting process.
+    scheduler = Scheduler(parts, worker.name)
+    tasks = TaskService(parts, start=scheduler.start if sim.claim_on_submit else None)
 
     async def task_service() -> TaskService:
         return tasks
 
     return Host(
         tasks=tasks,
-        scheduler=Scheduler(parts, worker.name),
+        scheduler=scheduler,
         supervisor=Supervisor(parts),
         retention=Retention(store, sim.clock, policy),
         agents=agents,

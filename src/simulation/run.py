@@ -159,10 +159,15 @@ class Simulation:
         max_orders: int | None = None,
         servicebus: bool = True,
         services: Sequence[ServiceDefinition] | None = None,
+        claim_on_submit: bool = True,
     ) -> None:
         """``servicebus``: the processes send through ``adapters.servicebus`` (False: straight to the broker,
         as the regression seeds of tests/simulation/regressions.py were found; the adapter coalesces sends,
         so the same seed explores other interleavings through it).
+
+        ``claim_on_submit``: a submission claims its new task with its process's Scheduler, as the app's
+        does (False: it kicks the Scheduler, as when the regression seeds were found, before the claim at
+        submission; a seed explores other interleavings either way).
 
         ``catalog`` and ``services``: the workflows and the services they run on (default: the declared
         ones). A catalog given without its services runs on services that take no body and return no
@@ -175,6 +180,7 @@ class Simulation:
         self.declarations = declarations
         self.seed = seed
         self.servicebus = servicebus
+        self.claim_on_submit = claim_on_submit
         self.profile = profile = draw(seed, base.agents, orders, max_orders)
         self.loop = VirtualLoop()
         self.clock = VirtualClock(self.loop)
@@ -528,10 +534,17 @@ def run(
     servicebus: bool = True,
     catalog: WorkflowCatalog | None = None,
     services: Sequence[ServiceDefinition] | None = None,
+    claim_on_submit: bool = True,
 ) -> Result:
     """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it; ``servicebus``,
-    ``catalog`` and ``services``: see :class:`Simulation`)."""
+    ``catalog``, ``services`` and ``claim_on_submit``: see :class:`Simulation`)."""
     simulation = Simulation(
-        seed, orders, catalog=catalog, max_orders=max_orders, servicebus=servicebus, services=services
+        seed,
+        orders,
+        catalog=catalog,
+        max_orders=max_orders,
+        servicebus=servicebus,
+        services=services,
+        claim_on_submit=claim_on_submit,
     )
     return simulation.run()

@@ -39,7 +39,9 @@ def caller_context() -> tuple[str, str, str]:
 
 
 def spans_of(stack: LocalStack, trace_id: str) -> list[SpanRecord]:
-    return [s for s in read_spans(spans_path(stack.data_dir)) if s.trace_id == trace_id]
+    """The trace's spans written so far (none before the workers' first batch creates the file)."""
+    path = spans_path(stack.data_dir)
+    return [s for s in read_spans(path) if s.trace_id == trace_id] if path.exists() else []
 
 
 def answered(order: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

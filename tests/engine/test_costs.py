@@ -15,7 +15,6 @@ def workflow(*agents: str) -> WorkflowDefinition:
 def test_a_straight_run_sends_one_request_and_one_reply_per_step() -> None:
     traffic = processed_order(workflow("a", "b", "c", "d"))
     assert traffic.messages() == {
-        queues.SCHEDULER_QUEUE: 1,
         queues.agent_queue("a"): 1,
         queues.agent_queue("b"): 1,
         queues.agent_queue("c"): 1,
@@ -24,7 +23,11 @@ def test_a_straight_run_sends_one_request_and_one_reply_per_step() -> None:
         queues.STATUS_QUEUE: 6,
     }
     assert traffic.status_events == ("received", *["step-completed"] * 4, "processed")
-    assert traffic.servicebus_total() == 7 * 4 + 5
+    assert traffic.servicebus_total() == 7 * 4 + 2
+    # A submission that kicks the Scheduler rather than claiming the task itself: one command more.
+    kicked = processed_order(workflow("a", "b", "c", "d"), kicked=True)
+    assert kicked.messages() == {queues.SCHEDULER_QUEUE: 1, **traffic.messages()}
+    assert kicked.servicebus_total() == 7 * 4 + 5
 
 
 def test_two_steps_on_one_agent_share_its_queue() -> None:

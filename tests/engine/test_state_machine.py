@@ -14,7 +14,7 @@ from engine.agent import Agent, TransientError
 from engine.breaker import BreakerRecord, BreakerState, MemoryBreakerStore, opened, probe_claimed, probe_ended
 from engine.clock import ManualClock
 from engine.costs import processed_order
-from engine.errors import Conflict, InvalidState
+from engine.errors import ConcurrencyError, Conflict, InvalidState
 from engine.messages import (
     AgentReply,
     AgentRequest,
@@ -116,6 +116,59 @@ async def test_submit_records_pending_state_and_steps_then_kicks_the_scheduler()
     assert [c.kind for c in world.commands()] == [CommandKind.START]
 
 
+class ClaimingWorld(World):
+    """The world as the app builds it: the submission claims its new task with a Scheduler of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.submitting = Scheduler(self.tasks.parts, instance="api-1")
+        self.tasks = TaskService(self.tasks.parts, start=self.submitting.start)
+
+
+async def test_a_submission_with_a_start_claims_the_task_and_sends_the_first_request_with_no_kick() -> None:
+    world = ClaimingWorld()
+    created, answer = await world.tasks.submit("o-1", {"n": 1}, "hash-1")
+    assert created and answer.state.process_state is ProcessState.PROCESSING
+    record = world.store.state("o-1")
+    assert record.state.process_state is ProcessState.PROCESSING and record.state.locked_by == "api-1"
+    assert record.steps[0].status is StepStatus.RUNNING and record.state.complete_by is not None
+    assert world.commands() == []
+    [request] = world.requests()
+    assert (request.step, request.attempt) == ("first", 1) and request.saved_task
+    assert world.statuses() == ["received"]
+    # The rest of the order runs as it would after a kick: the request carries the task as saved.
+    assert await world.reply(world.take_request(), result={})
+    assert world.take_request().step == "second"
+    # A duplicate submission changes nothing and claims nothing.
+    created, again = await world.tasks.submit("o-1", {"n": 1}, "hash-1")
+    assert not created and again.state.process_state is ProcessState.PROCESSING
+    assert world.commands() == [] and world.requests() == []
+
+
+@pytest.mark.parametrize("failure", ["the claim loses a race", "the store does not answer the claim"])
+async def test_a_claim_at_submission_that_fails_kicks_the_scheduler_and_answers_the_task_as_stored(
+    failure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = ClaimingWorld()
+    save = world.store.save
+
+    async def refused(record: Any) -> Any:
+        if failure == "the claim loses a race":
+            raise ConcurrencyError(record.order_id)
+        raise ConnectionError("the store did not answer")
+
+    monkeypatch.setattr(world.store, "save", refused)
+    created, answer = await world.tasks.submit("o-1", {"n": 1}, "hash-1")
+    monkeypatch.setattr(world.store, "save", save)
+    assert created and answer.state.process_state is ProcessState.PENDING and answer.state.locked_by is None
+    assert world.requests() == [] and world.statuses() == []
+    [kick] = world.commands()
+    assert kick.kind is CommandKind.START and kick.saved_task is None  # the claim changed the copy: none
+    assert await world.scheduler.handle_command(kick)  # the Scheduler reads the task and claims it
+    assert world.store.state("o-1").state.locked_by == "sched-1"
+    assert world.take_request().step == "first"
+
+
 async def test_same_id_same_body_is_idempotent_and_other_body_conflicts() -> None:
     world = World()
     await world.submit()
@@ -162,7 +215,7 @@ async def test_a_straight_run_sends_what_the_cost_formula_predicts() -> None:
                 replies += 1  # an Agent's reply, handed to the Scheduler here rather than queued
                 assert await world.reply(message.body, result={})
     assert world.store.state("o-1").state.process_state is ProcessState.PROCESSED
-    traffic = processed_order(WORKFLOW)
+    traffic = processed_order(WORKFLOW, kicked=True)  # this world's submission kicks the Scheduler
     assert {**sent, queues.REPLY_QUEUE: replies} == traffic.messages()
     assert replies == len(WORKFLOW.steps)
 

@@ -7,6 +7,7 @@ declaration; the example services' bodies are checked in ``tests/examples/test_s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -96,7 +97,9 @@ class Service:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(answer)
+                # The client may have given up first (a timeout): nobody reads the answer then.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(answer)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

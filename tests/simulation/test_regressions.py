@@ -59,7 +59,13 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
 def regression_runs() -> dict[tuple[str, bool], Result]:
     """Each regression's seed with its bug fixed and put back, on every core."""
     jobs = [
-        Job(r.seed, bug=("regression", r.name) if back else None, servicebus=False, catalog=r.catalog)
+        Job(
+            r.seed,
+            bug=("regression", r.name) if back else None,
+            servicebus=False,
+            catalog=r.catalog,
+            claim_on_submit=False,  # as the seeds were found (regressions.run_as_found)
+        )
         for r in REGRESSIONS
         for back in (False, True)
     ]
