@@ -69,7 +69,8 @@ class TaskService:
         workflow_name: str | None = None,
         submitter: str | None = None,
     ) -> tuple[bool, TaskRecord]:
-        """Record the task and its steps (not started) in one transaction, then kick the Scheduler.
+        """Record the task and its steps (not started) in one transaction, then claim it with ``start`` (or
+        kick the Scheduler).
 
         The task runs the latest deployed version of ``workflow_name`` (by default the catalog's first
         workflow) and keeps that version until it ends.

@@ -116,13 +116,16 @@ class SmokeClient:
         return self._call("GET", "/api/health", 200, Health)
 
     def submit(self, order_id: str) -> Accepted:
-        """Submit one order with a fresh id (see :func:`order_body`); it must be accepted as Pending."""
+        """Submit one order with a fresh id (see :func:`order_body`); it must be accepted as new: Processing
+        (claimed at its submission) or Pending (a Scheduler kicked instead)."""
         body = order_body(order_id)
         accepted = self._call("POST", "/api/orders", 202, Accepted, json=body)
         if accepted.order_id != order_id:
             raise ApiError(f"POST /api/orders answered for order {accepted.order_id!r}, not {order_id!r}")
-        if accepted.process_state != "Pending":
-            raise ApiError(f"a new order {order_id} is {accepted.process_state}, expected Pending")
+        if accepted.process_state not in ("Processing", "Pending"):
+            raise ApiError(
+                f"a new order {order_id} is {accepted.process_state}, expected Processing or Pending"
+            )
         return accepted
 
     def order(self, order_id: str) -> OrderView:

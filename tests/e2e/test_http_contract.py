@@ -35,7 +35,8 @@ def test_submit_returns_202_with_location_and_status_url(stack: LocalStack) -> N
     response = stack.api.post("/api/orders", json=new_order(order_id), headers={"Host": "evil.example"})
     assert response.status_code == 202
     body = response.json()
-    assert body["orderId"] == order_id and body["processState"] == "Pending"
+    # The submission claims the order itself and sends its first step before it answers.
+    assert body["orderId"] == order_id and body["processState"] == "Processing"
     assert body["statusUrl"] == f"{stack.devhost.api_url}/api/orders/{order_id}"
     assert response.headers["location"] == body["statusUrl"]
     status = stack.api.get(f"/api/orders/{order_id}").json()
