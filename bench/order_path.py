@@ -11,12 +11,13 @@ The path is cut into contiguous segments, from the client sending ``POST /api/or
 makes the order Processed, so the segments of one order add up to its whole time:
 
 - submission: the HTTP request to the host, the host handing it to the function, the function up to
-  the state store, the store's requests (watch entry, history, the order's transaction), then up to the
-  kick's send;
-- each Scheduler transition: the hop (from the send of the message that carries it to the Service Bus
-  host handing it on: the send's round trip, the broker, the receiver), the hand-over to the function
-  through the runtime, the engine up to its save, the save (one table transaction), then up to the next
-  request's send;
+  the state store, the store's requests (watch entry, history, the order's transaction);
+- the claim at submission, in the same function (``Scheduler.start``): up to its save, the save, then up
+  to the first request's send;
+- each later Scheduler transition (a reply): the hop (from the send of the message that carries it to
+  the Service Bus host handing it on: the send's round trip, the broker, the receiver), the hand-over to
+  the function through the runtime, the engine up to its save, the save (one table transaction), then up
+  to the next request's send;
 - each Agent call: the hop, the hand-over, the Agent up to the remote call, the request reaching the
   simulator, the simulator's handling, the answer back, then up to the reply's send.
 
@@ -123,20 +124,11 @@ def segments(events: list[Event], sent_ns: int, steps: int) -> list[tuple[str, s
         created,
         p.find(created.at_ns, "table.create<"),
     )
-    sent = add(
-        "submission", "stored -> kick sent", "code", stored, p.find(stored.at_ns, "send>", detail="scheduler")
-    )
-    for k in range(steps + 1):
-        function = "scheduler" if k == 0 else "scheduler_replies"
-        part = "claim (the kick)" if k == 0 else f"step {k}'s reply"
-        received = add(part, "hop: sent -> received", "hop", sent, p.find(sent.at_ns, "received", function))
-        invoked = add(
-            part, f"host -> {function}", "hand-over", received, p.find(received.at_ns, "invoke>", function)
-        )
-        saving = add(part, "engine -> save", "code", invoked, p.find(invoked.at_ns, "table.save>", function))
-        saved = add(part, "save", "table", saving, p.find(saving.at_ns, "table.save<", function))
-        if k == steps:
-            break
+    # The claim at submission, in the submitting function, then each step's call and its reply's transition.
+    part, function = "claim (at submission)", "submit_order"
+    saving = add(part, "stored -> save", "code", stored, p.find(stored.at_ns, "table.save>", function))
+    saved = add(part, "save", "table", saving, p.find(saving.at_ns, "table.save<", function))
+    for k in range(steps):
         sent = add(
             part,
             f"save -> step {k + 1}'s request sent",
@@ -165,6 +157,13 @@ def segments(events: list[Event], sent_ns: int, steps: int) -> list[tuple[str, s
             called,
             p.find(called.at_ns, "send>", agent, "scheduler-replies"),
         )
+        part, function = f"step {k + 1}'s reply", "scheduler_replies"
+        received = add(part, "hop: sent -> received", "hop", sent, p.find(sent.at_ns, "received", function))
+        invoked = add(
+            part, f"host -> {function}", "hand-over", received, p.find(received.at_ns, "invoke>", function)
+        )
+        saving = add(part, "engine -> save", "code", invoked, p.find(invoked.at_ns, "table.save>", function))
+        saved = add(part, "save", "table", saving, p.find(saving.at_ns, "table.save<", function))
     return out
 
 
