@@ -117,10 +117,11 @@ class TaskService:
         telemetry.info(log, "submitted", **telemetry.context(order_id))
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
         kick = transitions.command(order_id, CommandKind.START, "submitted", new_id=self.parts.new_id)
-        if self._start is None:
+        start = self._start
+        if start is None:
             await deliver(self.parts.sender, saved_task.attach([kick], stored))
             return True, stored
-        if await self._started(stored):
+        if await self._started(start, stored):
             return True, stored
         # The claim changed the record without saving it: the kick goes without a copy (the Scheduler reads
         # the task), and the answer is the task as stored, when the store answers.
@@ -130,14 +131,14 @@ class TaskService:
         except Exception:
             return True, stored
 
-    async def _started(self, stored: TaskRecord) -> bool:
+    @staticmethod
+    async def _started(start: Callable[[TaskRecord], Awaitable[bool]], stored: TaskRecord) -> bool:
         """Whether ``start`` claimed the new task here. A claim that fails (the store did not answer, its
         save's messages were not all sent) leaves the kick to send: a kick the task no longer needs is
         dropped by the Scheduler that gets it, and a move saved but not sent is the Supervisor's to
         recover, as after any Scheduler's crash between its save and its sends."""
-        assert self._start is not None
         try:
-            return await self._start(stored)
+            return await start(stored)
         except Exception:
             telemetry.warning(
                 log,

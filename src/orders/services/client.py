@@ -54,8 +54,8 @@ class LazySession:
     """The one pooled ``aiohttp.ClientSession`` of a process's calls, made on first use: an aiohttp session
     must be made in the running event loop, and the services are built before any call is made."""
 
-    def __init__(self, session: aiohttp.ClientSession | None = None) -> None:
-        self._session = session
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
 
     def get(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -83,7 +83,6 @@ class RemoteServices:
         self,
         services: Iterable[ServiceDefinition],
         urls: dict[str, str],
-        session: aiohttp.ClientSession | None = None,
         keys: dict[str, str] | None = None,
         callback_base: str = "",
     ) -> None:
@@ -94,7 +93,7 @@ class RemoteServices:
         self._keys = {name: key for name, key in (keys or {}).items() if key}
         # One pooled session per process (and event loop), closed by ``client.aclose()``; the per-call
         # timeout is set on each request.
-        self.client = LazySession(session)
+        self.client = LazySession()
 
     async def _call(
         self,
