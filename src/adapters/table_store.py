@@ -609,10 +609,13 @@ class TableStateStore:
         the history answered (no live task has the id), since a live task may have no other entry.
         """
         state_entity = self._state_entity(record)
+        audit = record.pending_audit()
         operations: list[Any] = [
             ("create", self._input_entity(record)),
             ("create", state_entity),
             *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
+            # A task written already claimed carries its claim's audit entries (Scheduler.claim_new).
+            *(("create", self._audit_entity(record.order_id, e, n)) for n, e in enumerate(audit)),
         ]
         operations += [("create", entity) for _, entity, *_ in self._listing_operations(record, state_entity)]
         watched = bool(state_entity["Watched"])

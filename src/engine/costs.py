@@ -4,8 +4,8 @@ the expected counts without anyone editing a number.
 
 An order that runs straight through (no retry, no recovery, no undo) of a workflow of ``n`` steps:
 
-- no command to the Scheduler: the submission claims the task itself and sends the first request
-  (``Scheduler.start``); where it kicks the Scheduler instead (``kicked``), one command;
+- no command to the Scheduler: the submission writes the task claimed and sends the first request
+  (``Scheduler.claim_new``); where it kicks the Scheduler instead (``kicked``), one command;
 - per step, one request to its Agent's queue and one reply to the Scheduler;
 - ``n + 2`` status messages: ``received``, ``step-completed`` per step, ``processed``.
 

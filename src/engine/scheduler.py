@@ -14,7 +14,7 @@ from .errors import ConcurrencyError
 from .messages import AgentReply, CommandKind, SchedulerCommand
 from .outbox import carry_out
 from .parts import EngineParts
-from .state import TaskRecord
+from .state import ProcessState, TaskRecord
 from .transitions import Context
 
 log = logging.getLogger("engine.scheduler")
@@ -23,6 +23,10 @@ log = logging.getLogger("engine.scheduler")
 _EARLY_TOLERANCE = timedelta(seconds=1)
 # How often a reply to a step of a group is applied again after losing a race to a reply beside it.
 _GROUP_REPLY_TRIES = 5
+# Steps and audit entries a task written claimed may carry: its insert is one transaction (at most 100
+# entities in Table Storage, with the input, the state and the listing entry). A claim that leaves more
+# steps out than fit is written Pending and claimed by a save of its own.
+_NEW_TASK_ENTRIES = 60
 
 
 def instance_id() -> str:
@@ -72,19 +76,40 @@ class Scheduler:
             return False
         return await act(record, command)
 
-    async def start(self, record: TaskRecord) -> bool:
-        """Claim a task its submission has just written, in the submitting process, and dispatch its first
-        work: what the submission's kick makes a Scheduler do, without the kick's hop through the queue.
+    def claim_new(self, record: TaskRecord) -> tuple[TaskRecord, Decision] | None:
+        """Claim a task its submission is about to write, before it is written: the task is then stored
+        claimed by this instance (Processing, ``LockedBy``, its first step's ``CompleteBy``) in the
+        submission's own insert, and :meth:`dispatch_new` sends its first work once that insert is in.
 
-        ``record`` is the task as the store wrote it. The claim is the same conditional save as any
-        Scheduler's, so it is exclusive. False when the task is not claimable as written (something
-        changed it meanwhile): the caller then sends the kick, and the task as stored decides.
+        This is the claim a Scheduler makes of a Pending task, made on the task before its first write
+        instead of in a second, conditional one: an insert is exclusive already (the id is free, or the
+        submission answers with the task that has it), so no other instance can hold the task, and a crash
+        before the sends leaves a claimed task whose ``CompleteBy`` the Supervisor acts on, as after any
+        Scheduler's crash between its save and its sends. Returns the claimed task to write (``record`` is
+        left as it is) and the claim's decision; None when the claim does not leave the task running a step
+        (its first steps are all left out, or it waits from the start): the task is then written Pending and
+        a Scheduler claims it as before.
         """
+        trial = record.model_copy(deep=True)
+        decision = transitions.claim(trial, self.parts.context(self.instance, trial))
+        running = trial.state.process_state is ProcessState.PROCESSING and not trial.parked
+        entries = len(trial.steps) + len(trial.pending_audit())
+        if not decision.changed or not running or entries > _NEW_TASK_ENTRIES:
+            return None
+        return trial, decision
+
+    async def dispatch_new(self, record: TaskRecord, decision: Decision) -> None:
+        """Send the first work of a task written claimed (see :meth:`claim_new`); ``record`` is the task as
+        stored. Raises if a send fails: the Supervisor re-dispatches once the step's ``CompleteBy`` passes."""
         with tracing.span(
             tracing.SCHEDULER_COMMAND,
             attributes={tracing.ORDER_ID: record.order_id, tracing.COMMAND_KIND: CommandKind.START.value},
         ):
-            return await self._claim(record, copy=True)
+            tracing.annotate_task(record, record.state.current_step, record.state.attempt)
+            await carry_out(self.parts.sender, decision, record, self.parts.store)
+        state = record.state
+        fields = telemetry.context(record.order_id, record.steps[state.current_step].name, state.attempt)
+        telemetry.info(log, "claimed", **fields, phase=state.phase.value)
 
     async def _claim_for(self, record: TaskRecord, command: SchedulerCommand, *, copy: bool = False) -> bool:
         return await self._claim(record, copy=copy)

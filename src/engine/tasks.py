@@ -4,9 +4,9 @@ operator's resubmit and step-level retry, extend and skip, each audited."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import machine, metrics, queues, saved_task, search, telemetry, tracing, transitions
 from .decisions import Decision, Outcome
@@ -29,6 +29,9 @@ from .search import SearchQuery
 from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .transitions import Context
 
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
 log = logging.getLogger("engine.tasks")
 
 _RETRIES_ON_RACE = 5
@@ -50,16 +53,15 @@ class Action:
 class TaskService:
     """The application side of the engine.
 
-    ``start`` (a Scheduler's :meth:`~engine.scheduler.Scheduler.start`) claims each new task in the
-    submitting process, so its first step is dispatched without the kick's hop through the Scheduler's
-    queue; without it (or when it does not claim the task), the submission kicks the Scheduler.
+    With ``scheduler`` (the submitting process's), each new task is written already claimed by it and its
+    first step is dispatched from the submission (:meth:`~engine.scheduler.Scheduler.claim_new`): no kick
+    through the Scheduler's queue and no second write. Without it (or when the claim would not leave the
+    task running a step), the task is written Pending and the submission kicks the Scheduler.
     """
 
-    def __init__(
-        self, parts: EngineParts, start: Callable[[TaskRecord], Awaitable[bool]] | None = None
-    ) -> None:
+    def __init__(self, parts: EngineParts, scheduler: Scheduler | None = None) -> None:
         self.parts = parts
-        self._start = start
+        self._scheduler = scheduler
 
     async def submit(
         self,
@@ -105,7 +107,8 @@ class TaskService:
             input_hash=input_hash,
         )
         transitions.new_record_state(record, ctx)
-        outcome, stored = await self.parts.store.create(record)
+        claimed = self._scheduler.claim_new(record) if self._scheduler is not None else None
+        outcome, stored = await self.parts.store.create(record if claimed is None else claimed[0])
         if outcome is CreateOutcome.EXISTS_DIFFERENT:
             raise Conflict(order_id)
         if outcome is CreateOutcome.PURGED:
@@ -113,39 +116,23 @@ class TaskService:
         tracing.annotate_task(stored)
         if outcome is CreateOutcome.EXISTS_SAME:
             return False, stored
-        metrics.state_entered(workflow.name, stored.state.process_state.value)
+        # The order was submitted: it counts as entering Pending even when it is written claimed (the
+        # store's write counted the Processing it entered).
+        metrics.state_entered(workflow.name, ProcessState.PENDING.value)
         telemetry.info(log, "submitted", **telemetry.context(order_id))
+        if claimed is not None and self._scheduler is not None:
+            try:
+                await self._scheduler.dispatch_new(stored, claimed[1])
+            except Exception:
+                # Saved claimed but not all sent: the Supervisor re-dispatches once CompleteBy passes.
+                telemetry.warning(
+                    log, "the first step's dispatch at submission failed", **telemetry.context(order_id)
+                )
+            return True, stored
         # If this send is lost, the Supervisor re-kicks the Pending task once its CompleteBy passes.
         kick = transitions.command(order_id, CommandKind.START, "submitted", new_id=self.parts.new_id)
-        start = self._start
-        if start is None:
-            await deliver(self.parts.sender, saved_task.attach([kick], stored))
-            return True, stored
-        if await self._started(start, stored):
-            return True, stored
-        # The claim changed the record without saving it: the kick goes without a copy (the Scheduler reads
-        # the task), and the answer is the task as stored, when the store answers.
-        await deliver(self.parts.sender, [kick])
-        try:
-            return True, await self.parts.store.load(order_id) or stored
-        except Exception:
-            return True, stored
-
-    @staticmethod
-    async def _started(start: Callable[[TaskRecord], Awaitable[bool]], stored: TaskRecord) -> bool:
-        """Whether ``start`` claimed the new task here. A claim that fails (the store did not answer, its
-        save's messages were not all sent) leaves the kick to send: a kick the task no longer needs is
-        dropped by the Scheduler that gets it, and a move saved but not sent is the Supervisor's to
-        recover, as after any Scheduler's crash between its save and its sends."""
-        try:
-            return await start(stored)
-        except Exception:
-            telemetry.warning(
-                log,
-                "the claim at submission failed; the Scheduler is kicked",
-                **telemetry.context(stored.order_id),
-            )
-            return False
+        await deliver(self.parts.sender, saved_task.attach([kick], stored))
+        return True, stored
 
     async def get(self, order_id: str) -> TaskRecord:
         """The task, or :class:`~engine.errors.NotFound`."""

@@ -143,8 +143,8 @@ async def build(settings: Settings) -> Runtime:
     closers.insert(0, functools.partial(_cancel, opening))
     parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers)
     scheduler = Scheduler(parts, instance)
-    # A submission claims its new task here and dispatches the first step, saving the kick's hop.
-    tasks = TaskService(parts, start=scheduler.start)
+    # A submission writes its new task claimed here and dispatches the first step: no kick, no second write.
+    tasks = TaskService(parts, scheduler)
     every_queue = tuple(queues.all_queues(workflows.agents))
     dead_letters = DeadLetterParts(ServiceBusDeadLetters(dead_letter_client), store, tasks, every_queue)
     gauges = Gauges(

@@ -85,9 +85,9 @@ def build_host(sim: Simulation, worker: Worker) -> Host:
         max_seconds=1e12,  # bounded by batches, not the wall clock (a run must not depend on it)
         idle=timedelta(seconds=sim.profile.sweep_seconds * 3),
     )
-    # As orders.runtime builds them: a submission claims its new task in the submitting process.
+    # As orders.runtime builds them: a submission writes its new task claimed by the submitting process.
     scheduler = Scheduler(parts, worker.name)
-    tasks = TaskService(parts, start=scheduler.start if sim.claim_on_submit else None)
+    tasks = TaskService(parts, scheduler if sim.claim_on_submit else None)
 
     async def task_service() -> TaskService:
         return tasks

@@ -123,7 +123,7 @@ import heapq
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine import machine
@@ -461,12 +461,19 @@ class Oracle:
         if before is None:
             truth.created += 1
             truth.state_before_creation = truth.state
-            truth.state = after.process_state
-            self._watched(truth, after, now)
             if self.quiet_at is not None and truth.bound is None:
                 self._bound_from(truth, now)  # submitted after the faults stopped
-            self.note(order_id, "created {}", after.process_state.value)
-            return
+            # A second creation (of an id the history holds) is taken back before anything is sent.
+            if after.process_state is ProcessState.PENDING or truth.created > 1:
+                truth.state = after.process_state
+                self._watched(truth, after, now)
+                self.note(order_id, "created {}", after.process_state.value)
+                return
+            # Written claimed (Scheduler.claim_new): the submission's Pending record and the claim's save
+            # in one write, checked as that save.
+            self.note(order_id, "created Pending, claimed in the same write")
+            truth.state, previous = ProcessState.PENDING, now
+            before = _as_submitted(after, self.window)
         self._expiry_handled(truth, before, after, steps, audit, now)
         # Reported once the save's steps are checked: what a step became is the invariant about it, and an
         # action's effect (its promise) is said after it.
@@ -1423,6 +1430,10 @@ class Oracle:
             self.count("cancelled while a step without undo ran")
         if was is ProcessState.ERROR and became is not ProcessState.ERROR:
             truth.expiries.pop((before.current_step, before.phase), None)  # the operator took over
+            for i, view in enumerate(truth.views):
+                if view.status in (StepStatus.RUNNING, StepStatus.WAITING):
+                    # Every step in flight is counted afresh too (transitions._operator_took_over).
+                    truth.expiries.pop((i, before.phase), None)
             errored, truth.errored = truth.errored, None
             if errored is not None and errored != before.current_step:
                 # A step of a group put it there: its count is the one the operator resets.
@@ -1984,3 +1995,22 @@ class AlertHandler(logging.Handler):
         fields: Any = record.__dict__
         if fields.get("microsoft.custom_event.name") == ORDER_ENTERED_ERROR:
             self.oracle.alerted(str(fields.get("orderId")))
+
+
+def _as_submitted(claimed: TaskState, window: float) -> TaskState:
+    """The Pending state record a task written claimed was submitted with (``transitions.new_record_state``:
+    unlocked, at its first step, a ``CompleteBy`` ``window`` seconds after its creation)."""
+    created = claimed.created_at
+    return TaskState(
+        order_id=claimed.order_id,
+        workflow=claimed.workflow,
+        workflow_version=claimed.workflow_version,
+        submitter=claimed.submitter,
+        status_queue=claimed.status_queue,
+        search=claimed.search,
+        trace_parent=claimed.trace_parent,
+        complete_by=created + timedelta(seconds=window),
+        created_at=created,
+        updated_at=created,
+        step_since=created,
+    )

@@ -189,7 +189,9 @@ class Storage:
                 if copy is not None:
                     self._parked(pk, gone, copy)
                     return
-                if gone.process_state is not ProcessState.PENDING or gone.attempt:
+                # Taken back as written: Pending, or claimed in its insert and not saved since.
+                as_written = gone.updated_at == gone.created_at and gone.attempt <= 1
+                if not as_written and (gone.process_state is not ProcessState.PENDING or gone.attempt):
                     observer.violation(
                         gone.order_id,
                         f"an order in neither place: its live records were deleted "
@@ -208,7 +210,14 @@ class Storage:
         if state.before is None:
             copy = self.parked_copy(pk, after.order_id)
             if copy is None:
-                observer.state_saved(after.order_id, None, after, [], [])
+                # A task written claimed (Scheduler.claim_new) carries its claim's steps and audit entries.
+                observer.state_saved(
+                    after.order_id,
+                    None,
+                    after,
+                    [self.step(c.after) for c in steps if c.after is not None],
+                    [self.audit_entry(c.after) for c in audit if c.after is not None],
+                )
                 return
             # Brought back from its parked copy: the change is from the copy's state to the one inserted,
             # the audit entries copied back from the history not among the save's own.

@@ -65,6 +65,7 @@ class MemoryStore:
             return CreateOutcome.PURGED, record
         if record.state.complete_by is not None and order_id not in self.watched:
             self._watch(order_id, record.state.complete_by)
+        self.audits.setdefault(order_id, []).extend(record.pending_audit())
         return CreateOutcome.CREATED, self._put(record)
 
     async def load(self, order_id: str) -> TaskRecord | None:

@@ -26,7 +26,7 @@ from engine.messages import (
 from engine.parts import EngineParts
 from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
-from engine.state import Phase, ProcessState, StepStatus
+from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.workflow import RetryPolicy, StepDefinition, WorkflowCatalog, WorkflowDefinition
@@ -122,13 +122,15 @@ class ClaimingWorld(World):
     def __init__(self) -> None:
         super().__init__()
         self.submitting = Scheduler(self.tasks.parts, instance="api-1")
-        self.tasks = TaskService(self.tasks.parts, start=self.submitting.start)
+        self.tasks = TaskService(self.tasks.parts, self.submitting)
 
 
-async def test_a_submission_with_a_start_claims_the_task_and_sends_the_first_request_with_no_kick() -> None:
+async def test_a_submission_with_a_scheduler_writes_the_task_claimed_and_sends_the_first_request() -> None:
     world = ClaimingWorld()
     created, answer = await world.tasks.submit("o-1", {"n": 1}, "hash-1")
     assert created and answer.state.process_state is ProcessState.PROCESSING
+    # One write for the whole submission: the insert, with the task claimed (no second save to claim it).
+    assert world.store.operations == 1
     record = world.store.state("o-1")
     assert record.state.process_state is ProcessState.PROCESSING and record.state.locked_by == "api-1"
     assert record.steps[0].status is StepStatus.RUNNING and record.state.complete_by is not None
@@ -145,28 +147,39 @@ async def test_a_submission_with_a_start_claims_the_task_and_sends_the_first_req
     assert world.commands() == [] and world.requests() == []
 
 
-@pytest.mark.parametrize("failure", ["the claim loses a race", "the store does not answer the claim"])
-async def test_a_claim_at_submission_that_fails_kicks_the_scheduler_and_answers_the_task_as_stored(
-    failure: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_first_dispatch_that_fails_at_submission_leaves_the_claimed_task_to_the_supervisor() -> None:
     world = ClaimingWorld()
-    save = world.store.save
-
-    async def refused(record: Any) -> Any:
-        if failure == "the claim loses a race":
-            raise ConcurrencyError(record.order_id)
-        raise ConnectionError("the store did not answer")
-
-    monkeypatch.setattr(world.store, "save", refused)
+    world.sender.failing.add(queues.agent_queue("alpha"))
     created, answer = await world.tasks.submit("o-1", {"n": 1}, "hash-1")
-    monkeypatch.setattr(world.store, "save", save)
-    assert created and answer.state.process_state is ProcessState.PENDING and answer.state.locked_by is None
-    assert world.requests() == [] and world.statuses() == []
-    [kick] = world.commands()
-    assert kick.kind is CommandKind.START and kick.saved_task is None  # the claim changed the copy: none
-    assert await world.scheduler.handle_command(kick)  # the Scheduler reads the task and claims it
-    assert world.store.state("o-1").state.locked_by == "sched-1"
-    assert world.take_request().step == "first"
+    world.sender.failing.clear()
+    assert created and answer.state.process_state is ProcessState.PROCESSING
+    assert world.requests() == [] and world.commands() == []
+    # The task is stored claimed, its first step running: once its CompleteBy passes, the Supervisor
+    # counts the failure and re-queues it with backoff, as after a Scheduler's crash between save and send.
+    world.clock.advance(SETTINGS.step_complete_by_seconds + 1)
+    report = await world.supervisor.sweep()
+    assert report.retried == 1
+    assert world.store.state("o-1").state.failure_count == 1
+
+
+async def test_a_claim_that_would_not_leave_a_step_running_is_not_made_before_the_insert() -> None:
+    world = ClaimingWorld()
+    record = TaskRecord(
+        state=TaskState(
+            order_id="o-1",
+            workflow=WORKFLOW.name,
+            workflow_version=WORKFLOW.version,
+            created_at=world.clock.now(),
+            updated_at=world.clock.now(),
+        ),
+        steps=[StepState(index=i, name=s.name) for i, s in enumerate(WORKFLOW.steps)],
+        input={},
+        input_hash="hash-1",
+    )
+    for step in record.steps:
+        step.status = StepStatus.COMPLETED  # nothing left to run: the claim would finish the task
+    assert world.submitting.claim_new(record) is None
+    assert record.state.process_state is ProcessState.PENDING and record.state.locked_by is None
 
 
 async def test_same_id_same_body_is_idempotent_and_other_body_conflicts() -> None:
@@ -450,7 +463,6 @@ async def test_concurrent_supervisors_recover_a_task_once() -> None:
     entries = [e async for e in world.store.expired(world.clock.now())]
     loaded = [await world.store.load(e.order_id) for e in entries for _ in range(2)]
     from engine import transitions
-    from engine.errors import ConcurrencyError
     from engine.transitions import Context
 
     wins = 0
