@@ -117,17 +117,16 @@ def segments(events: list[Event], sent_ns: int, steps: int) -> list[tuple[str, s
     created = add(
         "submission", "submit_order -> state store", "code", invoked, p.find(invoked.at_ns, "table.create>")
     )
-    stored = add(
+    # The task is written claimed (Scheduler.claim_new): the submission's insert is the claim's save.
+    saved = add(
         "submission",
-        "create: watch entry, history, order",
+        "create: watch entry, history, order (claimed)",
         "table",
         created,
         p.find(created.at_ns, "table.create<"),
     )
-    # The claim at submission, in the submitting function, then each step's call and its reply's transition.
-    part, function = "claim (at submission)", "submit_order"
-    saving = add(part, "stored -> save", "code", stored, p.find(stored.at_ns, "table.save>", function))
-    saved = add(part, "save", "table", saving, p.find(saving.at_ns, "table.save<", function))
+    # Then the first request from the submitting function, and each step's call and its reply's transition.
+    part, function = "submission", "submit_order"
     for k in range(steps):
         sent = add(
             part,

@@ -76,7 +76,7 @@ class Scheduler:
             return False
         return await act(record, command)
 
-    def claim_new(self, record: TaskRecord) -> tuple[TaskRecord, Decision] | None:
+    def claim_new(self, record: TaskRecord) -> Decision | None:
         """Claim a task its submission is about to write, before it is written: the task is then stored
         claimed by this instance (Processing, ``LockedBy``, its first step's ``CompleteBy``) in the
         submission's own insert, and :meth:`dispatch_new` sends its first work once that insert is in.
@@ -85,18 +85,17 @@ class Scheduler:
         instead of in a second, conditional one: an insert is exclusive already (the id is free, or the
         submission answers with the task that has it), so no other instance can hold the task, and a crash
         before the sends leaves a claimed task whose ``CompleteBy`` the Supervisor acts on, as after any
-        Scheduler's crash between its save and its sends. Returns the claimed task to write (``record`` is
-        left as it is) and the claim's decision; None when the claim does not leave the task running a step
-        (its first steps are all left out, or it waits from the start): the task is then written Pending and
-        a Scheduler claims it as before.
+        Scheduler's crash between its save and its sends. Returns the claim's decision, ``record`` claimed
+        in place; None when the claim would not leave the task running a step (its first steps are all
+        left out, or it waits from the start): ``record`` is then changed but not claimed, not to be
+        written (the submission writes a fresh one Pending, and a Scheduler claims it as before).
         """
-        trial = record.model_copy(deep=True)
-        decision = transitions.claim(trial, self.parts.context(self.instance, trial))
-        running = trial.state.process_state is ProcessState.PROCESSING and not trial.parked
-        entries = len(trial.steps) + len(trial.pending_audit())
+        decision = transitions.claim(record, self.parts.context(self.instance, record))
+        running = record.state.process_state is ProcessState.PROCESSING and not record.parked
+        entries = len(record.steps) + len(record.pending_audit())
         if not decision.changed or not running or entries > _NEW_TASK_ENTRIES:
             return None
-        return trial, decision
+        return decision
 
     async def dispatch_new(self, record: TaskRecord, decision: Decision) -> None:
         """Send the first work of a task written claimed (see :meth:`claim_new`); ``record`` is the task as

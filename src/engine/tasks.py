@@ -90,25 +90,32 @@ class TaskService:
         if workflow is None:
             raise UnknownWorkflow(workflow_name or catalog.default, catalog.names)
         ctx = self.parts.context()
-        record = TaskRecord(
-            state=TaskState(
-                order_id=order_id,
-                workflow=workflow.name,
-                workflow_version=workflow.version,
-                submitter=submitter,
-                status_queue=queues.status_queue(submitter) if submitter else None,
-                search=search.searchable_values(workflow.searchable, task_input),
-                trace_parent=tracing.traceparent(),
-                created_at=ctx.now,
-                updated_at=ctx.now,
-            ),
-            steps=[StepState(index=i, name=s.name) for i, s in enumerate(workflow.steps)],
-            input=task_input,
-            input_hash=input_hash,
-        )
-        transitions.new_record_state(record, ctx)
-        claimed = self._scheduler.claim_new(record) if self._scheduler is not None else None
-        outcome, stored = await self.parts.store.create(record if claimed is None else claimed[0])
+
+        def submitted() -> TaskRecord:
+            record = TaskRecord(
+                state=TaskState(
+                    order_id=order_id,
+                    workflow=workflow.name,
+                    workflow_version=workflow.version,
+                    submitter=submitter,
+                    status_queue=queues.status_queue(submitter) if submitter else None,
+                    search=search.searchable_values(workflow.searchable, task_input),
+                    trace_parent=tracing.traceparent(),
+                    created_at=ctx.now,
+                    updated_at=ctx.now,
+                ),
+                steps=[StepState(index=i, name=s.name) for i, s in enumerate(workflow.steps)],
+                input=task_input,
+                input_hash=input_hash,
+            )
+            transitions.new_record_state(record, ctx)
+            return record
+
+        record = submitted()
+        claim = self._scheduler.claim_new(record) if self._scheduler is not None else None
+        if self._scheduler is not None and claim is None:
+            record = submitted()  # not claimed at its insert: written Pending, as submitted
+        outcome, stored = await self.parts.store.create(record)
         if outcome is CreateOutcome.EXISTS_DIFFERENT:
             raise Conflict(order_id)
         if outcome is CreateOutcome.PURGED:
@@ -120,9 +127,9 @@ class TaskService:
         # store's write counted the Processing it entered).
         metrics.state_entered(workflow.name, ProcessState.PENDING.value)
         telemetry.info(log, "submitted", **telemetry.context(order_id))
-        if claimed is not None and self._scheduler is not None:
+        if claim is not None and self._scheduler is not None:
             try:
-                await self._scheduler.dispatch_new(stored, claimed[1])
+                await self._scheduler.dispatch_new(stored, claim)
             except Exception:
                 # Saved claimed but not all sent: the Supervisor re-dispatches once CompleteBy passes.
                 telemetry.warning(

@@ -29,7 +29,7 @@ from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
 from engine.tasks import TaskService
-from engine.workflow import RetryPolicy, StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import RetryPolicy, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
 pytestmark = pytest.mark.anyio
@@ -162,7 +162,26 @@ async def test_a_first_dispatch_that_fails_at_submission_leaves_the_claimed_task
     assert world.store.state("o-1").state.failure_count == 1
 
 
-async def test_a_claim_that_would_not_leave_a_step_running_is_not_made_before_the_insert() -> None:
+async def test_a_task_that_waits_from_its_start_is_written_pending_and_the_scheduler_kicked() -> None:
+    waits_first = WorkflowDefinition(
+        name="later",
+        steps=(
+            StepDefinition(name="hold", wait=Timer(after_seconds=30)),
+            StepDefinition(name="go", agent="alpha", action="do-a", compensation="undo-a"),
+        ),
+    )
+    world = World()
+    parts = EngineParts(
+        WorkflowCatalog.of(waits_first), world.store, world.sender, world.clock, SETTINGS, world.breakers
+    )
+    tasks = TaskService(parts, Scheduler(parts, instance="api-1"))
+    created, answer = await tasks.submit("o-1", {}, "hash-1")
+    assert created and answer.state.process_state is ProcessState.PENDING and answer.state.locked_by is None
+    assert world.store.state("o-1").steps[0].status is StepStatus.NOT_STARTED
+    assert [c.kind for c in world.commands()] == [CommandKind.START] and world.requests() == []
+
+
+async def test_a_claim_that_would_not_leave_a_step_running_is_not_taken_at_the_insert() -> None:
     world = ClaimingWorld()
     record = TaskRecord(
         state=TaskState(
@@ -179,7 +198,6 @@ async def test_a_claim_that_would_not_leave_a_step_running_is_not_made_before_th
     for step in record.steps:
         step.status = StepStatus.COMPLETED  # nothing left to run: the claim would finish the task
     assert world.submitting.claim_new(record) is None
-    assert record.state.process_state is ProcessState.PENDING and record.state.locked_by is None
 
 
 async def test_same_id_same_body_is_idempotent_and_other_body_conflicts() -> None:
