@@ -306,9 +306,10 @@ async def _operations_per_order(store: TableStateStore, orders: int) -> TableCou
             elif isinstance(body, AgentRequest):
                 await agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
     ops = store.counter.count
-    # Per submission: the watch entry, the history's check, then one transaction that writes the task
-    # claimed (its claim is no transition of its own: the transitions counted are the replies').
-    submit_ops = 3 * orders
+    # Per submission: the watch entry (and the search entries beside it, where the store keeps them), the
+    # history's check, then one transaction that writes the task claimed (its claim is no transition of
+    # its own: the transitions counted are the replies').
+    submit_ops = (3 + (store.search is not None)) * orders
     assert (await store.load(order_id)).state.process_state.value == "Processed"  # type: ignore[union-attr]
     counter = store.counter
     requests, entities = dict(counter.requests), dict(counter.entities)
