@@ -189,9 +189,11 @@ class Storage:
                 if copy is not None:
                     self._parked(pk, gone, copy)
                     return
-                # Taken back as written: Pending, or claimed in its insert and not saved since.
-                as_written = gone.updated_at == gone.created_at and gone.attempt <= 1
-                if not as_written and (gone.process_state is not ProcessState.PENDING or gone.attempt):
+                # A creation taken back: Pending and never dispatched, or claimed in its insert and not
+                # saved since (Scheduler.claim_new).
+                never_dispatched = gone.process_state is ProcessState.PENDING and not gone.attempt
+                claimed_as_written = gone.updated_at == gone.created_at and gone.attempt <= 1
+                if not (never_dispatched or claimed_as_written):
                     observer.violation(
                         gone.order_id,
                         f"an order in neither place: its live records were deleted "
