@@ -46,16 +46,30 @@ the save (one transaction); the Scheduler skips the load when its message carrie
 ``engine.saved_task``).
 
 A submission checks the history for the id, so a finished task moved there is not submitted again as a
-new one: it inserts the watch entry, then, if the insert succeeded, reads the history's ``order|<id>`` and
-writes the task only if the id is not there. That is safe because a finished task leaves the live table
-only after its history copy is written and before its watch entry is deleted: if the insert succeeded, no
-earlier task with the id can still be on its way out, so the history cannot gain the id between the read
-and the write. If an entry was there, the read comes after the write, and a task written when the history
-had the id is deleted again before anything is sent (the history is read before the write too, so an id it
-already holds is answered with nothing written); a task written under an entry the submission did not
+new one. Beside the watch entry (and the search entries) it inserts the id's row in the history,
+``order|<id>`` of ``Kind`` returned: the task's mark, the same marker a parked task leaves when it comes
+back, which sends readers to the live records. The insert succeeds only if the history has no row for the
+id (no finished task, no tombstone, no other task's mark). A task submitted so has its row from before its
+live records are written: the mark, then the finished task written over it by the move to the history,
+then its tombstone, until that goes. So an inserted mark says that no other task has the id, live or
+finished, and that the history cannot gain it while this task lives, and the task is written with no read
+of the history: two round trips at submission instead of three.
+
+A refused insert means the id had a row, and the submission does what it did before marks: it reads the
+row, writes nothing if it is a finished task or a tombstone, and else (a live task's mark, or one left by
+a submission that died before its write, or none any more: then it marks again) writes the task, reading
+the history once more after the write when the watch entry was there already. That is safe because a
+finished task leaves the live table only after its history copy is written and before its watch entry is
+deleted: if the insert succeeded, no earlier task with the id can still be on its way out, so the history
+cannot gain the id between the read and the write. If an entry was there, a task written when the history
+had the id is deleted again before anything is sent; a task written under an entry the submission did not
 insert (one left by an attempt that died before writing) puts the entry again at its own CompleteBy, so a
 sweep that found no task under it and is about to delete it is refused. A task left behind by a submission
-that died before taking it back is deleted by the Supervisor (:meth:`TableStateStore.take_back`).
+that died before taking it back is deleted by the Supervisor (:meth:`TableStateStore.take_back`). A
+submission whose transaction is refused because a live task without a mark has the id (written before
+marks were) deletes its mark again. Such a task is the one gap: a submission of its id that marks it in
+the instant the task moves to the history may be written again, so an upgrade from a version without
+marks is safest with the live table drained (every order finished and moved).
 
 The store uses the asynchronous clients (``azure.data.tables.aio``, on azure-core's aiohttp transport), so
 a slow table service holds no thread. Like every aio client, they belong to the event loop they are
@@ -314,9 +328,11 @@ class TableStateStore:
         transact: Transact | None = None,
         unique: Callable[[], str] = _random_tail,
         search: TableClient | None = None,
+        marks: bool = True,
     ) -> None:
         """``unique`` gives the eight characters that keep two audit entries of one microsecond apart
-        (random; the simulation's come from its seed)."""
+        (random; the simulation's come from its seed). ``marks``: a submission marks its id in the history
+        (False: it reads the history instead, as before marks; the simulation's regression seeds run so)."""
         if not 1 <= shards <= 100:
             raise ValueError("shards must be between 1 and 100")
         self.table = table
@@ -328,6 +344,7 @@ class TableStateStore:
         self.counter = counter or OperationCounter()
         self._transaction = transact
         self._unique = unique
+        self.marks = marks
         # Each shard's tally as last read or written here (ETag, counts): a stale one costs one refused
         # transaction and a read.
         self._tallies: dict[tuple[str, str], tuple[str, dict[str, int]]] = {}
@@ -624,26 +641,42 @@ class TableStateStore:
         # The search entries go first too, beside it: an order never exists without them, and entries
         # whose order was never written (refused, or a crash) are passed over by a search.
         watching = self._add_watch(record.state) if watched else _nothing()
-        if self.search is not None:
-            added, _ = await asyncio.gather(watching, self._write_search(record.state))
+        # The id's row in the history (its mark) beside the watch entry and the search entries: inserted, it
+        # says the history has never had the id since its last tombstone went, nor can gain it while the task
+        # lives, so the history need not be read (see the module's docstring).
+        searching = [self._write_search(record.state)] if self.search is not None else []
+        if self.marks or searching:
+            marking = self._mark(record.state) if self.history is not None and self.marks else _nothing()
+            added, marked, *_ = await asyncio.gather(watching, marking, *searching)
         else:
-            # No tasks of its own: a store without a search table (the simulation's) schedules exactly
-            # what it did before search entries existed.
-            added = await watching
+            # The schedule of a store without marks or search entries, as the simulation's regression
+            # seeds were found.
+            added, marked = await watching, None
         for _ in range(_RACES):
             found: TableEntity | None = None
-            if self.history is not None:
-                # The history first: an id it holds is answered with nothing written, so a lost answer or a
-                # crash cannot leave a task behind.
-                found = await self._read_kept(record.order_id)
+            if self.history is None:
+                written = await self._create_live(operations)
+            elif marked is not None:
+                written = await self._create_live(operations)
+                if written is None:
+                    # A live task without a mark has the id (submitted before marks were written): the
+                    # mark goes again, and the row is that task's to write when it moves.
+                    await self._unmark(record.order_id, marked)
+                    marked = None
+            else:
+                # No mark (the id had a row, or marks are off). The history first: an id it holds is
+                # answered with nothing written, so a lost answer or a crash cannot leave a task behind.
+                row = await self._read_archive(record.order_id)
+                if row is None and self.marks:
+                    marked = await self._mark(record.state)  # the row went meanwhile: mark it again
+                    continue
+                found = None if row is None or row.get("Kind") == _RETURNED else row
                 written = await self._create_live(operations) if found is None else None
                 if written is not None and added is None:
                     # An entry was there: an earlier task with this id may have been leaving the live
                     # table during that read, so the history is read again after the write. (When this
                     # submission inserted the entry, no earlier task can be, and once is enough.)
                     found = await self._read_kept(record.order_id)
-            else:
-                written = await self._create_live(operations)
             if written is not None and found is None:
                 break
             if written is not None:
@@ -731,6 +764,34 @@ class TableStateStore:
             return await self._history().get_entity(self._pk(order_id), _archive_key(order_id))
         except ResourceNotFoundError:
             return None
+
+    async def _mark(self, state: TaskState) -> str | None:
+        """Insert the id's row in the history, saying its task is in the live records; its ETag, or None if
+        the history has a row for the id already (a task's, a tombstone, or a mark)."""
+        self.counter.add(table=HISTORY, entities=1)
+        mark = {
+            "PartitionKey": self._pk(state.order_id),
+            "RowKey": _archive_key(state.order_id),
+            "Kind": _RETURNED,
+            "OrderID": state.order_id,
+            "CreatedAt": state.created_at,
+        }
+        try:
+            created = await self._history().create_entity(mark)
+        except ResourceExistsError:
+            return None
+        return str(created.get("etag") or "")
+
+    async def _unmark(self, order_id: str, etag: str) -> None:
+        """Delete the mark this store inserted, unless it changed since."""
+        self.counter.add(table=HISTORY, entities=1)
+        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+            await self._history().delete_entity(
+                self._pk(order_id),
+                _archive_key(order_id),
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
 
     # ---- one task --------------------------------------------------------------------------------
     async def load(self, order_id: str) -> TaskRecord | None:
@@ -1115,6 +1176,12 @@ class TableStateStore:
         self, pk: str, order_id: str, archive: dict[str, Any], listing: dict[str, Any], copies: list[Any]
     ) -> bool:
         change = {archive["ProcessState"]: 1}
+        # The task's mark, from its submission (or its return from parking), is written over at once.
+        found = await self._read_archive(order_id) if self.marks else None
+        if found is not None and _leftover(found, archive):
+            written = await self._write_over(pk, found, archive, listing, copies, {_TALLY: change}, False)
+            if written is not None:
+                return True
         for fresh in (False, *([True] * (_RACES - 1))):
             tally = await self._tally(pk, fresh)
             try:

@@ -58,7 +58,7 @@ class Host:
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
     """The engine as a process of the Function App builds it, on the simulated ports."""
-    store = sim.storage.state_store(sim.world)
+    store = sim.storage.state_store(sim.world, marks=sim.submit_as_app)
     # The adapter's sender, one per process as in the Function App; or the broker itself, as the regression
     # seeds were found (see Simulation).
     sender: MessageSender = (
@@ -87,7 +87,7 @@ def build_host(sim: Simulation, worker: Worker) -> Host:
     )
     # As orders.runtime builds them: a submission writes its new task claimed by the submitting process.
     scheduler = Scheduler(parts, worker.name)
-    tasks = TaskService(parts, scheduler if sim.claim_on_submit else None)
+    tasks = TaskService(parts, scheduler if sim.submit_as_app else None)
 
     async def task_service() -> TaskService:
         return tasks

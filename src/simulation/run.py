@@ -159,15 +159,16 @@ class Simulation:
         max_orders: int | None = None,
         servicebus: bool = True,
         services: Sequence[ServiceDefinition] | None = None,
-        claim_on_submit: bool = True,
+        submit_as_app: bool = True,
     ) -> None:
         """``servicebus``: the processes send through ``adapters.servicebus`` (False: straight to the broker,
         as the regression seeds of tests/simulation/regressions.py were found; the adapter coalesces sends,
         so the same seed explores other interleavings through it).
 
-        ``claim_on_submit``: a submission claims its new task with its process's Scheduler, as the app's
-        does (False: it kicks the Scheduler, as when the regression seeds were found, before the claim at
-        submission; a seed explores other interleavings either way).
+        ``submit_as_app``: a submission marks its id in the history and claims its new task with its
+        process's Scheduler, as the app's does (False: it reads the history and kicks the Scheduler, as when
+        the regression seeds were found, before marks and the claim at submission; a seed explores other
+        interleavings either way).
 
         ``catalog`` and ``services``: the workflows and the services they run on (default: the declared
         ones). A catalog given without its services runs on services that take no body and return no
@@ -180,7 +181,7 @@ class Simulation:
         self.declarations = declarations
         self.seed = seed
         self.servicebus = servicebus
-        self.claim_on_submit = claim_on_submit
+        self.submit_as_app = submit_as_app
         self.profile = profile = draw(seed, base.agents, orders, max_orders)
         self.loop = VirtualLoop()
         self.clock = VirtualClock(self.loop)
@@ -534,10 +535,10 @@ def run(
     servicebus: bool = True,
     catalog: WorkflowCatalog | None = None,
     services: Sequence[ServiceDefinition] | None = None,
-    claim_on_submit: bool = True,
+    submit_as_app: bool = True,
 ) -> Result:
     """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it; ``servicebus``,
-    ``catalog``, ``services`` and ``claim_on_submit``: see :class:`Simulation`)."""
+    ``catalog``, ``services`` and ``submit_as_app``: see :class:`Simulation`)."""
     simulation = Simulation(
         seed,
         orders,
@@ -545,6 +546,6 @@ def run(
         max_orders=max_orders,
         servicebus=servicebus,
         services=services,
-        claim_on_submit=claim_on_submit,
+        submit_as_app=submit_as_app,
     )
     return simulation.run()

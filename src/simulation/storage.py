@@ -108,8 +108,9 @@ class Storage:
     def _tail(self) -> str:
         return f"{next(self._tails):08x}"
 
-    def state_store(self, io: Requests) -> TableStateStore:
-        """One process's store (its own cache of the history's tallies, as the adapter has)."""
+    def state_store(self, io: Requests, marks: bool = True) -> TableStateStore:
+        """One process's store (its own cache of the history's tallies, as the adapter has); ``marks``: see
+        :class:`adapters.table_store.TableStateStore`."""
         live, watch, history = (
             cast(TableClient, SimTableClient(self.live, io, "live")),
             cast(TableClient, SimTableClient(self.watch, io, "watch", answers_refusals=True)),
@@ -122,6 +123,7 @@ class Storage:
             history=history,
             transact=lambda table, operations: table.submit_transaction(operations),
             unique=self._tail,
+            marks=marks,
         )
 
     def breaker_store(self, io: Requests) -> TableBreakerStore:

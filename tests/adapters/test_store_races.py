@@ -88,8 +88,9 @@ async def test_a_submission_of_an_archived_id_that_fails_midway_leaves_no_task_t
 async def test_a_task_left_by_a_submission_of_an_archived_id_is_taken_back_not_started(
     store: TableStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Attempt A inserts the watch entry and dies; attempt B finds the entry, reads the history before the
-    earlier task's move has written it (here: the first read answers nothing), writes the task once the move
+    """Attempt A inserts the watch entry and dies; attempt B finds the entry and the id's row, reads the
+    history before the earlier task's move has written it (here: the first read answers that task's mark,
+    which sends readers to the live records), writes the task once the move
     has deleted the live records, reads the history again, finds the id and dies before taking the task
     back. Nothing was sent about the task: the Supervisor, finding it never started, asks the history
     before starting it, and deletes it instead."""
@@ -100,7 +101,7 @@ async def test_a_task_left_by_a_submission_of_an_archived_id_is_taken_back_not_s
 
     async def first_read_before_the_move(order_id: str) -> Any:
         reads.append(order_id)
-        return None if len(reads) == 1 else await read_archive(order_id)
+        return {"Kind": "returned", "OrderID": order_id} if len(reads) == 1 else await read_archive(order_id)
 
     monkeypatch.setattr(store, "_read_archive", first_read_before_the_move)
     monkeypatch.setattr(store, "_delete_created", lambda *args: died())
@@ -295,3 +296,89 @@ async def test_a_second_move_of_an_order_purged_meanwhile_deletes_its_live_recor
     assert await store.load("o-1") is None
     assert (await rows(store.history))["order|o-1"]["Kind"] == "tombstone"
     assert counts(await store.count_by_state(100)) == {}
+
+
+# ---- the id's mark: a submission that need not read the history -------------------------------------------
+async def history_row(store: TableStateStore, order_id: str) -> dict[str, Any] | None:
+    return (await rows(store._history())).get(f"order|{order_id}")
+
+
+async def test_a_submission_marks_its_id_in_the_history_reads_nothing_there_and_the_move_writes_over_it(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh id: its mark goes in beside the watch entry, the task is written with no read of the history,
+    and the move to the history writes the finished task over the mark, counted once."""
+    read_archive, reads = store._read_archive, []
+
+    async def counted(order_id: str) -> Any:
+        reads.append(order_id)
+        return await read_archive(order_id)
+
+    monkeypatch.setattr(store, "_read_archive", counted)
+    outcome, record = await store.create(new_record("o-1", BODY))
+    assert outcome is CreateOutcome.CREATED and reads == []
+    mark = await history_row(store, "o-1")
+    assert mark is not None and (mark["Kind"], mark["CreatedAt"]) == ("returned", record.state.created_at)
+    monkeypatch.undo()
+    assert (await store.load("o-1")) is not None  # read live, as a return's marker sends it
+    moved = await archived(store, "o-2")
+    kept = await history_row(store, "o-2")
+    assert kept is not None and kept["Kind"] == "archive" and moved.state.order_id == "o-2"
+    assert counts(await store.count_by_state(100)) == {"Processed": 1, "Pending": 1}
+    again, answer = await store.create(new_record("o-2", {"id": "o-2"}, now=NOW + DAY))
+    assert again is CreateOutcome.EXISTS_SAME and answer.archived
+
+
+async def test_a_mark_left_by_a_submission_that_died_is_taken_over_by_the_next_one(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission that died after its mark and before its transaction leaves the mark alone: the next
+    submission of the id finds the row, reads it (a mark: no finished task), writes the task, and the
+    task moves to the history over that mark, counted once."""
+    assert await store._mark(new_record("o-1", BODY, now=NOW - DAY).state) is not None  # then dies
+    read_archive, reads = store._read_archive, []
+
+    async def counted(order_id: str) -> Any:
+        reads.append(order_id)
+        return await read_archive(order_id)
+
+    monkeypatch.setattr(store, "_read_archive", counted)
+    record = await finished(store, "o-1")  # its submission, then its steps
+    assert reads == ["o-1"] and record.state.process_state is ProcessState.PROCESSED
+    monkeypatch.undo()
+    assert await store.archive(record)
+    assert (await history_row(store, "o-1") or {}).get("Kind") == "archive"
+    assert counts(await store.count_by_state(100)) == {"Processed": 1}
+
+
+async def test_a_submission_refused_by_a_live_task_without_a_mark_deletes_its_own(
+    store: TableStateStore,
+) -> None:
+    """A live task written before marks existed has no row in the history: a submission of its id marks
+    it, is refused by the live task, answers from it, and deletes its mark, so the row stays that task's
+    to write when it moves."""
+    _, first = await store.create(new_record("o-1", BODY))
+    mark = await history_row(store, "o-1")
+    assert mark is not None
+    await store._history().delete_entity(mark["PartitionKey"], mark["RowKey"])  # as written before marks
+    outcome, answer = await store.create(new_record("o-1", BODY, now=NOW + timedelta(seconds=1)))
+    assert outcome is CreateOutcome.EXISTS_SAME and answer.state.created_at == first.state.created_at
+    assert await history_row(store, "o-1") is None
+
+
+async def test_a_submission_whose_id_row_went_meanwhile_marks_it_again(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark is refused (a row was there), then the row is gone when read (a tombstone dropped in
+    between): the submission marks the id again before it writes, so the task never lives without its
+    row."""
+    mark, tries = store._mark, []
+
+    async def refused_once(state: Any) -> str | None:
+        tries.append(state.order_id)
+        return None if len(tries) == 1 else await mark(state)
+
+    monkeypatch.setattr(store, "_mark", refused_once)
+    outcome, _ = await store.create(new_record("o-1", BODY))
+    assert outcome is CreateOutcome.CREATED and tries == ["o-1", "o-1"]
+    assert (await history_row(store, "o-1") or {}).get("Kind") == "returned"

@@ -613,6 +613,15 @@ class _SweepTracing:
         return tracing.span(name, *args, **kwargs)
 
 
+_MARK = TableStateStore._mark
+
+
+async def mark_taking_a_row_for_a_mark(self: TableStateStore, state: Any) -> str | None:
+    """``TableStateStore._mark`` that answers as if its insert went in when the id's row was there: the
+    submission takes the id for one the history never had, and writes the task without reading it."""
+    return await _MARK(self, state) or "refused"
+
+
 @dataclass(frozen=True)
 class Plant:
     """A bug to plant, words of the violation by which the invariant about its consequence reports it (the
@@ -630,7 +639,7 @@ PLANTS: dict[str, Plant] = {
         "its records show no call of attempt",
     ),
     "the Scheduler saves without the ETag condition": Plant(
-        lambda mp: mp.setattr(Scheduler, "_commit", _commit_without_etags), "a finished order changed"
+        lambda mp: mp.setattr(Scheduler, "_commit", _commit_without_etags), "no transition"
     ),
     "compensation in forward order": Plant(
         lambda mp: mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_forward),
@@ -711,8 +720,8 @@ PLANTS: dict[str, Plant] = {
     ),
     "an accepted call taken for a done one": Plant(
         lambda mp: mp.setattr(transitions, "reply_operation", reply_operation_taking_accepted_for_done),
-        # The step completes with no result: what is passed on is not what the service returned.
-        "is not the one returned",
+        # The step completes on the 202, with no result: its action never reported succeeded.
+        "never reported succeeded",
         "callbacks",
     ),
     "a cancel that does not wait for a callback": Plant(
@@ -738,6 +747,11 @@ PLANTS: dict[str, Plant] = {
     # groups (tests/simulation/test_groups.py, on the seeds it names)
     "a recovery traced under the sweep, not the order": Plant(
         lambda mp: mp.setattr(supervisor, "tracing", _SweepTracing()), "supervisor.recover span"
+    ),
+    "a submission that takes a refused mark for its own": Plant(
+        # A submission of a finished id writes a second task: the order runs again.
+        lambda mp: mp.setattr(TableStateStore, "_mark", mark_taking_a_row_for_a_mark),
+        "became Completed again",
     ),
     "a join that moves on at the first step of a group": Plant(
         lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_joining_at_the_first),

@@ -24,7 +24,7 @@ class Job:
     """One run: a seed, its orders (``orders`` replaces the seed's number, ``max_orders`` caps it) and the
     bug to put back (``("plant", name)``, ``("regression", name)`` or None); ``servicebus``: through the
     Service Bus adapter (see :class:`simulation.run.Simulation`); ``catalog``: a pinned catalog's name
-    (None: the declared one); ``claim_on_submit``: see :class:`simulation.run.Simulation`."""
+    (None: the declared one); ``submit_as_app``: see :class:`simulation.run.Simulation`."""
 
     seed: int
     orders: int | None = None
@@ -32,7 +32,7 @@ class Job:
     bug: tuple[str, str] | None = None
     servicebus: bool = True
     catalog: str | None = None
-    claim_on_submit: bool = True
+    submit_as_app: bool = True
 
 
 def _run(job: Job) -> Result:
@@ -55,7 +55,7 @@ def _run(job: Job) -> Result:
             servicebus=job.servicebus,
             catalog=catalog,
             services=services,
-            claim_on_submit=job.claim_on_submit,
+            submit_as_app=job.submit_as_app,
         )
 
 

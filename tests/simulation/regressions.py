@@ -59,7 +59,7 @@ def run_as_found(seed: int, catalog: str = "engine-only") -> Result:
     """A seed as the findings were: on their pinned catalog, the processes sending straight to the broker,
     each submission kicking the Scheduler."""
     workflows, services = PINNED[catalog]
-    return run(seed, servicebus=False, catalog=workflows, services=services, claim_on_submit=False)
+    return run(seed, servicebus=False, catalog=workflows, services=services, submit_as_app=False)
 
 
 def _store_fixes_off(*fixes: str) -> PutBack:

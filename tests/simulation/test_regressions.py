@@ -64,7 +64,7 @@ def regression_runs() -> dict[tuple[str, bool], Result]:
             bug=("regression", r.name) if back else None,
             servicebus=False,
             catalog=r.catalog,
-            claim_on_submit=False,  # as the seeds were found (regressions.run_as_found)
+            submit_as_app=False,  # as the seeds were found (regressions.run_as_found)
         )
         for r in REGRESSIONS
         for back in (False, True)
