@@ -769,29 +769,13 @@ class TableStateStore:
         """Insert the id's row in the history, saying its task is in the live records; its ETag, or None if
         the history has a row for the id already (a task's, a tombstone, or a mark)."""
         self.counter.add(table=HISTORY, entities=1)
-        mark = {
-            "PartitionKey": self._pk(state.order_id),
-            "RowKey": _archive_key(state.order_id),
-            "Kind": _RETURNED,
-            "OrderID": state.order_id,
-            "CreatedAt": state.created_at,
-        }
-        try:
-            created = await self._history().create_entity(mark)
-        except ResourceExistsError:
-            return None
-        return str(created.get("etag") or "")
+        mark = _marker(self._pk(state.order_id), state.order_id, state.created_at)
+        return await _insert(self._history(), mark)
 
     async def _unmark(self, order_id: str, etag: str) -> None:
         """Delete the mark this store inserted, unless it changed since."""
         self.counter.add(table=HISTORY, entities=1)
-        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
-            await self._history().delete_entity(
-                self._pk(order_id),
-                _archive_key(order_id),
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
+        await _delete_unchanged(self._history(), self._pk(order_id), _archive_key(order_id), etag)
 
     # ---- one task --------------------------------------------------------------------------------
     async def load(self, order_id: str) -> TaskRecord | None:
@@ -995,19 +979,12 @@ class TableStateStore:
     async def _add_watch(self, state: TaskState) -> str | None:
         """Insert the task's watch entry; its ETag, or None if an entry is already there."""
         self.counter.add(table=WATCH, entities=1)
-        try:
-            created = await self.watch.create_entity(self._watch_entity(state))
-        except ResourceExistsError:
-            return None
-        return str(created.get("etag") or "")
+        return await _insert(self.watch, self._watch_entity(state))
 
     async def _remove_watch(self, order_id: str, etag: str) -> None:
         """Delete the watch entry this store inserted, unless it changed since."""
         self.counter.add(table=WATCH, entities=1)
-        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
-            await self.watch.delete_entity(
-                self._pk(order_id), order_id, etag=etag, match_condition=MatchConditions.IfNotModified
-            )
+        await _delete_unchanged(self.watch, self._pk(order_id), order_id, etag)
 
     async def _put_watch(self, state: TaskState) -> None:
         self.counter.add(table=WATCH, entities=1)
@@ -1560,13 +1537,7 @@ class TableStateStore:
         """Replace a parked copy (conditional on ``etag``) by the marker of a task back in the live records,
         and delete its listing entry, lowering the waiting tally; False if the copy changed or went
         meanwhile."""
-        marker = {
-            "PartitionKey": pk,
-            "RowKey": _archive_key(order_id),
-            "Kind": _RETURNED,
-            "OrderID": order_id,
-            "CreatedAt": parked.get("CreatedAt"),
-        }
+        marker = _marker(pk, order_id, parked.get("CreatedAt"))
         operations: list[Any] = [("update", marker, {"mode": UpdateMode.REPLACE, "etag": etag, **_IF_MATCH})]
         if parked.get("IndexKey"):
             operations.append(("delete", {"PartitionKey": pk, "RowKey": parked["IndexKey"]}))
@@ -2106,6 +2077,33 @@ class TableStateStore:
 
 async def _nothing() -> None:
     return None
+
+
+def _marker(pk: str, order_id: str, created_at: Any) -> dict[str, Any]:
+    """The history's row for a task in the live records: its mark at submission, or the marker of its
+    return from parking."""
+    return {
+        "PartitionKey": pk,
+        "RowKey": _archive_key(order_id),
+        "Kind": _RETURNED,
+        "OrderID": order_id,
+        "CreatedAt": created_at,
+    }
+
+
+async def _insert(table: TableClient, entity: Mapping[str, Any]) -> str | None:
+    """Insert ``entity``; its ETag, or None if the table holds an entity under its keys already."""
+    try:
+        created = await table.create_entity(entity)
+    except ResourceExistsError:
+        return None
+    return str(created.get("etag") or "")
+
+
+async def _delete_unchanged(table: TableClient, pk: str, row_key: str, etag: str) -> None:
+    """Delete an entity unless it changed since ``etag`` (or is gone already)."""
+    with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+        await table.delete_entity(pk, row_key, etag=etag, match_condition=MatchConditions.IfNotModified)
 
 
 @dataclass(frozen=True)
