@@ -84,10 +84,14 @@ def _headers(req: func.HttpRequest) -> dict[str, str]:
 
 def _call(req: func.HttpRequest, caller: Caller) -> Call:
     headers = _headers(req)
-    return Call(req.get_body(), headers.get("content-type"), headers, dict(req.params), caller.actor)
+    return Call(
+        req.get_body(), headers.get("content-type"), headers, dict(req.params), caller.actor, caller.scope
+    )
 
 
 Handler = Callable[[func.HttpRequest, Caller], Awaitable[func.HttpResponse]]
+# (METHOD, /api/route) -> the function the host calls, behind its check: one per route of access.ROUTES.
+ROUTED: dict[tuple[str, str], Callable[[func.HttpRequest], Awaitable[func.HttpResponse]]] = {}
 
 
 def _api(route: str, method: str) -> Callable[[Handler], object]:
@@ -120,6 +124,7 @@ def _api(route: str, method: str) -> Callable[[Handler], object]:
         # The host knows a function by its name and its one parameter, req.
         guarded.__name__ = guarded.__qualname__ = handler.__name__
         guarded.__doc__ = handler.__doc__
+        ROUTED[(method, f"/api/{route}")] = guarded
         return app.route(route=route, methods=[method], auth_level=func.AuthLevel.ANONYMOUS)(guarded)
 
     return register
@@ -146,7 +151,7 @@ async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpRespon
 @_api("orders", "GET")
 async def list_orders(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """List orders in one ProcessState, or find orders (orders.search_params), paged."""
-    return _respond(await api.list_by_state(dict(req.params)))
+    return _respond(await api.list_by_state(dict(req.params), caller.scope))
 
 
 @_api("order-counts", "GET")
@@ -158,13 +163,13 @@ async def order_counts(req: func.HttpRequest, caller: Caller) -> func.HttpRespon
 @_api("orders/{orderId}", "GET")
 async def get_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """An order's state and steps."""
-    return _respond(await api.get(req.route_params["orderId"], caller.storefront))
+    return _respond(await api.get(req.route_params["orderId"], caller.scope))
 
 
 @_api("orders/{orderId}/audit", "GET")
 async def order_audit(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Who did what to an order: operator actions and automatic errors, oldest first."""
-    return _respond(await api.audit(req.route_params["orderId"]))
+    return _respond(await api.audit(req.route_params["orderId"], caller.scope))
 
 
 @_api("orders/{orderId}/resubmit", "POST")

@@ -21,6 +21,12 @@ Who is asking, in the order checked:
 - the shared submission key (``SUBMISSION_KEY``) in ``x-functions-key``: the submitter role, for orders
   that belong to no storefront (as every order did before storefronts were declared).
 
+Which orders a caller sees is its :class:`Scope` (:attr:`Caller.scope`), decided here once for every route
+that names an order or lists them: a storefront its own orders, by the ids it gave; a reading role
+(reader, approver, operator) every order, a storefront's by its full name ``<storefront>.<id>``; anyone
+else (the shared key, with or without a principal of no role) the orders of no storefront. An order
+outside the scope is answered exactly as one that does not exist.
+
 The app checks a key, not the Functions host: every route is anonymous at the host, because the host
 takes no App Service session in place of a function key, and the submitter's two routes are also
 people's, who sign in and hold no key. A key in the address (``?code=``) is not accepted: addresses end
@@ -173,6 +179,49 @@ class Caller:
     principal: Principal | None = None
     # The storefront whose key it holds: its orders only (None: any order, as its roles allow).
     storefront: str | None = None
+
+    @property
+    def scope(self) -> Scope:
+        """The orders it may see, whatever the route: the one rule (see :class:`Scope`)."""
+        if self.storefront is not None:
+            return Scope(storefront=self.storefront)
+        if self.roles & _READ:
+            return EVERY_ORDER
+        return NO_STOREFRONT
+
+
+# An order id as a client gives it (no storefront in it), and a task id: an order id or <storefront>.<id>.
+_ORDER_ID = re.compile(queues.ORDER_ID_PATTERN)
+_TASK_ID = re.compile(queues.TASK_ID_PATTERN)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which orders a caller sees, and by which id. Three kinds: one storefront's orders, by the ids it
+    gave (``storefront``); every order, a storefront's by its full name (``everything``); or, with
+    neither, the orders of no storefront (the shared submission key's).
+
+    An id outside the scope names no order (:meth:`task_id` is None, or :meth:`sees` refuses the order
+    read): the caller gets the answer of an order that does not exist, so it learns nothing of it.
+    """
+
+    storefront: str | None = None
+    everything: bool = False
+
+    def task_id(self, order_id: str) -> str | None:
+        """The task ``order_id`` names in this scope; None for an id that can name none here (another
+        storefront's full name, an id that is no id, a full name to a caller that reads no storefront's)."""
+        if self.storefront is not None:
+            return queues.scoped_id(order_id, self.storefront) if _ORDER_ID.fullmatch(order_id) else None
+        return order_id if (_TASK_ID if self.everything else _ORDER_ID).fullmatch(order_id) else None
+
+    def sees(self, submitter: str | None) -> bool:
+        """Whether an order of ``submitter`` (its storefront, None for none) is in this scope."""
+        return self.everything or submitter == self.storefront
+
+
+EVERY_ORDER: Final = Scope(everything=True)
+NO_STOREFRONT: Final = Scope()
 
 
 def _same(supplied: str, key: str) -> bool:

@@ -32,13 +32,14 @@ from engine.errors import (
     UnknownStep,
     UnknownWorkflow,
 )
+from engine.ports import Page
 from engine.retention import Purged
 from engine.search import SearchQuery
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
 from . import search_params
-from .access import STOREFRONT_NAME
+from .access import NO_STOREFRONT, STOREFRONT_NAME, Scope
 from .models import (
     WAIT_KINDS,
     ActionRequest,
@@ -75,18 +76,6 @@ MAX_PAGE_SIZE = 100
 # Counting reads the live orders' listing entries (in flight, in Error), shard by shard; past this many in
 # one shard it stops and says the counts are lower bounds. Finished orders are counted by tallies.
 COUNT_LIMIT = 10_000
-# An order id as a client gives it, and as the API names any order: a storefront's orders are
-# <storefront>.<id> (engine.queues.scoped_id) to everyone but that storefront.
-_ORDER_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-_TASK_ID = re.compile(rf"^{queues.TASK_ID_PATTERN}$")
-
-
-def task_id(order_id: str, storefront: str | None) -> str | None:
-    """The task an order id names for a caller: a storefront's own order (an id with no storefront in
-    it), or for anyone else the id as the API shows it; None for an id that names none."""
-    if storefront is not None:
-        return queues.scoped_id(order_id, storefront) if _ORDER_ID.match(order_id) else None
-    return order_id if _TASK_ID.match(order_id) else None
 
 
 @dataclass
@@ -101,14 +90,15 @@ class Reply:
 @dataclass(frozen=True)
 class Call:
     """What an operator action needs from the HTTP request: its body, its headers and query parameters
-    (header names in lower case) for the ETag guard, and who is asking as the audit trail names them
-    (:mod:`orders.access` authenticated them before the action runs)."""
+    (header names in lower case) for the ETag guard, who is asking as the audit trail names them and
+    which orders they see (:mod:`orders.access` authenticated them before the action runs)."""
 
     body: bytes = b""
     content_type: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)
     actor: str = "local"
+    scope: Scope = NO_STOREFRONT
 
 
 def _page_size(query: Mapping[str, str]) -> int | None:
@@ -332,29 +322,39 @@ class OrdersApi:
         )
         return Reply(202 if created else 200, reply.wire(), {"Location": location})
 
-    async def get(self, order_id: str, storefront: str | None = None) -> Reply:
-        """``GET /api/orders/{orderId}``; a storefront reads its own orders only, and another's is
-        answered as one that does not exist (the same 404, the same body)."""
-        wanted = task_id(order_id, storefront)
+    async def get(self, order_id: str, scope: Scope = NO_STOREFRONT) -> Reply:
+        """``GET /api/orders/{orderId}``: an order in the caller's scope (:class:`orders.access.Scope`);
+        any other is answered as one that does not exist (the same 404, the same body)."""
+        wanted = scope.task_id(order_id)
         if wanted is None:
             return engine_error(NotFound(order_id))
         try:
             record = await (await self._tasks()).get(wanted)
         except EngineError as exc:
             return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)
-        return Reply(200, status_view(record, storefront).wire(), {"ETag": etag(record)})
+        if not scope.sees(record.state.submitter):  # the id's shape says it already; the record has the say
+            return engine_error(NotFound(order_id))
+        return Reply(200, status_view(record, scope.storefront).wire(), {"ETag": etag(record)})
 
-    async def audit(self, order_id: str) -> Reply:
+    async def audit(self, order_id: str, scope: Scope = NO_STOREFRONT) -> Reply:
         """``GET /api/orders/{orderId}/audit``: who did what to the order, oldest first."""
-        if not _TASK_ID.match(order_id):
+        wanted = scope.task_id(order_id)
+        if wanted is None:
             return engine_error(NotFound(order_id))
         try:
-            entries = await (await self._tasks()).audit(order_id)
+            entries = await (await self._tasks()).audit(wanted)
         except EngineError as exc:
-            return engine_error(exc)
+            return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)
         return Reply(200, AuditPage(items=[audit_view(e) for e in entries]).wire())
 
-    async def list_by_state(self, query: Mapping[str, str]) -> Reply:
+    @staticmethod
+    def _page(page: Page, scope: Scope) -> Reply:
+        """A page of orders as the caller's scope shows them: those it sees (a listing answers readers
+        only, who see every order; a narrower scope would get its own orders and no other)."""
+        items = [summary(s, scope.storefront) for s in page.states if scope.sees(s.submitter)]
+        return Reply(200, OrderPage(items=items, continuation_token=page.continuation).wire())
+
+    async def list_by_state(self, query: Mapping[str, str], scope: Scope = NO_STOREFRONT) -> Reply:
         """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``, or a search when the query
         names what to find (a customer, a step, a time of submission: ``orders.search_params``)."""
         try:
@@ -363,7 +363,7 @@ class OrdersApi:
         except search_params.BadQuery as exc:
             return error(400, "ValidationFailed", str(exc))
         if wanted_search is not None:
-            return await self._search(tasks, wanted_search, query)
+            return await self._search(tasks, wanted_search, query, scope)
         wanted = query.get("processState")
         states = [s.value for s in ProcessState]
         if wanted not in states:
@@ -388,10 +388,11 @@ class OrdersApi:
             page = await tasks.list_by_state(ProcessState(wanted), page_size, token, waiting_for, storefront)
         except EngineError as exc:
             return engine_error(exc)
-        listing = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
-        return Reply(200, listing.wire())
+        return self._page(page, scope)
 
-    async def _search(self, tasks: TaskService, wanted: SearchQuery, query: Mapping[str, str]) -> Reply:
+    async def _search(
+        self, tasks: TaskService, wanted: SearchQuery, query: Mapping[str, str], scope: Scope
+    ) -> Reply:
         page_size = _page_size(query)
         if page_size is None:
             return error(
@@ -401,8 +402,7 @@ class OrdersApi:
             page = await tasks.search(wanted, page_size, query.get("continuationToken") or None)
         except EngineError as exc:
             return engine_error(exc)
-        found = OrderPage(items=[summary(s) for s in page.states], continuation_token=page.continuation)
-        return Reply(200, found.wire())
+        return self._page(page, scope)
 
     async def counts(self) -> Reply:
         """``GET /api/order-counts``: how many orders each ProcessState holds, up to :data:`COUNT_LIMIT`."""
@@ -417,49 +417,51 @@ class OrdersApi:
     async def resubmit(self, order_id: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""
         return await self._act(
-            order_id, call, ActionRequest, lambda t, a, _: t.resubmit(order_id, a), required=False
+            order_id, call, ActionRequest, lambda t, i, a, _: t.resubmit(i, a), required=False
         )
 
     async def cancel(self, order_id: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/cancel``: compensate an order that is not terminal."""
         return await self._act(
-            order_id, call, ActionRequest, lambda t, a, _: t.cancel(order_id, a), required=False
+            order_id, call, ActionRequest, lambda t, i, a, _: t.cancel(i, a), required=False
         )
 
     async def retry_step(self, order_id: str, step: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/steps/{step}/retry``: re-dispatch the current step now."""
         return await self._act(
-            order_id, call, ActionRequest, lambda t, a, _: t.retry_step(order_id, step, a), required=False
+            order_id, call, ActionRequest, lambda t, i, a, _: t.retry_step(i, step, a), required=False
         )
 
     async def extend_step(self, order_id: str, step: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/steps/{step}/extend``: push the running step's CompleteBy."""
 
-        def extend(tasks: TaskService, action: Action, body: ActionRequest) -> Awaitable[TaskRecord]:
+        def extend(
+            tasks: TaskService, task: str, action: Action, body: ActionRequest
+        ) -> Awaitable[TaskRecord]:
             assert isinstance(body, ExtendRequest)
-            return tasks.extend_step(order_id, step, body.seconds, action)
+            return tasks.extend_step(task, step, body.seconds, action)
 
         return await self._act(order_id, call, ExtendRequest, extend, required=True)
 
     async def skip_step(self, order_id: str, step: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/steps/{step}/skip``: mark the current step done by hand."""
 
-        def skip(tasks: TaskService, action: Action, body: ActionRequest) -> Awaitable[TaskRecord]:
+        def skip(tasks: TaskService, task: str, action: Action, body: ActionRequest) -> Awaitable[TaskRecord]:
             assert isinstance(body, SkipRequest)
-            return tasks.skip_step(order_id, step, body.note, action)
+            return tasks.skip_step(task, step, body.note, action)
 
         return await self._act(order_id, call, SkipRequest, skip, required=True)
 
     async def approve(self, order_id: str, step: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/steps/{step}/approve``: approve the step's waiting approval."""
         return await self._act(
-            order_id, call, ActionRequest, lambda t, a, _: t.approve(order_id, step, a), required=False
+            order_id, call, ActionRequest, lambda t, i, a, _: t.approve(i, step, a), required=False
         )
 
     async def reject(self, order_id: str, step: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/steps/{step}/reject``: reject the step's waiting approval (undo)."""
         return await self._act(
-            order_id, call, ActionRequest, lambda t, a, _: t.reject(order_id, step, a), required=False
+            order_id, call, ActionRequest, lambda t, i, a, _: t.reject(i, step, a), required=False
         )
 
     async def _act(
@@ -467,12 +469,14 @@ class OrdersApi:
         order_id: str,
         call: Call,
         model: type[ActionRequest],
-        change: Callable[[TaskService, Action, ActionRequest], Awaitable[TaskRecord]],
+        change: Callable[[TaskService, str, Action, ActionRequest], Awaitable[TaskRecord]],
         required: bool,
     ) -> Reply:
-        """An operator action: validate, insist on ``If-Match``, then change only the version the
-        caller saw. Answers 202 with the order and its new ETag."""
-        if not _TASK_ID.match(order_id):
+        """An operator action on an order of the caller's scope (``change`` gets its task id): validate,
+        insist on ``If-Match``, then change only the version the caller saw. Answers 202 with the order
+        and its new ETag."""
+        task = call.scope.task_id(order_id)
+        if task is None:
             return engine_error(NotFound(order_id))
         body = parse_body(model, call.body, call.content_type, required=required)
         if isinstance(body, Reply):
@@ -491,14 +495,14 @@ class OrdersApi:
             tasks = await self._tasks()
             version = tags[0]
             if len(tags) > 1:  # any of several: find out which one is current, if any
-                version = (await tasks.get(order_id)).version
+                version = (await tasks.get(task)).version
                 if version not in tags:
                     raise PreconditionFailed(order_id)
             action = Action(actor=call.actor, note=body.note, version=version)
-            record = await change(tasks, action, body)
+            record = await change(tasks, task, action, body)
         except EngineError as exc:
-            return engine_error(exc)
-        return Reply(202, status_view(record).wire(), {"ETag": etag(record)})
+            return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)
+        return Reply(202, status_view(record, call.scope.storefront).wire(), {"ETag": etag(record)})
 
     @staticmethod
     def health() -> Reply:
