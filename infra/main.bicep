@@ -1,7 +1,8 @@
 // The order-processing system on Azure: `azd up` provisions this file, then deploys function_app.py.
 //
 // Subscription scope: it creates the resource group `rg-<environment>` and one module per concern in it
-// (identity, storage, messaging, monitoring, hosting plan, Function App, role assignments, alerts).
+// (identity, storage, messaging, monitoring, key vault, hosting plan, Function App, role assignments,
+// alerts).
 // Every connection is identity-based through one user-assigned managed identity: no keys, no
 // connection strings with secrets, shared-key and SAS access switched off.
 targetScope = 'subscription'
@@ -48,6 +49,9 @@ param authClientId string = ''
 
 @description('Storefronts: the applications that submit orders, each with its own key and its own status queue, as a JSON array of {"name": "<name>", "principalId": "<object id>"} (STOREFRONTS_JSON), e.g. [{"name": "web"}, {"name": "kiosk", "principalId": "00000000-0000-0000-0000-000000000000"}]. name: a lower-case letter, then up to 23 lower-case letters, digits or hyphens, the last not a hyphen (the app refuses any other, so the deployment stops first, naming it); its key is the app setting STOREFRONT_<NAME>_KEY (upper case, \'-\' as \'_\'), made once by the predeploy hook, and its status messages go to the queue order-status-<name>. principalId, optional: the object ID of the service principal or managed identity that reads that queue; it gets Azure Service Bus Data Receiver on that queue only. Empty: no storefronts; orders submitted with the shared key keep the order-status queue.')
 param storefronts array = []
+
+@description('Whether the Key Vault holds the secret input-encryption-previous-keys (the keys a rotation replaced, comma-separated): true sets INPUT_ENCRYPTION_PREVIOUS_KEYS to a Key Vault reference to it, false (the default, no rotation yet) leaves the setting empty. Set it to true only once that secret exists: a reference to a missing secret does not resolve, and the app refuses the unresolved text. Rotating the key: docs/deploying.md.')
+param inputEncryptionPreviousKeys bool = false
 
 @minValue(1)
 @description('STEP_COMPLETE_BY_SECONDS: a step\'s budget in seconds, and how long a Pending task may wait to be claimed.')
@@ -222,6 +226,18 @@ module workbook 'app/workbook.bicep' = {
   }
 }
 
+// The vault of the key the sensitive input fields are encrypted with; its secret is made by the
+// postprovision hook, once.
+module keyVault 'app/keyvault.bicep' = {
+  name: 'key-vault'
+  scope: rg
+  params: {
+    name: 'kv-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
 module plan 'app/hosting-plan.bicep' = {
   name: 'hosting-plan'
   scope: rg
@@ -263,6 +279,9 @@ module api 'app/function-app.bicep' = {
     simulatorsKey: simulatorsKey
     authClientId: authClientId
     storefrontNames: checkedStorefrontNames
+    keyVaultName: keyVault.outputs.name
+    inputKeyName: keyVault.outputs.inputKeyName
+    previousInputKeysName: inputEncryptionPreviousKeys ? keyVault.outputs.previousInputKeysName : ''
   }
   // The host starts as soon as the app exists: its identity must already hold its data roles.
   dependsOn: [
@@ -277,6 +296,7 @@ module rbac 'app/rbac.bicep' = {
     storageAccountName: storage.outputs.name
     serviceBusNamespaceName: messaging.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
+    keyVaultName: keyVault.outputs.name
     appPrincipalId: identity.outputs.principalId
     userPrincipalId: principalId
     userPrincipalType: principalType
@@ -316,3 +336,7 @@ output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.applica
 output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = messaging.outputs.fullyQualifiedNamespace
 output STATE_STORE_ENDPOINT string = storage.outputs.tableEndpoint
 output AZURE_AUTH_ENABLED bool = api.outputs.authenticationEnabled
+// The vault and the secret the postprovision hook makes once (the input encryption key): names only.
+output AZURE_KEY_VAULT_NAME string = keyVault.outputs.name
+output AZURE_KEY_VAULT_ENDPOINT string = keyVault.outputs.uri
+output INPUT_ENCRYPTION_KEY_SECRET_NAME string = keyVault.outputs.inputKeyName

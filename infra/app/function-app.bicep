@@ -82,6 +82,15 @@ param authClientId string
 @description('STOREFRONTS: the names of the storefronts (main.bicep checks them). Each one\'s key, the app setting STOREFRONT_<NAME>_KEY, is not set here: the predeploy hook makes it once (storefrontKeySettings).')
 param storefrontNames array = []
 
+@description('Name of the Key Vault holding the input encryption keys; the app reads them through Key Vault references with its user-assigned identity (Key Vault Secrets User, rbac.bicep).')
+param keyVaultName string
+
+@description('The secret holding the current input encryption key (INPUT_ENCRYPTION_KEY), made once by the postprovision hook.')
+param inputKeyName string
+
+@description('The secret holding the previous input encryption keys (INPUT_ENCRYPTION_PREVIOUS_KEYS), or empty when there is none: the setting is then empty.')
+param previousInputKeysName string = ''
+
 var storageSuffix = environment().suffixes.storage
 var baseUrl = 'https://${name}.azurewebsites.net'
 // function_app.py serves the simulators of every declared service under /api/sim when ENABLE_SIMULATORS is true.
@@ -117,6 +126,11 @@ var serviceUrlPairs = [
 var serviceUrlSettings = json('{${join(serviceUrlPairs, ',')}}')
 // The app setting holding each storefront's key, as orders.access names it: STOREFRONT_<NAME>_KEY, the
 // name upper-cased with '-' as '_' (web: STOREFRONT_WEB_KEY, my-shop: STOREFRONT_MY_SHOP_KEY).
+// A Key Vault reference: the platform puts the secret's current version in the setting, fetched with the
+// identity keyVaultReferenceIdentity names (below), and fetches it again on any change of the app's
+// configuration, or within 24 hours.
+var inputKeyReference = '@Microsoft.KeyVault(VaultName=${keyVaultName};SecretName=${inputKeyName})'
+var previousKeysReference = empty(previousInputKeysName) ? '' : '@Microsoft.KeyVault(VaultName=${keyVaultName};SecretName=${previousInputKeysName})'
 var storefrontKeySettings = [for storefront in storefrontNames: 'STOREFRONT_${toUpper(replace(storefront, '-', '_'))}_KEY']
 
 var appSettings = {
@@ -159,6 +173,10 @@ var appSettings = {
   // The declared storefronts; each one's key (STOREFRONT_<NAME>_KEY) is made by the predeploy hook and
   // kept (retainCurrentAppSettings below). Empty: only the shared submission key.
   STOREFRONTS: join(storefrontNames, ',')
+  // The key the declared sensitive input fields are encrypted with at rest, and the keys a rotation
+  // replaced (still read, never written): references to the Key Vault's secrets, never a value.
+  INPUT_ENCRYPTION_KEY: inputKeyReference
+  INPUT_ENCRYPTION_PREVIOUS_KEYS: previousKeysReference
 }
 
 // App Service authentication with Microsoft Entra ID. Anonymous requests still reach the app
@@ -230,6 +248,8 @@ module site 'br/public:avm/res/web/site:0.24.0' = {
         identityResourceId
       ]
     }
+    // Key Vault references resolve with the user-assigned identity (the site has no system-assigned one).
+    keyVaultAccessIdentityResourceId: identityResourceId
     // azd deploys to the package container with Entra ID: FTP and SCM basic authentication stay off.
     basicPublishingCredentialsPolicies: [
       {

@@ -8,8 +8,13 @@
 //   (the host's AzureWebJobsStorage and the Flex Consumption deployment package). No queue role: no
 //   trigger or host feature here uses storage queues.
 // - Application Insights: Monitoring Metrics Publisher (telemetry with Entra ID, local auth is off).
+// - Key Vault: Key Vault Secrets User (reads the input encryption keys through the app settings' Key
+//   Vault references), on the vault, which holds nothing else: its secrets do not exist yet when this
+//   runs (the postprovision hook makes them), so no assignment can be scoped to one.
 // The person running azd (principalId, optional) gets the same data roles on Service Bus and storage,
-// to run the code and the tests against the deployment.
+// to run the code and the tests against the deployment, and Key Vault Secrets Officer on the vault: the
+// postprovision hook, which runs as them, lists the vault's secrets and makes the key once (it reads no
+// value), and a rotation writes new versions.
 // A storefront's reader (its principalId, optional) gets Azure Service Bus Data Receiver on that
 // storefront's status queue only: it reads its own orders' status messages and no other queue (the others
 // carry every order in flight). The app's Data Sender on the namespace covers these queues too.
@@ -22,6 +27,9 @@ param serviceBusNamespaceName string
 
 @description('Name of the Application Insights component.')
 param applicationInsightsName string
+
+@description('Name of the Key Vault holding the input encryption keys.')
+param keyVaultName string
 
 @description('Object (principal) ID of the Function App\'s user-assigned identity.')
 param appPrincipalId string
@@ -46,6 +54,8 @@ var roles = {
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
+  keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6'
+  keyVaultSecretsOfficer: 'b86a8fe4-44ce-4948-aee5-eccb2c155cd7'
 }
 
 var grantUser = !empty(userPrincipalId)
@@ -70,6 +80,10 @@ resource storage 'Microsoft.Storage/storageAccounts@2024-01-01' existing = {
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
+}
+
+resource keyVault 'Microsoft.KeyVault/vaults@2024-11-01' existing = {
+  name: keyVaultName
 }
 
 // ---- The Function App's identity ---------------------------------------------------------------------
@@ -129,6 +143,17 @@ resource appMetricsPublisher 'Microsoft.Authorization/roleAssignments@2022-04-01
   }
 }
 
+resource appKeyVaultSecrets 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(keyVault.id, appPrincipalId, roles.keyVaultSecretsUser)
+  scope: keyVault
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.keyVaultSecretsUser)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+    description: 'Function App: read the input encryption keys (Key Vault references)'
+  }
+}
+
 // ---- The deploying user (optional) -------------------------------------------------------------------
 
 resource userServiceBusSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
@@ -172,6 +197,17 @@ resource userBlobData 'Microsoft.Authorization/roleAssignments@2022-04-01' = if 
     principalId: userPrincipalId
     principalType: userPrincipalType
     description: 'Developer: run the Functions host locally against this storage'
+  }
+}
+
+resource userKeyVaultSecrets 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (grantUser) {
+  name: guid(keyVault.id, userPrincipalId, roles.keyVaultSecretsOfficer)
+  scope: keyVault
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.keyVaultSecretsOfficer)
+    principalId: userPrincipalId
+    principalType: userPrincipalType
+    description: 'Developer: make the input encryption key once (postprovision hook) and rotate it'
   }
 }
 

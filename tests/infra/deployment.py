@@ -91,6 +91,8 @@ MAIN_PARAMETERS: dict[str, str | None] = {
     "serviceBusCapacity": "${SERVICE_BUS_CAPACITY=1}",
     # A JSON array (azd 1.23.4 and later parse a JSON value for an array parameter).
     "storefronts": "${STOREFRONTS_JSON=[]}",
+    # true once a rotation has made the secret input-encryption-previous-keys (docs/deploying.md).
+    "inputEncryptionPreviousKeys": "${INPUT_ENCRYPTION_PREVIOUS_KEYS_SECRET=false}",
 }
 
 
