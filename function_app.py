@@ -276,7 +276,7 @@ async def service_callback(req: func.HttpRequest, caller: Caller) -> func.HttpRe
     """A service that took a call to answer later sends the outcome (signed with its callback secret)."""
     taken = await callbacks.receive(req.route_params["service"], _headers(req), req.get_body())
     if isinstance(taken, Refused):
-        return _respond(error(taken.status, taken.code, taken.message))
+        return _respond(error(taken.status, taken.code, taken.message, taken.details))
     return _respond(Reply(202, {"accepted": True, "outcome": taken.reply.outcome.value}))
 
 

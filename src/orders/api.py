@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -214,10 +215,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return built
 
 
+def _no_constant(name: str) -> Any:
+    """json.loads' ``parse_constant``: ``NaN`` and ``Infinity`` are not JSON (Python's parser takes them)."""
+    raise InvalidJson(f"the body is not valid JSON: {name} is not a number JSON has")
+
+
+def _finite(text: str) -> float:
+    """json.loads' ``parse_float``: a number too large for a float (``1e400``) is refused, not infinity."""
+    value = float(text)
+    if math.isinf(value):
+        raise InvalidJson(f"the body holds a number too large to read: {text[:40]}")
+    return value
+
+
 def parse_json(body: bytes) -> Any:
     """The JSON value of ``body``, for every route that reads JSON.
 
-    Raises :class:`InvalidJson` when it is not JSON, when its arrays and objects nest deeper than
+    Raises :class:`InvalidJson` when it is not JSON (``NaN`` and ``Infinity`` are not, whatever Python's
+    parser takes), when a number is too large to read, when its arrays and objects nest deeper than
     :data:`MAX_JSON_DEPTH`, or when an object, at any depth, repeats a key. The text is decoded as
     json.loads decodes bytes (UTF-8, or UTF-16 or UTF-32 by their byte order).
     """
@@ -229,7 +244,9 @@ def parse_json(body: bytes) -> Any:
     if _nests_deeper_than(text, MAX_JSON_DEPTH):
         raise InvalidJson(too_deep)
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(
+            text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite
+        )
     except InvalidJson:
         raise
     except json.JSONDecodeError as exc:

@@ -12,7 +12,10 @@ with ``Callback-Timestamp`` (Unix seconds) and ``Callback-Signature: sha256=<hex
 
 What is refused, changing nothing: a service with no callbacks (404); no signature, a wrong one, or a
 timestamp more than :data:`TOLERANCE_SECONDS` away from now (401, so a captured callback cannot be
-replayed later); a body that is not one (400); a context that is not the dispatch the order waits for now:
+replayed later); a body the API's one parser refuses (``orders.api.parse_body``, as every route that
+takes a body: 415 for a type other than JSON, 413 past its size, 400 for a repeated key, a NaN, or a body
+that is not a callback) or a context this app never sends (400); a context that is not the dispatch the
+order waits for now:
 a late, duplicated or out-of-order callback, one for an earlier attempt, or for a step the order has left
 (409). An accepted callback becomes the Agent's reply it stands for, on the Scheduler's reply queue, with a
 message id of its own dispatch (duplicates sent at once are one message to the broker), and the Scheduler
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from opentelemetry.trace import SpanKind
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine import queues, tracing, transitions
 from engine.calls import AgentCall
@@ -41,6 +44,8 @@ from engine.ports import MessageSender
 from engine.state import Phase, ProcessState, StepStatus
 from engine.tasks import TaskService
 
+from .api import Reply, parse_body
+from .models import FieldError
 from .services.client import declared_result
 from .services.declaration import ServiceDefinition
 
@@ -49,6 +54,11 @@ SIGNATURE_HEADER = "callback-signature"
 # How far a callback's timestamp may be from the app's clock: past it the callback is stale (a replay).
 TOLERANCE_SECONDS = 300
 _PREFIX = "sha256="
+# Unix seconds in ASCII digits (str.isdigit takes '²', which int() does not), and no more of them than a
+# time this side of the year 30000 has.
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+# A context as engine.messages.callback_context writes it: a task id, the step, the phase, the attempt.
+_CONTEXT = re.compile(rf"{queues.TASK_ID_PATTERN}:[0-9]{{1,4}}:[fc]:[0-9]{{1,9}}")
 
 
 class CallbackBody(BaseModel):
@@ -85,6 +95,7 @@ class Refused:
     status: int
     code: str
     message: str
+    details: list[FieldError] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,7 @@ def verify(headers: Mapping[str, str], body: bytes, secret: str, now: float) -> 
     """None if ``body`` is signed with ``secret`` at a time within :data:`TOLERANCE_SECONDS` of ``now``."""
     timestamp = headers.get(TIMESTAMP_HEADER, "")
     sent = headers.get(SIGNATURE_HEADER, "")
-    if not timestamp.isdigit() or not sent.startswith(_PREFIX):
+    if not _TIMESTAMP.fullmatch(timestamp) or not sent.startswith(_PREFIX):
         return Refused(401, "Unauthorized", "sign the callback: Callback-Timestamp and Callback-Signature")
     if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
         return Refused(
@@ -134,11 +145,14 @@ class Callbacks:
         refused = verify(headers, body, secret, self._clock())
         if refused is not None:
             return refused
-        try:
-            callback = CallbackBody.model_validate(json.loads(body))
-        except (ValueError, ValidationError, RecursionError):
-            return Refused(400, "ValidationFailed", "the body is not a callback: see CallbackBody")
-        dispatch = parse_callback_context(callback.context)
+        callback = parse_body(
+            CallbackBody, body, headers.get("content-type"), required=True, what="the callback"
+        )
+        if isinstance(callback, Reply):
+            refusal = callback.body["error"]
+            details = [FieldError.model_validate(d) for d in refusal.get("details", [])] or None
+            return Refused(callback.status, refusal["code"], refusal["message"], details)
+        dispatch = parse_callback_context(callback.context) if _CONTEXT.fullmatch(callback.context) else None
         if dispatch is None:
             return Refused(400, "ValidationFailed", "the context is not one this app sent")
         order_id, index, compensating, attempt = dispatch

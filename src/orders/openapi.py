@@ -521,10 +521,16 @@ OPERATIONS: tuple[Operation, ...] = (
             202: Answer(
                 "taken: the Scheduler applies the outcome to the dispatch it answers", free_form=True
             ),
-            400: _error("the body is not a callback, or its context is not one this app sent"),
+            400: _error(
+                "not valid JSON (as for every body: NaN, a number too large, nested deeper than "
+                f"{MAX_JSON_DEPTH} levels, or repeating a key in an object, included), not a callback, or "
+                "its context is not one this app sent"
+            ),
             401: _error("unsigned, a wrong signature, or a stale timestamp: nothing was changed"),
             404: _error("no such service taking callbacks, or no such order"),
             409: _error("the order does not wait for this callback (late, duplicated, another attempt)"),
+            413: _error(f"the body is over {MAX_BODY_BYTES} bytes"),
+            415: _error("the body is not application/json"),
         },
     ),
     Operation(
