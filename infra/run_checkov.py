@@ -36,8 +36,8 @@ DEFAULT_CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 
 # Custom checks in infra/checks. The graph checks hold the Azure Verified Module calls; the Python
 # checks hold plain resources (none today, so they only show up in the self-test).
-GRAPH_CHECKS = ("CKV2_ORDERS_1", "CKV2_ORDERS_2", "CKV2_ORDERS_3")
-RESOURCE_CHECKS = ("CKV_ORDERS_1", "CKV_ORDERS_2", "CKV_ORDERS_3")
+GRAPH_CHECKS = ("CKV2_ORDERS_1", "CKV2_ORDERS_2", "CKV2_ORDERS_3", "CKV2_ORDERS_4")
+RESOURCE_CHECKS = ("CKV_ORDERS_1", "CKV_ORDERS_2", "CKV_ORDERS_3", "CKV_ORDERS_4")
 NO_REASON = {"", "no comment provided"}
 
 
@@ -157,13 +157,14 @@ def self_test(checkov: Path) -> bool:
     """Every custom check must fail on the insecure fixtures, and the unparsable one must be reported."""
     data, seconds = run_checkov(checkov, FIXTURES)
     verdict = evaluate(data, require=())
-    missing = [c for c in (*GRAPH_CHECKS, *RESOURCE_CHECKS) if c not in verdict.failed_ids]
+    custom = (*GRAPH_CHECKS, *RESOURCE_CHECKS)
+    missing = [c for c in custom if c not in verdict.failed_ids]
     unparsed = any("unparsable.bicep" in error for error in verdict.parsing_errors)
     no_reason = any(p.startswith("SKIPPED WITHOUT A REASON") for p in verdict.problems)
     ok = not missing and unparsed and no_reason and not verdict.ok
     print(
         f"checkov self-test on {FIXTURES.relative_to(ROOT)}: custom checks failing "
-        f"{len(verdict.failed_ids & set(GRAPH_CHECKS + RESOURCE_CHECKS))}/6, parse error reported: "
+        f"{len(verdict.failed_ids & set(custom))}/{len(custom)}, parse error reported: "
         f"{unparsed}, reasonless skip caught: {no_reason} ({seconds:.1f} s)"
     )
     if missing:

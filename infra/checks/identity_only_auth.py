@@ -79,6 +79,20 @@ class AppInsightsLocalAuthDisabled(_RequiredProperty):
         )
 
 
+class KeyVaultRbacAuthorization(_RequiredProperty):
+    """Key Vaults authorize data-plane access by Azure RBAC only (no access policies)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "CKV_ORDERS_4",
+            "Key Vault uses Azure RBAC authorization (no access policies)",
+            "Microsoft.KeyVault/vaults",
+            "enableRbacAuthorization",
+            True,
+        )
+
+
 check_service_bus = ServiceBusLocalAuthDisabled()
 check_storage = StorageSharedKeyDisabled()
 check_app_insights = AppInsightsLocalAuthDisabled()
+check_key_vault = KeyVaultRbacAuthorization()

@@ -31,6 +31,27 @@ module component 'br/public:avm/res/insights/component:0.7.1' = {
   }
 }
 
+// Access policies instead of Azure RBAC.
+module vault 'br/public:avm/res/key-vault/vault:0.14.0' = {
+  name: 'vault'
+  params: {
+    name: 'kv-insecure'
+    location: location
+    enableRbacAuthorization: false
+    enablePurgeProtection: true
+  }
+}
+
+// Purge protection left to the module's default: it must be written out.
+module unprotectedVault 'br/public:avm/res/key-vault/vault:0.14.0' = {
+  name: 'unprotected-vault'
+  params: {
+    name: 'kv-insecure-2'
+    location: location
+    enableRbacAuthorization: true
+  }
+}
+
 resource plainNamespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   name: 'sb-insecure-plain'
   location: location
@@ -62,5 +83,19 @@ resource plainComponent 'Microsoft.Insights/components@2020-02-02' = {
   properties: {
     Application_Type: 'web'
     DisableLocalAuth: false
+  }
+}
+
+resource plainVault 'Microsoft.KeyVault/vaults@2024-11-01' = {
+  name: 'kv-insecure-plain'
+  location: location
+  properties: {
+    tenantId: subscription().tenantId
+    sku: {
+      family: 'A'
+      name: 'standard'
+    }
+    enableRbacAuthorization: false
+    accessPolicies: []
   }
 }
