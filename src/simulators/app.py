@@ -21,6 +21,16 @@ call drew a permanent fault) and posts the outcome there, signed with the servic
 (``orders.callbacks``), the ``Callback-Context`` in it, and the ``traceparent`` the call came with (so the
 app's handling of the callback joins the caller's trace). Its callbacks can be lost, sent twice, or sent late,
 as the fault profile says; a callback the app does not answer 2xx or 4xx is sent again a few times.
+
+While it decides such an apply, the service holds the key as an idempotent provider does (the deterministic
+simulation's model, ``docs/simulation.md``, "Callbacks"): a call with the same key (the Agent's retry, the
+Supervisor's re-dispatch) is answered 202 again, never with a fresh draw of a rejection, and its dispatch is
+called back too once the service has decided; an undo that lands meanwhile withdraws the apply (a payment
+provider voids an authorisation it has not captured): the effect is never made, every dispatch is called
+back ``refused``, and the key is refused from then on. Without that, an undo that overtook a decision
+slower than the step's CompleteBy found nothing to undo, the decision then made the effect, and the order
+ended Compensated with its payment taken. What is being decided is known to this process only (the hosted
+simulators' instances each know their own).
 """
 
 from __future__ import annotations
@@ -145,6 +155,33 @@ def unavailable() -> JSONResponse:
     return error_response(503, "Unavailable", UNAVAILABLE_MESSAGE)
 
 
+# Why an apply withdrawn by its undo is refused (its callbacks, and any later call with its key).
+WITHDRAWN = "withdrawn by its undo"
+
+
+@dataclass(frozen=True)
+class CallbackTarget:
+    """A dispatch a service that answered 202 owes a callback: where to post it, the ``Callback-Context``
+    it names, and the trace the call came in."""
+
+    url: str
+    context: str
+    traceparent: str | None
+
+
+@dataclass(eq=False)
+class Deciding:
+    """An apply answered 202 that the service is still deciding: the fault its first call drew (a
+    permanent one refuses it), the dispatches it owes a callback in the order it answered them, whether an
+    undo withdrew it, and, once its effect is being recorded (too late to withdraw), the event set when
+    that is done."""
+
+    fault: Fault
+    targets: list[CallbackTarget]
+    withdrawn: bool = False
+    recorded: asyncio.Event | None = None
+
+
 class Simulators:
     """The state behind the app: the ledger, the fault profile and the counters."""
 
@@ -162,6 +199,9 @@ class Simulators:
         # The callback secret of each service that answers later (a service without one never does).
         self.secrets = dict(secrets or {})
         self._callbacks: set[asyncio.Task[None]] = set()  # kept, so that none is collected while it runs
+        # The applies answered 202 and not decided yet, and the keys their undo withdrew, by (service, key).
+        self._deciding: dict[tuple[ServiceName, str], Deciding] = {}
+        self._withdrawn: set[tuple[ServiceName, str]] = set()
         # Set when the server shuts down, so that hanging calls end now rather than after hangMs.
         self.stopping = asyncio.Event()
 
@@ -192,22 +232,34 @@ class Simulators:
         settings = self._begin_call(spec.name)
         await _sleep_ms(settings.latency_ms)
         # The replay of a key already applied answers what the first call did: a real service looks the
-        # key up before any business rule runs, so it cannot decline an effect it has already made.
+        # key up before any business rule runs, so it cannot decline an effect it has already made, nor
+        # one it is still deciding.
         already_applied = await self.ledger.find(spec.name, key) is not None
-        fault = self._draw(spec.name, settings, permanent_possible=not already_applied)
+        deciding = self._deciding.get((spec.name, key))
+        fault = self._draw(spec.name, settings, permanent_possible=not already_applied and deciding is None)
         if fault is Fault.TRANSIENT:
             return self._finish(spec, "apply", key, fault, unavailable())
-        later = self._answers_later(spec, request, settings)
-        if later is not None and fault is not Fault.HANG:
-            url, context = later
+        if (spec.name, key) in self._withdrawn and not already_applied and fault is not Fault.HANG:
+            withdrawn = error_response(422, "Rejected", WITHDRAWN)
+            return self._finish(spec, "apply", key, fault, withdrawn)
+        accepted = JSONResponse({"id": key, "status": "accepted"}, status_code=202)
+        if deciding is not None and fault is not Fault.HANG:
+            # Still deciding: taken again, and this dispatch is called back too once it has decided.
+            target = self._callback_target(spec, request, traceparent)
+            if target is not None:
+                deciding.targets.append(target)
             self.stats.count(spec.name, "accepted")
-            finish = self._finish_later(
-                spec, key, body.order_id, carried, fault, settings, url, context, traceparent
-            )
+            answer = unavailable() if fault is Fault.LOST_REPLY else accepted
+            return self._finish(spec, "apply", key, fault, answer)
+        later = self._answers_later(spec, request, settings, traceparent)
+        if later is not None and fault is not Fault.HANG:
+            self.stats.count(spec.name, "accepted")
+            made = Deciding(fault, [later])
+            self._deciding[(spec.name, key)] = made
+            finish = self._finish_later(spec, key, body.order_id, carried, made, settings, traceparent)
             task = asyncio.ensure_future(finish)
             self._callbacks.add(task)
             task.add_done_callback(self._callbacks.discard)
-            accepted = JSONResponse({"id": key, "status": "accepted"}, status_code=202)
             return self._finish(spec, "apply", key, fault, accepted)
         if fault is Fault.PERMANENT:
             rejected = error_response(422, "Rejected", spec.resource.rejection)
@@ -254,6 +306,11 @@ class Simulators:
             await self.hang(request, settings.hang_ms / 1000)
             return self._finish(spec, "compensate", key, fault, unavailable())
         _, trace_id = _trace(request)
+        deciding = self._deciding.get((spec.name, key))
+        if deciding is not None and deciding.recorded is None:
+            self._withdraw(spec, key, deciding)
+        elif deciding is not None and deciding.recorded is not None:
+            await deciding.recorded.wait()  # decided and being recorded: undone once it is
         change = await self._record(
             self.ledger.compensate(spec.name, key, carried=carried, trace_id=trace_id)
         )
@@ -262,15 +319,32 @@ class Simulators:
         status = spec.resource.undone if change.entry is not None else "not-found"
         return self._finish(spec, "compensate", key, fault, JSONResponse({"id": key, "status": status}))
 
-    def _answers_later(
-        self, spec: ResourceSpec, request: Request, settings: FaultSettings
-    ) -> tuple[str, str] | None:
-        """(callback URL, context) if this apply is answered 202 and finished by a callback."""
+    def _callback_target(
+        self, spec: ResourceSpec, request: Request, traceparent: str | None
+    ) -> CallbackTarget | None:
+        """Where this call of an asynchronous resource would be called back, if it names where."""
         url = request.headers.get(CALLBACK_URL_HEADER.lower())
         context = request.headers.get(CALLBACK_CONTEXT_HEADER.lower())
         if not (spec.resource.asynchronous and url and context and spec.name in self.secrets):
             return None
-        return (url, context) if self.faults.chance(settings.async_rate) else None
+        return CallbackTarget(url, context, traceparent)
+
+    def _answers_later(
+        self, spec: ResourceSpec, request: Request, settings: FaultSettings, traceparent: str | None
+    ) -> CallbackTarget | None:
+        """Where to call back if this apply is answered 202 and finished by a callback."""
+        target = self._callback_target(spec, request, traceparent)
+        if target is None:
+            return None
+        return target if self.faults.chance(settings.async_rate) else None
+
+    def _withdraw(self, spec: ResourceSpec, key: str, deciding: Deciding) -> None:
+        """An undo landed while the apply is still being decided: the apply is never made (its callbacks
+        say it was refused), and the key is refused from now on."""
+        deciding.withdrawn = True
+        del self._deciding[(spec.name, key)]
+        self._withdrawn.add((spec.name, key))
+        log.info("%s key=%r: the apply being decided is withdrawn by its undo", spec.name, key)
 
     async def _finish_later(
         self,
@@ -278,30 +352,30 @@ class Simulators:
         key: str,
         order_id: str,
         carried: Values,
-        fault: Fault,
+        deciding: Deciding,
         settings: FaultSettings,
-        url: str,
-        context: str,
         traceparent: str | None,
     ) -> None:
-        """What a service that answered 202 does next: decide, record the effect, and call back (in the
-        trace of ``traceparent``, the call's, when it names one)."""
+        """What a service that answered 202 does next: decide, record the effect (unless an undo withdrew
+        it meanwhile), and call back every dispatch it answered 202 meanwhile (each in the trace its call
+        came in)."""
         late = self.faults.chance(settings.callback_late_rate)
-        lost = self.faults.chance(settings.callback_lost_rate)
-        twice = self.faults.chance(settings.callback_duplicate_rate)
         delay = settings.callback_delay_ms + (settings.callback_late_ms if late else 0)
         try:
             await asyncio.wait_for(self.stopping.wait(), timeout=delay / 1000)
+            self._decided(spec, key, deciding)
             return  # the server stops: the callback is never sent (as if lost)
         except TimeoutError:
             pass
-        if fault is Fault.PERMANENT:
-            outcome: dict[str, object] = {
-                "context": context,
-                "outcome": "refused",
-                "reason": spec.resource.rejection,
-            }
+        outcome: dict[str, object]
+        if deciding.withdrawn:
+            outcome = {"outcome": "refused", "reason": WITHDRAWN}
+        elif deciding.fault is Fault.PERMANENT:
+            self._decided(spec, key, deciding)
+            outcome = {"outcome": "refused", "reason": spec.resource.rejection}
         else:
+            # Decided: from here an undo waits for the effect to be recorded, then undoes it.
+            deciding.recorded = asyncio.Event()
             applied = self.ledger.apply(
                 spec.name,
                 key,
@@ -314,17 +388,30 @@ class Simulators:
                 change = await self._record(applied)
             except ApiError:
                 return  # nothing recorded: the app's Supervisor re-dispatches once the step's time is up
+            finally:
+                deciding.recorded.set()
+                self._decided(spec, key, deciding)
             assert change.entry is not None
             result = change.entry.result if change.entry.result is not None else spec.simulated_result(key)
-            outcome = {"context": context, "outcome": "done", "result": result}
-        for name, happened in (("callbackLate", late), ("callbackLost", lost), ("callbackDuplicated", twice)):
-            if happened:
-                self.stats.count(spec.name, name)
-        if lost:
-            return
-        body = json.dumps(outcome).encode()
-        for _ in range(2 if twice else 1):
-            await self._call_back(spec.name, url, body, traceparent)
+            outcome = {"outcome": "done", "result": result}
+        if late:
+            self.stats.count(spec.name, "callbackLate")
+        for target in deciding.targets:
+            lost = self.faults.chance(settings.callback_lost_rate)
+            twice = self.faults.chance(settings.callback_duplicate_rate)
+            for name, happened in (("callbackLost", lost), ("callbackDuplicated", twice)):
+                if happened:
+                    self.stats.count(spec.name, name)
+            if lost:
+                continue
+            body = json.dumps({"context": target.context, **outcome}).encode()
+            for _ in range(2 if twice else 1):
+                await self._call_back(spec.name, target.url, body, target.traceparent)
+
+    def _decided(self, spec: ResourceSpec, key: str, deciding: Deciding) -> None:
+        """The apply is decided (or never will be): the key is no longer being decided."""
+        if self._deciding.get((spec.name, key)) is deciding:
+            del self._deciding[(spec.name, key)]
 
     async def _call_back(self, service: ServiceName, url: str, body: bytes, traceparent: str | None) -> None:
         """Post one signed callback, again after a short wait while the app answers neither 2xx nor 4xx;

@@ -15,7 +15,7 @@ import pytest
 
 from orders.callbacks import verify
 from orders.catalog import SERVICES
-from orders.services.client import CALLBACK_CONTEXT_HEADER, CALLBACK_URL_HEADER, apply_path
+from orders.services.client import CALLBACK_CONTEXT_HEADER, CALLBACK_URL_HEADER, apply_path, undo_path
 from tests.simulators.conftest import RunningSimulators, SimulatorsFactory
 from tests.support import wait_for
 
@@ -171,3 +171,48 @@ def test_without_a_callback_url_or_an_async_rate_the_answer_comes_at_once(
     faults(provider, asyncRate=1)
     assert charge(provider, "o-6:charge-payment", None, "").status_code == 201
     assert stats(provider)["accepted"] == 0 and not receiver.received
+
+
+def refund(provider: RunningSimulators, key: str) -> httpx.Response:
+    with provider.client() as client:
+        return client.post(undo_path(PAYMENT, CHARGES, key), json={"orderId": BODY["orderId"]})
+
+
+def test_a_call_with_the_key_while_the_service_decides_is_taken_again_and_called_back_alike(
+    provider: RunningSimulators, receiver: Receiver
+) -> None:
+    """The Supervisor's re-dispatch of a charge still being decided is answered 202 and called back with
+    the one decision: never a rejection of its own (which undid the order while the first call's decision
+    went on to take the payment)."""
+    faults(provider, asyncRate=1, callbackDelayMs=700)
+    assert charge(provider, "o-9:charge-payment", receiver.url, "o-9:1:f:1").status_code == 202
+    faults(provider, asyncRate=1, callbackDelayMs=0, permanentRate=1)
+    assert charge(provider, "o-9:charge-payment", receiver.url, "o-9:2:f:2").status_code == 202
+    wait_for(lambda: len(receiver.received) == 2, timeout=10, what="a callback for each dispatch")
+    entry = ledger(provider)["o-9:charge-payment"]
+    assert entry["applied"] == 1
+    assert sorted(json.loads(body)["context"] for _, body in receiver.received) == ["o-9:1:f:1", "o-9:2:f:2"]
+    for _, body in receiver.received:
+        assert json.loads(body)["outcome"] == "done" and json.loads(body)["result"] == entry["result"]
+
+
+def test_an_undo_while_the_service_decides_withdraws_the_apply_for_good(
+    provider: RunningSimulators, receiver: Receiver
+) -> None:
+    """A refund that overtakes a charge still being decided (a decision slower than the step's CompleteBy)
+    voids it: the charge is never taken, its dispatch is told so, and the key is refused from then on."""
+    faults(provider, asyncRate=1, callbackDelayMs=700)
+    assert charge(provider, "o-10:charge-payment", receiver.url, "o-10:1:f:1").status_code == 202
+    undone = refund(provider, "o-10:charge-payment")
+    assert undone.status_code == 200 and undone.json()["status"] == "not-found"
+    wait_for(lambda: receiver.received, timeout=10, what="the callback")
+    [(_, body)] = receiver.received
+    assert json.loads(body) == {
+        "context": "o-10:1:f:1",
+        "outcome": "refused",
+        "reason": "withdrawn by its undo",
+    }
+    assert "o-10:charge-payment" not in ledger(provider), "never applied"
+    faults(provider, asyncRate=0)
+    again = charge(provider, "o-10:charge-payment", None, "")
+    assert again.status_code == 422 and "o-10:charge-payment" not in ledger(provider)
