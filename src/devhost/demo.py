@@ -12,7 +12,7 @@ latency from submission to the terminal state (p50/p95), what the waits saw, and
 :mod:`simulators.ledger_check` (every Processed order's steps applied exactly once and not undone but
 those left out, never called; no Compensated order's step left applied but those that cannot be undone,
 applied before any undo; every value passed on the one returned). It exits non-zero if an order is lost
-or the ledger check fails.
+or the ledger check fails, and then keeps the run's data folder and names it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import copy
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -548,13 +549,26 @@ def summarize(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m devhost.demo``."""
+    """Entry point of ``python -m devhost.demo``. Without ``--data-dir`` the stack's data goes to a
+    temporary folder, removed after a run that passed and kept, and named, after one that failed (or was
+    stopped), so that its ledger, logs, traces and tables can be read."""
     args = parse_args(argv)
     if args.data_dir is not None:
         args.data_dir.mkdir(parents=True, exist_ok=True)
         return run(args, args.data_dir.resolve())
-    with tempfile.TemporaryDirectory(prefix="orders-demo-") as tmp:
-        return run(args, Path(tmp))
+    data_dir = Path(tempfile.mkdtemp(prefix="orders-demo-"))
+    code = 1
+    try:
+        code = run(args, data_dir)
+    finally:
+        if code == 0:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        else:
+            console.print(
+                f"[red]the run failed[/red]; its data is kept in {data_dir} (the simulators' ledger, the "
+                f"processes' logs, the traces, Azurite's tables): orders-trace ORDER_ID --data-dir {data_dir}"
+            )
+    return code
 
 
 if __name__ == "__main__":
