@@ -247,6 +247,15 @@ def test_main_outputs_the_vault_and_the_secrets_name_for_the_hook() -> None:
     )
 
 
+def test_the_pipeline_passes_the_variable_on() -> None:
+    # Left out, the pipeline's azd provision would set INPUT_ENCRYPTION_PREVIOUS_KEYS back to empty, and
+    # what the previous keys sealed could no longer be opened.
+    pipeline = yaml.safe_load((ROOT / ".github" / "workflows" / "azure-dev.yml").read_text())
+    (job,) = pipeline["jobs"].values()
+    name = "INPUT_ENCRYPTION_PREVIOUS_KEYS_SECRET"
+    assert job["env"][name] == f"${{{{ vars.{name} }}}}"
+
+
 # ---- the contract check sees the vault module --------------------------------------------------------------
 def test_a_mistake_in_the_vault_module_call_is_caught(tmp_path: Path) -> None:
     copy = Path(
