@@ -2119,6 +2119,11 @@ class _Place:
 _DONE = "~"  # a range read to its end (no key sorts after "~" in these ranges)
 
 
+# What reading a token this store did not issue may raise: OverflowError for a forged 1e400 or Infinity,
+# RecursionError for one nested too deep.
+_FORGED = (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError)
+
+
 def _encode_marks(marks: list[str | None]) -> str:
     """A search's continuation: where each range goes on (``None``: its start; :data:`_DONE`: read)."""
     done = [i for i, mark in enumerate(marks) if mark == _DONE]
@@ -2136,14 +2141,25 @@ def _decode_marks(value: str | None, count: int) -> list[str | None]:
             raise ValueError(data["n"])
         marks: list[str | None] = [None] * count
         for i in data["d"]:
-            marks[int(i)] = _DONE
+            marks[_place_number(i, count)] = _DONE
         for i, mark in data["a"].items():
             if not isinstance(mark, str):
                 raise TypeError(mark)
-            marks[int(i)] = mark
+            marks[_place_number(i, count)] = mark
         return marks
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+    except _FORGED as exc:
         raise InvalidContinuation(value) from exc
+
+
+def _place_number(value: Any, count: int) -> int:
+    """A range's or a place's number as a token holds it: a whole number (or its digits) below ``count``;
+    ValueError for anything else (a float, a flag, a negative number, which Python would index from the
+    end)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 6:
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+        raise ValueError(value)
+    return value
 
 
 async def _empty_page() -> AsyncIterator[TableEntity]:
@@ -2157,15 +2173,37 @@ def _encode_token(place: int, token: Any) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+# The table service's own continuation: its next keys, as it gives them (printable ASCII, no space).
+_SERVICE_TOKEN_KEYS = ("PartitionKey", "RowKey")
+
+
+def _service_key(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, str)
+        and 0 < len(value) <= 1024
+        and value.isascii()
+        and value.isprintable()
+        and " " not in value
+    )
+
+
 def _decode_token(value: str | None) -> tuple[int, Any]:
+    """The place (table and shard) and the table service's token of a listing's continuation;
+    InvalidContinuation for anything this store did not issue the like of (a forged number, text or list
+    where a number or the service's keys belong), before any of it reaches the service."""
     if not value:
         return 0, None
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
         data = json.loads(raw)
-        place = int(data["s"])
-        if place < 0:
-            raise ValueError(place)
-        return place, data.get("t")
-    except (ValueError, KeyError, TypeError) as exc:
+        place = _place_number(data["s"], 10_000)
+        token = data.get("t")
+        if token is not None and not (
+            isinstance(token, dict)
+            and set(token) <= set(_SERVICE_TOKEN_KEYS)
+            and all(_service_key(v) for v in token.values())
+        ):
+            raise ValueError(token)
+        return place, token
+    except _FORGED as exc:
         raise InvalidContinuation(value) from exc

@@ -19,7 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# How much of a name and of an object id the audit trail keeps: together within its actor's 512 characters
+# (engine.state.AuditEntry), however long the headers a trusted platform passes on. An object id is a GUID.
 MAX_NAME_CHARS = 256
+MAX_OBJECT_ID_CHARS = 128
 PRINCIPAL_HEADERS = (
     "x-ms-client-principal",
     "x-ms-client-principal-name",
@@ -51,7 +54,7 @@ class Principal:
         """How the audit trail names it."""
         parts = [f"user:{(self.name or self.object_id or 'unknown')[:MAX_NAME_CHARS]}"]
         if self.object_id:
-            parts.append(f"oid:{self.object_id[:MAX_NAME_CHARS]}")
+            parts.append(f"oid:{self.object_id[:MAX_OBJECT_ID_CHARS]}")
         return " ".join(parts)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from engine.search import SearchQuery
 from engine.state import ProcessState
@@ -16,6 +16,8 @@ from .models import WAIT_KINDS
 # What the route reads besides the declared searchable fields.
 LISTING = ("processState", "waitingFor", "storefront", "pageSize", "continuationToken")
 SEARCH = ("workflow", "workflowVersion", "step", "atStepSeconds", "submittedFrom", "submittedTo")
+# A workflow's version: ASCII digits (int() also takes '٣', '+1' and '1_0'), no more than a version has.
+_VERSION = re.compile(r"[1-9][0-9]{0,8}")
 
 
 class BadQuery(ValueError):
@@ -41,7 +43,11 @@ def _time(query: Mapping[str, str], name: str) -> datetime | None:
         ) from exc
     if at.tzinfo is None:
         raise BadQuery(f"{name} must say its offset (Z for UTC)")
-    return at
+    try:
+        # In UTC, as the search's keys hold it: 0001-01-01T00:00:00+01:00 is no time in UTC.
+        return at.astimezone(UTC)
+    except OverflowError:
+        raise BadQuery(f"{name} is out of range: in UTC it is before year 1 or after year 9999") from None
 
 
 def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> SearchQuery | None:
@@ -76,10 +82,9 @@ def parse(query: Mapping[str, str], catalog: WorkflowCatalog, now: datetime) -> 
         raise BadQuery(f"workflow must be one of {', '.join(catalog.names)}")
     version: int | None = None
     if query.get("workflowVersion"):
-        try:
-            version = int(query["workflowVersion"])
-        except ValueError as exc:
-            raise BadQuery("workflowVersion must be a whole number") from exc
+        if not _VERSION.fullmatch(query["workflowVersion"]):
+            raise BadQuery("workflowVersion must be a whole number from 1 to 999999999")
+        version = int(query["workflowVersion"])
     step = query.get("step") or None
     if step is not None and not any(s.name == step for w in catalog.workflows for s in w.steps):
         raise BadQuery(f"no deployed workflow has a step {step}")
