@@ -30,6 +30,10 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int
     return stop(process, timeout=timeout)
 
 
+# The key that seals sensitive input fields, which the app requires while a workflow declares one.
+INPUT_KEY = {"INPUT_ENCRYPTION_KEY": "test:" + "A" * 43 + "="}
+
+
 def service_urls(url: str) -> dict[str, str]:
     """Every declared service's URL setting, all pointing at ``url``."""
     from orders.settings import SERVICE_URL_SETTINGS

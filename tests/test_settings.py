@@ -5,8 +5,9 @@ from __future__ import annotations
 from orders.catalog import SERVICES
 from orders.settings import SIMULATORS_ROUTE, load_settings
 from simulators.hosted import ROUTE_PREFIX
+from tests.support import INPUT_KEY
 
-BASE = {"STATE_STORE_CONNECTION": "UseDevelopmentStorage=true"}
+BASE = {"STATE_STORE_CONNECTION": "UseDevelopmentStorage=true", **INPUT_KEY}
 
 
 def test_the_route_is_the_one_the_app_serves_the_simulators_under() -> None:

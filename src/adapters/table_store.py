@@ -842,6 +842,12 @@ class TableStateStore:
         for index in record.changed_steps():
             entity = self._step_entity(order_id, record.steps[index])
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
+        if record.input_changed():
+            # Sensitive fields dropped (engine.sealing): the input again, in the same transaction.
+            entity = self._input_entity(record)
+            etag = record.etags.get(entity["RowKey"])
+            options = {**conditional, "etag": etag} if etag else {"mode": UpdateMode.REPLACE}
+            operations.append(("update", entity, options))
         for n, entry in enumerate(record.pending_audit()):
             operations.append(("create", self._audit_entity(order_id, entry, n)))
         operations += listing

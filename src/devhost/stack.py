@@ -5,7 +5,9 @@ with the repository's queue config, the remote-service simulators, and N functio
 ``function_app.py`` unchanged. Worker 1 serves the HTTP triggers. A worker that dies is restarted after
 a short delay, as the platform would. ``<data-dir>/devhost.json`` tells which process is which;
 ``<data-dir>/stats/`` holds the emulator's per-queue operation counts and each worker process's
-executions per function (read them with ``devhost.counts.read_counts``).
+executions per function (read them with ``devhost.counts.read_counts``). ``<data-dir>/input-encryption.key``
+holds the key that seals the orders' sensitive input fields (``INPUT_ENCRYPTION_KEY``), made on the first
+start and kept, so that a restart on the same data can still open what the orders hold.
 
 The API is open by default, as under ``func start``. ``--auth roles`` enforces the roles of
 ``orders.access`` with one key per role, written to ``devhost.json`` (``"keys"``): the submitter's is the
@@ -38,6 +40,7 @@ import httpx
 
 from adapters.otlp_file import spans_path
 from engine import queues
+from engine.sealing import InputKey
 from orders.access import storefront_key_setting, storefronts
 from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
 from orders.telemetry_setup import TELEMETRY_DIR
@@ -177,6 +180,24 @@ class Child:
             self._log.close()
 
 
+INPUT_KEY_FILE = "input-encryption.key"
+INPUT_KEY_SETTING = "INPUT_ENCRYPTION_KEY"
+
+
+def input_key(data_dir: Path) -> str:
+    """The data folder's key for sensitive input fields (``INPUT_ENCRYPTION_KEY``): read from
+    ``<data-dir>/input-encryption.key``, or made there (readable by its owner only) on the first start."""
+    path = data_dir / INPUT_KEY_FILE
+    if path.is_file():
+        return path.read_text(encoding="utf-8").strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    text = InputKey.generate("local").text()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(text + "\n")
+    return text
+
+
 class Stack:
     """Starts, watches and stops the local system."""
 
@@ -286,6 +307,9 @@ class Stack:
         }
         settings.update(os.environ)
         settings.update(self.callback_secrets)
+        # The data folder's own key, unless the environment gives one (orders stored under it stay readable).
+        if not settings.get(INPUT_KEY_SETTING):
+            settings[INPUT_KEY_SETTING] = input_key(self.data_dir)
         # The auth mode is the devhost's to say, whatever the environment holds.
         for name in ("SUBMISSION_KEY", "WEBSITE_AUTH_ENABLED", "DEVHOST_IDENTITIES", "STOREFRONTS"):
             settings.pop(name, None)

@@ -1,9 +1,12 @@
-"""The engine's timing knobs. The application fills them from its own settings."""
+"""The engine's timing knobs, and the keys that seal sensitive input. The application fills them from its
+own settings."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from .sealing import Keyring
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,9 @@ class EngineSettings:
     # out of the live records by the Supervisor, and brought back about this long before it is due (0:
     # nothing is parked). See engine.supervisor.
     park_horizon_seconds: float = 0.0
+    # The keys that seal the input fields a workflow declares sensitive (engine.sealing); None: an order
+    # that carries such a value is refused (engine.sealing.KeyMissing), never stored in clear.
+    input_keys: Keyring | None = None
 
     def backoff(self, failure_count: int) -> float:
         """The extended period before a retry: doubles with each failure, bounded."""

@@ -204,6 +204,7 @@ class TaskRecord(BaseModel):
     _saved_position: tuple[int, Phase] | None = PrivateAttr(default=None)
     _saved_state: ProcessState | None = PrivateAttr(default=None)
     _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
+    _input_changed: bool = PrivateAttr(default=False)
 
     def model_post_init(self, context: Any, /) -> None:
         """A record is built from what the store holds (or is about to write): that is its saved view."""
@@ -236,6 +237,17 @@ class TaskRecord(BaseModel):
         self._saved_steps = steps
         self._saved_position = (self.state.current_step, self.state.phase)
         self._audit = []
+        self._input_changed = False
+
+    def change_input(self, values: dict[str, Any]) -> None:
+        """Replace the input (its sensitive fields sealed or dropped, ``engine.sealing``): the next save
+        writes it again, in the same transaction."""
+        self.input = values
+        self._input_changed = True
+
+    def input_changed(self) -> bool:
+        """Whether the input differs from what was last loaded or saved."""
+        return self._input_changed
 
     def note_position(self, now: datetime) -> None:
         """Stamp ``StepSince`` when the task's step (or phase) differs from what was last saved."""

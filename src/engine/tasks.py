@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import machine, metrics, queues, saved_task, search, telemetry, tracing, transitions
+from . import machine, metrics, queues, saved_task, sealing, search, telemetry, tracing, transitions
 from .decisions import Decision, Outcome
 from .errors import (
     ConcurrencyError,
@@ -90,6 +90,11 @@ class TaskService:
         if workflow is None:
             raise UnknownWorkflow(workflow_name or catalog.default, catalog.names)
         ctx = self.parts.context()
+        if workflow.sensitive:
+            # Sealed before anything is written or sent; the body hash keyed too (Keyring.fingerprint).
+            keys = self.parts.settings.input_keys
+            task_input = sealing.seal_input(task_input, workflow.sensitive, order_id, keys)
+            input_hash = keys.fingerprint(input_hash) if keys is not None else input_hash
 
         def submitted() -> TaskRecord:
             record = TaskRecord(

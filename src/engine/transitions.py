@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import calls, machine, queues
+from . import calls, machine, queues, sealing
 from .breaker import BreakerRecord, BreakerState, hold_until
 from .conditions import value_at
 from .decisions import REFUSED, UNCHANGED, Decision, OrderEnteredError, Outcome, Outgoing
@@ -122,6 +122,9 @@ def _touch(record: TaskRecord, ctx: Context) -> None:
         # What a task waits for is said only while its current step waits (in Error too: an approval
         # past its deadline can still be given).
         state.waiting_for = state.wait_until = None
+    # Every move passes here: a sensitive input field this move leaves unneeded goes with its save (one kept
+    # in clear by an older release is sealed).
+    sealing.settle_input(record, ctx.workflow, ctx.settings.input_keys)
 
 
 def _moved(*messages: Outgoing) -> Decision:

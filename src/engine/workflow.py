@@ -7,11 +7,42 @@ keeps the version it started on until it ends.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .conditions import Condition, Declared, check_input_path, parts, refuse_unknown
+
+# The mark of a sensitive input field in its JSON Schema (``json_schema_extra``): the API's document shows it.
+SENSITIVE = "x-sensitive"
+
+
+def sensitive(until: str | None = None) -> dict[str, Any]:
+    """The ``json_schema_extra`` of an input field that must never be shown, nor kept longer than needed:
+    ``Field(..., json_schema_extra=sensitive(until="charge-payment"))``.
+
+    Its value is sealed at rest, redacted in every read, and dropped from the stored input once step
+    ``until`` is done (completed, left out) or the order is being undone; without ``until`` (or in a
+    workflow that has no such step), when the order ends. Name in ``until`` the last step whose call
+    reads the field; a field an undo reads takes no ``until``. See :mod:`engine.sealing`."""
+    return {"writeOnly": True, SENSITIVE: {"until": until} if until else {}}
+
+
+@cache
+def sensitive_fields(model: type[BaseModel] | None) -> dict[str, str | None]:
+    """The input fields ``model`` marks sensitive (wire names), each with the step it is needed until (None:
+    until the order ends). The one reader of the mark."""
+    if model is None:
+        return {}
+    found: dict[str, str | None] = {}
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra
+        mark = extra.get(SENSITIVE) if isinstance(extra, dict) else None
+        if isinstance(mark, dict):
+            until = mark.get("until")
+            found[info.alias or name] = until if isinstance(until, str) else None
+    return found
 
 
 class RetryPolicy(Declared):
@@ -184,6 +215,42 @@ class WorkflowDefinition(BaseModel):
         unknown = [name for name in self.searchable if name not in names]
         if unknown:
             raise ValueError(f"workflow {self.name}: searchable names no field of its input: {unknown}")
+        return self
+
+    @property
+    def sensitive(self) -> dict[str, str | None]:
+        """The input fields its input model marks sensitive, each with the step of this workflow it is
+        needed until (None: until the order ends, as for a step it does not have); see :func:`sensitive`."""
+        names = {step.name for step in self.steps}
+        return {
+            field: (until if until in names else None)
+            for field, until in sensitive_fields(self.input).items()
+        }
+
+    @model_validator(mode="after")
+    def _sensitive_inputs(self) -> WorkflowDefinition:
+        # A sensitive value is stored sealed: nothing that reads the stored input as it is may name it.
+        named = f"workflow {self.name} version {self.version}"
+        waits = {step.name for step in self.steps if not step.calls}
+        read = {
+            path.removeprefix("input.").split(".")[0].removesuffix("[]")
+            for step in self.steps
+            for path in (
+                *(step.when.fields() if step.when is not None else ()),
+                *((step.wait.until,) if isinstance(step.wait, Timer) and step.wait.until else ()),
+            )
+            if path.startswith("input.")
+        }
+        for field, until in sensitive_fields(self.input).items():
+            where = f"{named}: the sensitive input field {field}"
+            if field in self.searchable:
+                raise ValueError(f"{where} cannot be searchable: a search would find orders by it")
+            if field in read:
+                raise ValueError(
+                    f"{where} is read by a condition or a timer, which see only its sealed value"
+                )
+            if until in waits:
+                raise ValueError(f"{where} is needed until step {until!r}, a wait, which reads no input")
         return self
 
     @model_validator(mode="after")

@@ -118,9 +118,15 @@ def _input_line(workflow: WorkflowDefinition) -> str:
         return "Input: no input model declared."
     fields = "; ".join(input_fields(workflow.input))
     searchable = f" Found by: {_names(list(workflow.searchable))}." if workflow.searchable else ""
+    sensitive = "".join(
+        f" Sensitive: `{name}` (never shown; kept sealed "
+        + (f"until `{until}` is done)." if until else "until the order ends).")
+        for name, until in workflow.sensitive.items()
+    )
     return (
         f"Input `{workflow.input.__name__}` (the order's fields besides `orderId` and `workflow`): {fields}."
         + searchable
+        + sensitive
     )
 
 

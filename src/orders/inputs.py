@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, computed_field
 
+from engine.workflow import sensitive
+
 
 def _whole(value: Any) -> Any:
     """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), but "3" and true are not."""
@@ -77,8 +79,11 @@ class FulfilmentOrder(_Input):
         alias="paymentToken",
         min_length=1,
         max_length=256,
-        description="the card's token: sent with the charge, redacted in the charge's record",
+        description="the card's token: sent with the charge; never shown (redacted in every read), sealed "
+        "at rest and dropped once the charge is done",
         exclude_if=lambda value: value is None,  # an order without one stores nothing for it
+        # Only the charge's body reads it (its refund names the charge by its id).
+        json_schema_extra=sensitive(until="charge-payment"),
     )
 
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form

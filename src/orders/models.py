@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine import queues, tracing
+from engine import queues, sealing, tracing
 from engine.calls import CallEntry
 from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
 from engine.workflow import WorkflowDefinition
@@ -129,7 +129,10 @@ class OrderStatus(OrderSummary):
         description="the order's trace id (W3C): Application Insights' operation_Id; orders-trace locally",
     )
     steps: list[StepView]
-    input: dict[str, Any] = Field(description="the order as stored and handed to its steps")
+    input: dict[str, Any] = Field(
+        description="the order as stored and handed to its steps; a sensitive field (writeOnly in its "
+        "workflow's input schema) shows [redacted], and is absent once no step needs it"
+    )
 
 
 class OrderAccepted(_View):
@@ -264,7 +267,7 @@ def summary(state: TaskState, storefront: str | None = None) -> OrderSummary:
         workflow_version=state.workflow_version,
         process_state=state.process_state,
         failure_count=state.failure_count,
-        locked_by=state.locked_by,
+        locked_by=state.locked_by if storefront is None else None,  # a process: nothing of a storefront's
         complete_by=state.complete_by,
         held_until=state.hold_end,
         waiting_for=state.waiting_for,  # type: ignore[arg-type]  # set only by the engine, to a Wait's kind
@@ -304,7 +307,9 @@ def status_view(
             result=s.result,
             group=declared[i].group if declared is not None else None,
             retry_at=s.retry_at,
-            calls=s.calls,
+            # What the app sent its services, under the order's full name, and by which process: the app's
+            # business, not the storefront's (docs/operating.md, Storefronts).
+            calls=s.calls if storefront is None else [],
         )
         for i, s in enumerate(record.steps)
     ]
@@ -312,7 +317,8 @@ def status_view(
         **summary(record.state, storefront).model_dump(),
         trace_id=tracing.trace_id(record.state.trace_parent),
         steps=steps,
-        input=record.input,
+        # Sensitive fields never leave the store in a read: "[redacted]" (absent once no step needs them).
+        input=sealing.redacted_input(record.input, workflow.sensitive if workflow is not None else ()),
     )
 
 

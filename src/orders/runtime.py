@@ -118,7 +118,11 @@ async def build(settings: Settings) -> Runtime:
     closers.insert(0, store.close)  # the table clients, then their service (and its credential)
     # A service that answers later is sent this app's callback route: under PUBLIC_BASE_URL.
     services = RemoteServices(
-        SERVICES, settings.service_urls, keys=settings.service_keys, callback_base=settings.public_base_url
+        SERVICES,
+        settings.service_urls,
+        keys=settings.service_keys,
+        callback_base=settings.public_base_url,
+        input_keys=engine_settings.input_keys,  # opens the sealed input fields as each body is built
     )
     closers.append(services.client.aclose)
     sender = ServiceBusSender(client_from_settings(dict(os.environ)))

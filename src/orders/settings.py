@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator
 
 from engine.retention import RetentionPolicy, parse_retention
+from engine.sealing import InputKey, Keyring
 from engine.settings import EngineSettings
 
 from .catalog import CATALOG, SERVICES
@@ -18,10 +20,28 @@ from .catalog import CATALOG, SERVICES
 SIMULATORS_ROUTE = "/api/sim"
 
 
+def _key(value: Any) -> InputKey:
+    if isinstance(value, InputKey):
+        return value
+    return InputKey.parse(str(value))
+
+
+def _keys(value: Any) -> tuple[InputKey, ...]:
+    if isinstance(value, tuple | list):
+        return tuple(_key(v) for v in value)
+    return tuple(_key(part) for part in str(value or "").split(",") if part.strip())
+
+
+# "<key id>:<base64 of 32 bytes>" (engine.sealing.InputKey.parse); an error names the setting, not the value.
+InputKeySetting = Annotated[InputKey, PlainValidator(_key)]
+InputKeysSetting = Annotated[tuple[InputKey, ...], PlainValidator(_keys)]
+
+
 class Settings(BaseModel):
     """Every setting the code reads. Names are the app-setting names."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    # An invalid value is not quoted in the error (the keys are secrets): the error names the setting.
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", hide_input_in_errors=True)
 
     step_complete_by_seconds: float = Field(default=30.0, gt=0, alias="STEP_COMPLETE_BY_SECONDS")
     supervisor_schedule: str = Field(default="*/10 * * * * *", alias="SUPERVISOR_SCHEDULE")
@@ -56,6 +76,20 @@ class Settings(BaseModel):
     # (https://<app>.azurewebsites.net, or a gateway's). Never the request's Host header, which the
     # client chooses. Empty: they are relative, /api/orders/<id>. Read at import (see public_base_url).
     public_base_url: str = Field(default="", alias="PUBLIC_BASE_URL")
+    # The key that seals the input fields a workflow declares sensitive (engine.sealing), and the keys it
+    # replaced, which still open what they sealed (rotation). From Key Vault in Azure; the devhost makes one
+    # per data folder. Required while any deployed workflow declares a sensitive field (see load_settings).
+    input_encryption_key: InputKeySetting | None = Field(
+        default=None, alias="INPUT_ENCRYPTION_KEY", repr=False
+    )
+    input_encryption_previous_keys: InputKeysSetting = Field(
+        default=(), alias="INPUT_ENCRYPTION_PREVIOUS_KEYS", repr=False
+    )
+
+    @field_validator("input_encryption_key", mode="before")
+    @classmethod
+    def _empty_key_is_unset(cls, value: object) -> object:
+        return None if value is None or str(value).strip() == "" else value
 
     @field_validator("public_base_url", mode="before")
     @classmethod
@@ -101,7 +135,14 @@ class Settings(BaseModel):
             cancel_grace_seconds=self.cancel_grace_seconds,
             wait_seconds=dict(self.wait_seconds),
             park_horizon_seconds=self.wait_park_horizon_seconds,
+            input_keys=self.keyring(),
         )
+
+    def keyring(self) -> Keyring | None:
+        """The keys of the sensitive input fields (None when INPUT_ENCRYPTION_KEY is not set)."""
+        if self.input_encryption_key is None:
+            return None
+        return Keyring(self.input_encryption_key, self.input_encryption_previous_keys)
 
     # Base URL per service, from each declared service's <NAME>_SERVICE_URL (see load_settings).
     service_urls: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -124,6 +165,9 @@ class Settings(BaseModel):
 SERVICE_URL_SETTINGS = {service.name: service.url_setting for service in SERVICES}
 # The settings the catalog's waits name (a timer's duration, an approval's deadline, in seconds).
 WAIT_SETTINGS = tuple(CATALOG.wait_settings())
+# The sensitive input fields of the deployed workflows (engine.workflow.sensitive): with any, the app needs
+# INPUT_ENCRYPTION_KEY.
+SENSITIVE_INPUTS = sorted({f"{w.name}.{name}" for w in CATALOG.workflows for name in w.sensitive})
 # Names as a constant, for the checks that compare them with the Bicep and the sample settings.
 SETTING_NAMES = (
     *(field.alias for field in Settings.model_fields.values() if field.alias),
@@ -163,6 +207,15 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise RuntimeError(
             "set STATE_STORE_CONNECTION (connection string) or STATE_STORE_ENDPOINT (with an identity)"
         )
+    if settings.input_encryption_key is None and SENSITIVE_INPUTS:
+        raise RuntimeError(
+            f"invalid app settings: set INPUT_ENCRYPTION_KEY (<key id>:<base64 of 32 random bytes>): "
+            f"the workflows declare sensitive input fields ({', '.join(SENSITIVE_INPUTS)}), stored sealed"
+        )
+    try:
+        settings.keyring()
+    except ValueError as exc:  # a previous key with the current key's id
+        raise RuntimeError(f"invalid app settings: INPUT_ENCRYPTION_PREVIOUS_KEYS: {exc}") from exc
     return settings
 
 

@@ -120,7 +120,9 @@ class LedgerObserver(Protocol):
 class Declarations:
     """The declared services' resources by action: what each call's body is and what its apply returns."""
 
-    def __init__(self, services: Iterable[ServiceDefinition] = ()) -> None:
+    def __init__(self, services: Iterable[ServiceDefinition] = (), keys: Any = None) -> None:
+        # What opens the sealed input fields, as the app's client opens them (engine.sealing.Keyring).
+        self.keys = keys
         self.actions: dict[tuple[str, str], tuple[Resource, bool]] = {}
         for service in services:
             for resource in service.resources:
@@ -141,7 +143,7 @@ class Declarations:
         if found is None:
             return None
         resource, undoes = found
-        body = request_body(service, resource, undoes, request)
+        body = request_body(service, resource, undoes, request, self.keys)
         model = resource.undo_body if undoes else resource.body
         if model is None:  # the order's id and the apply's own values, those known
             return body, {n: body.get(n) for n in resource.result_names}

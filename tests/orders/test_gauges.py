@@ -27,7 +27,7 @@ from orders.gauges import Gauges
 from orders.settings import load_settings
 from tests.adapters.test_parking import CATALOG, REVIEW, SETTINGS, WINDOW, waiting
 from tests.servicebus_emulator.conftest import RunningEmulator, start_emulator, write_config
-from tests.support import service_urls, stop_process
+from tests.support import INPUT_KEY, service_urls, stop_process
 
 pytestmark = pytest.mark.anyio
 QUEUES = ("orders-a", "orders-b")
@@ -169,7 +169,11 @@ async def test_does_nothing_while_metrics_are_off(
 
 
 def test_the_interval_is_an_app_setting_of_seconds() -> None:
-    base = {**service_urls("http://127.0.0.1:1"), "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true"}
+    base = {
+        **service_urls("http://127.0.0.1:1"),
+        "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
+        **INPUT_KEY,
+    }
     assert load_settings(base).metrics_gauge_seconds == 30
     assert load_settings({**base, "METRICS_GAUGE_SECONDS": "0"}).metrics_gauge_seconds == 0
     for bad in ("-1", "soon", "inf"):

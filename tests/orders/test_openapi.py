@@ -18,6 +18,7 @@ from schemathesis import GenerationMode
 from devhost.functions import load_functions
 from engine.clock import ManualClock
 from engine.parts import EngineParts
+from engine.sealing import InputKey, Keyring
 from engine.settings import EngineSettings
 from engine.state import StepStatus
 from engine.tasks import TaskService
@@ -218,7 +219,8 @@ def test_a_step_view_says_left_out_and_carries_its_reason_and_result() -> None:
 @pytest.fixture(scope="module")
 def orders_api() -> OrdersApi:
     """The real API and engine over in-memory ports, serving the declared workflows."""
-    parts = EngineParts(CATALOG, MemoryStore(), RecordingSender(), ManualClock(), EngineSettings())
+    settings = EngineSettings(input_keys=Keyring(InputKey.generate("test")))  # as the app's settings give
+    parts = EngineParts(CATALOG, MemoryStore(), RecordingSender(), ManualClock(), settings)
     tasks = TaskService(parts)
 
     async def resolve() -> TaskService:

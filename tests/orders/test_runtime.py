@@ -11,7 +11,7 @@ import pytest
 from orders.catalog import CATALOG
 from orders.runtime import Runtime, catalog, runtime
 from orders.settings import load_settings
-from tests.support import service_urls
+from tests.support import INPUT_KEY, service_urls
 
 SERVICE_BUS = "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
 
@@ -22,6 +22,7 @@ def test_one_runtime_per_loop_closed_when_the_loop_ends(
     for name, url in service_urls("http://127.0.0.1:1").items():
         monkeypatch.setenv(name, url)
     monkeypatch.setenv("STATE_STORE_CONNECTION", azurite_connection_string)
+    monkeypatch.setenv("INPUT_ENCRYPTION_KEY", INPUT_KEY["INPUT_ENCRYPTION_KEY"])
     monkeypatch.setenv("ServiceBusConnection", SERVICE_BUS)  # connects on first send only
 
     async def use() -> list[Runtime]:
@@ -41,7 +42,11 @@ def test_one_runtime_per_loop_closed_when_the_loop_ends(
 
 
 def test_breaker_reset_seconds_overrides_every_steps_policy_only_when_set() -> None:
-    base = {**service_urls("http://127.0.0.1:1"), "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true"}
+    base = {
+        **service_urls("http://127.0.0.1:1"),
+        "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
+        **INPUT_KEY,
+    }
     assert catalog(load_settings({**base, "BREAKER_RESET_SECONDS": ""})) is CATALOG
     shortened = catalog(load_settings({**base, "BREAKER_RESET_SECONDS": "1.5"}))
     steps = [s for w in CATALOG.workflows for s in w.steps]

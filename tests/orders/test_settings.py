@@ -8,11 +8,13 @@ import pytest
 
 from orders.catalog import CATALOG, SERVICES
 from orders.settings import SETTING_NAMES, load_settings, public_base_url
+from tests.support import INPUT_KEY
 
 # One URL setting per declared service (``<NAME>_SERVICE_URL``), each with a URL of its own.
 REQUIRED = {
     **{service.url_setting: f"http://{service.name}" for service in SERVICES},
     "STATE_STORE_CONNECTION": "UseDevelopmentStorage=true",
+    **INPUT_KEY,
 }
 
 

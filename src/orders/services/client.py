@@ -20,10 +20,11 @@ from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 from yarl import URL
 
-from engine import calls, tracing
+from engine import calls, sealing, tracing
 from engine.agent import Action
 from engine.errors import Accepted, PermanentError, TransientError
 from engine.messages import AgentRequest, callback_context
+from engine.sealing import Keyring
 
 from .declaration import Document, Resource, ServiceDefinition
 
@@ -85,12 +86,15 @@ class RemoteServices:
         urls: dict[str, str],
         keys: dict[str, str] | None = None,
         callback_base: str = "",
+        input_keys: Keyring | None = None,
     ) -> None:
         self.services = {s.name: s for s in services}
         # The app's own address, for the callback URL of a service that answers later ("" relative).
         self.callback_base = callback_base.rstrip("/")
         self.urls = {name: url.rstrip("/") for name, url in urls.items()}
         self._keys = {name: key for name, key in (keys or {}).items() if key}
+        # What opens the order's sealed input fields, as each body is built (engine.sealing).
+        self._input_keys = input_keys
         # One pooled session per process (and event loop), closed by ``client.aclose()``; the per-call
         # timeout is set on each request.
         self.client = LazySession()
@@ -170,7 +174,7 @@ class RemoteServices:
         path = apply_path(service, resource)
 
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
-            body = request_body(service.name, resource, False, request)
+            body = request_body(service.name, resource, False, request, self._input_keys)
             recorded = calls.redacted(body, resource.body.sensitive)
             answer = await self._call(
                 service.name, path, request, timeout, body, resource.asynchronous, recorded
@@ -182,7 +186,7 @@ class RemoteServices:
     def _undo(self, service: ServiceDefinition, resource: Resource) -> Action:
         async def run(request: AgentRequest, timeout: float) -> dict[str, Any]:
             path = undo_path(service, resource, request.idempotency_key)
-            body = request_body(service.name, resource, True, request)
+            body = request_body(service.name, resource, True, request, self._input_keys)
             model = resource.undo_body or resource.body
             recorded = calls.redacted(body, model.sensitive if resource.undo_body is not None else ())
             await self._call(service.name, path, request, timeout, body, resource.asynchronous, recorded)
@@ -203,29 +207,37 @@ class RemoteServices:
         }
 
 
-def document(request: AgentRequest) -> Document:
+def document(request: AgentRequest, keys: Keyring | None = None) -> Document:
     """The document a body is built from: the order's input and the results so far, as the Scheduler
-    sent them with the request."""
+    sent them with the request, with the input's sealed values opened (:mod:`engine.sealing`): the one
+    place they are, just before the call, and never kept. Raises :class:`engine.sealing.SealError`."""
     payload = request.payload
     return Document(
         order_id=request.order_id,
-        input=dict(payload.get("input") or {}),
+        input=sealing.open_input(payload.get("input") or {}, request.order_id, keys),
         results=dict(payload.get("results") or {}),
     )
 
 
-def request_body(service: str, resource: Resource, undoes: bool, request: AgentRequest) -> dict[str, Any]:
+def request_body(
+    service: str, resource: Resource, undoes: bool, request: AgentRequest, keys: Keyring | None = None
+) -> dict[str, Any]:
     """The body of the call ``request`` asks of ``resource``: its body model (or undo body model) built
-    from the request's document; an undo without a model of its own names the order and, when the apply's
-    answer came back, its values (a lost answer leaves only the key, which identifies the effect as well).
-    Raises PermanentError when the order cannot make the body."""
+    from the request's document (its sealed input values opened with ``keys``); an undo without a model of
+    its own names the order and, when the apply's answer came back, its values (a lost answer leaves only
+    the key, which identifies the effect as well). Raises PermanentError when the order cannot make the
+    body, a sealed value that does not open included."""
     model = resource.undo_body if undoes else resource.body
     if model is None:
-        results = document(request).results
+        results = dict(request.payload.get("results") or {})
         own = {name: results[name] for name in resource.result_names if results.get(name) is not None}
         return {"orderId": request.order_id, **own}
     try:
-        return model.build(document(request)).wire()
+        return model.build(document(request, keys)).wire()
+    except sealing.SealError as exc:
+        # No retry opens it (a key retired too early, a value changed): the step fails and the order is
+        # undone. The service is not at fault: its breaker is not charged.
+        raise PermanentError(f"{service}: {exc}") from exc
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         # The order cannot make this call's body (e.g. a total too large for JSON, a result it needs
         # missing): no retry can help, and the service is not at fault, so its breaker is not charged.
