@@ -199,6 +199,7 @@ class Simulation:
             # every sweep, which would change what the seeds of catalogs without waits explore.
             park_horizon_seconds=profile.park_horizon_seconds if _has_waits(self.catalog) else 0.0,
         )
+        declarations.keys = self.settings.input_keys  # the calls' bodies open what the engine sealed
         self.oracle = Oracle(
             self.catalog,
             self.loop.time,
