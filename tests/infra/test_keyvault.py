@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from bicep_contracts.check import check_tree
-from bicep_contracts.syntax import Access, Cond, Expr, Interp, Lit, Ref, body_object
+from bicep_contracts.syntax import Access, Cond, Expr, Interp, Lit, Obj, Ref, body_object
 from tests.infra.bicep_eval import Evaluator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,12 +57,15 @@ def key_vault_outputs() -> dict[str, Any]:
     return {name: evaluator.eval(outputs[name].value) for name in ("inputKeyName", "previousInputKeysName")}
 
 
-def module_expr(evaluator: Evaluator, module: str, name: str) -> Expr:
+def module_params(evaluator: Evaluator, module: str) -> Obj:
     body = body_object(evaluator.file.modules[module].body)
-    assert body is not None
-    params = body.get("params")
-    assert params is not None
-    value = params.get(name)  # type: ignore[union-attr]
+    params = body.get("params") if body is not None else None
+    assert isinstance(params, Obj), f"module {module} has no params"
+    return params
+
+
+def module_expr(evaluator: Evaluator, module: str, name: str) -> Expr:
+    value = module_params(evaluator, module).get(name)
     assert value is not None, f"module {module} gets no {name}"
     return value
 
@@ -92,9 +95,7 @@ def function_app(previous_keys: bool = False) -> Evaluator:
 
 
 def site_params(evaluator: Evaluator) -> dict[str, Any]:
-    body = body_object(evaluator.file.modules["site"].body)
-    assert body is not None
-    return evaluator.eval(body.get("params"))  # type: ignore[arg-type]
+    return evaluator.eval(module_params(evaluator, "site"))
 
 
 def app_settings(previous_keys: bool = False) -> dict[str, Any]:
@@ -104,9 +105,7 @@ def app_settings(previous_keys: bool = False) -> dict[str, Any]:
 
 def vault_params() -> dict[str, Any]:
     evaluator = Evaluator(APP / "keyvault.bicep", {"name": "kv-x", "location": "westeurope", "tags": {}})
-    body = body_object(evaluator.file.modules["vault"].body)
-    assert body is not None
-    return evaluator.eval(body.get("params"))  # type: ignore[arg-type]
+    return evaluator.eval(module_params(evaluator, "vault"))
 
 
 def role_assignments(user: str = "me") -> list[dict[str, Any]]:
@@ -165,9 +164,7 @@ def test_the_vault_is_reached_as_the_storage_account_is() -> None:
             "stateTableName": "orders",
         },
     )
-    body = body_object(storage.file.modules["account"].body)
-    assert body is not None
-    account = storage.eval(body.get("params"))  # type: ignore[arg-type]
+    account = storage.eval(module_params(storage, "account"))
     params = vault_params()
     assert params["publicNetworkAccess"] == account["publicNetworkAccess"] == "Enabled"
     assert params["networkAcls"] == account["networkAcls"]
@@ -340,7 +337,7 @@ def postprovision(bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]
     )
 
 
-MAKES_IT = [
+MAKES_IT: list[list[Any]] = [
     ["secret list", "0", 0, None],
     ["secret set", "", 0, None],
     ["functionapp show", APP_ID, 0, None],
@@ -432,7 +429,7 @@ def test_a_refused_set_fails_and_leaves_no_file(tmp_path: Path) -> None:
 
 
 def test_a_failed_refresh_only_warns(tmp_path: Path) -> None:
-    answers = [*MAKES_IT[:3], ["rest --method post", "", 1, None]]
+    answers: list[list[Any]] = [*MAKES_IT[:3], ["rest --method post", "", 1, None]]
     result = postprovision(stand_ins(tmp_path, answers))
     assert result.returncode == 0
     assert "could not have func-test fetch its Key Vault references again" in result.stderr
