@@ -22,6 +22,7 @@ import pytest
 
 from engine.clock import ManualClock
 from engine.parts import EngineParts
+from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
 from engine.tasks import TaskService
 from orders import access
@@ -217,3 +218,23 @@ def test_a_caller_s_scope_follows_its_credential() -> None:
     assert EVERY_ORDER.task_id("web.o-1") == "web.o-1" and EVERY_ORDER.sees("kiosk")
     for bad in ("o-1\n", "web.o-1\n", "", "a/b", "WEB.o-1", "x" * 65):
         assert EVERY_ORDER.task_id(bad) is None and web.task_id(bad) is None, bad
+
+
+async def test_a_storefront_s_view_of_its_order_shows_its_own_id_and_no_internal_detail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(function_app, "ACCESS", SETTINGS)
+    parts = EngineParts(CATALOG, MemoryStore(), RecordingSender(), ManualClock(), EngineSettings())
+    world = World((("web", "w-1"),))
+    world.tasks = TaskService(parts, Scheduler(parts, "scheduler-7"))  # claims and dispatches at once
+    await world.fill()
+    _, operator, _ = await answer(monkeypatch, world, READ, principal("Orders.Operator"), "web.w-1", "")
+    calls = [call for step in operator["steps"] for call in step["calls"]]
+    # What a storefront must not see is there to see: the calls (their bodies, sent under the order's full
+    # name, and the Agent's process, once its Agent runs), and the Scheduler's process.
+    assert calls and operator["lockedBy"] == "scheduler-7"
+    status, own, _ = await answer(monkeypatch, world, READ, NARROW[0].headers, "w-1", "")
+    assert status == 200 and own["orderId"] == own["input"]["orderId"] == "w-1" and own["storefront"] == "web"
+    assert own["lockedBy"] is None and all(step["calls"] == [] for step in own["steps"])
+    assert "web.w-1" not in json.dumps(own) and "scheduler-7" not in json.dumps(own)
+    assert [s["state"] for s in own["steps"]] == [s["state"] for s in operator["steps"]]
