@@ -17,6 +17,7 @@ from adapters.table_store import TableStateStore
 from engine import queues, sealing
 from engine.calls import REDACTED
 from engine.clock import ManualClock
+from engine.errors import PermanentError
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome, SchedulerCommand
 from engine.parts import EngineParts
 from engine.scheduler import Scheduler
@@ -252,3 +253,27 @@ async def test_an_order_stored_in_clear_by_the_previous_release_is_still_charged
     await h.run(charged_with(seen))
     assert seen["bodies"][0]["paymentToken"] == token
     assert token not in await h.stored_text(), "the token stored in clear outlived the charge"
+
+
+def test_a_charge_whose_token_does_not_open_fails_for_good_saying_why() -> None:
+    payment = next(s for s in SERVICES if s.name == "payment")
+    charges, _ = payment.resource("charge")
+    sealed = KEYS.seal("tok-5", "o-5", "paymentToken")
+    document = order_document("o-5", {**order_input(WORKFLOW, order("tok-5")), "paymentToken": sealed})
+    request = AgentRequest(
+        order_id="o-5",
+        step="charge-payment",
+        step_index=CHARGE,
+        attempt=1,
+        action="charge",
+        idempotency_key="o-5:charge-payment",
+        complete_by=ManualClock().now(),
+        payload={"input": document, "results": {}},
+    )
+    assert request_body("payment", charges, False, request, KEYS)["paymentToken"] == "tok-5"
+    retired = sealing.Keyring(sealing.InputKey.generate("k3"))
+    with pytest.raises(PermanentError, match="INPUT_ENCRYPTION_PREVIOUS_KEYS"):
+        request_body("payment", charges, False, request, retired)
+    moved = request.model_copy(update={"order_id": "o-6"})
+    with pytest.raises(PermanentError, match="does not open"):
+        request_body("payment", charges, False, moved, KEYS)

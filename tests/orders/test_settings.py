@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from engine.sealing import InputKey, Keyring
 from orders.catalog import CATALOG, SERVICES
 from orders.settings import SETTING_NAMES, load_settings, public_base_url
 from tests.support import INPUT_KEY
@@ -110,3 +111,31 @@ def test_the_public_base_url_is_an_absolute_http_url_and_empty_by_default() -> N
             public_base_url({"PUBLIC_BASE_URL": bad})
         with pytest.raises(RuntimeError, match="PUBLIC_BASE_URL"):
             load_settings({**REQUIRED, "PUBLIC_BASE_URL": bad})
+
+
+def test_the_input_encryption_keys_are_required_checked_and_reach_the_engine() -> None:
+    without = {k: v for k, v in REQUIRED.items() if k != "INPUT_ENCRYPTION_KEY"}
+    with pytest.raises(RuntimeError, match=r"set INPUT_ENCRYPTION_KEY.*paymentToken"):
+        load_settings(without)  # the declared workflows have a sensitive input field
+    with pytest.raises(RuntimeError, match="set INPUT_ENCRYPTION_KEY"):
+        load_settings({**without, "INPUT_ENCRYPTION_KEY": " "})
+    current, older = InputKey.generate("k2"), InputKey.generate("k1")
+    engine = load_settings(
+        {
+            **REQUIRED,
+            "INPUT_ENCRYPTION_KEY": current.text(),
+            "INPUT_ENCRYPTION_PREVIOUS_KEYS": f"{older.text()}, ",
+        }
+    ).engine()
+    assert engine.input_keys == Keyring(current, (older,))
+    secret = current.text().partition(":")[2]
+    for name, value, problem in (
+        ("INPUT_ENCRYPTION_KEY", secret, "key id"),
+        ("INPUT_ENCRYPTION_KEY", "k2:" + secret[:-4], "bytes"),
+        ("INPUT_ENCRYPTION_PREVIOUS_KEYS", f"{older.text()},k0:{secret}x", "base64"),
+        ("INPUT_ENCRYPTION_PREVIOUS_KEYS", current.text(), "once"),
+    ):
+        with pytest.raises(RuntimeError, match=f"{name}(.|\n)*{problem}") as refused:
+            load_settings({**REQUIRED, "INPUT_ENCRYPTION_KEY": current.text(), name: value})
+        assert secret[:20] not in str(refused.value), "the error quotes the key"
+    assert secret not in repr(load_settings({**REQUIRED, "INPUT_ENCRYPTION_KEY": current.text()}))
