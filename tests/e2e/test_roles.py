@@ -270,6 +270,11 @@ def test_storefronts_each_keep_their_own_orders_and_status_queue_and_operators_s
                 set(refused.json()) == set(unknown.json()) and refused.json()["error"]["code"] == "NotFound"
             )
         assert kiosk.get("/api/orders", params={"processState": "Pending"}).status_code == 403
+    # Nor the shared key, by the full name or with its dot percent-encoded: it reads orders of no storefront.
+    with httpx.Client(base_url=roles.devhost.api_url, headers=key(roles, "submitter"), timeout=10) as shared:
+        for path in (f"/api/orders/web.{mine}", f"/api/orders/web%2E{mine}", f"/api/orders/web%2e{mine}"):
+            refused = shared.get(path)
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "NotFound", path
     # Each storefront's status messages on its own queue, under its own ids; none on the shared queue.
     for name, wanted in (("web", {order_id, mine}), ("kiosk", {order_id})):
         roles.wait_terminal(f"{name}.{order_id}")
