@@ -846,6 +846,8 @@
         if (s.format) notes.push(s.format);
       }
       if (schema.default !== undefined) notes.push(`default ${JSON.stringify(schema.default)}`);
+      // A sensitive field (engine.workflow.sensitive): the order's input panel shows it [redacted].
+      if (schema.writeOnly) notes.push("sensitive: never shown, kept sealed until no step needs it");
       return notes.join("; ");
     };
     // One row per field, nested ones by path as conditions name them (items[].sku).
