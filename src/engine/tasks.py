@@ -81,6 +81,10 @@ class TaskService:
         input it raises :class:`~engine.errors.Conflict`. The id of a task purged after the retention
         period raises :class:`~engine.retention.Purged` while its tombstone lasts.
 
+        The input fields the workflow declares sensitive are sealed first (:mod:`engine.sealing`, with
+        the settings' ``input_keys``), and the body hash keyed, so nothing written or sent holds them in
+        clear; :class:`~engine.sealing.KeyMissing` without keys.
+
         ``submitter`` (a storefront) names the submitting application: ``order_id`` is then already its
         scoped id (:func:`engine.queues.scoped_id`), and the task's status messages go to that
         application's own queue (:func:`engine.queues.status_queue`).
