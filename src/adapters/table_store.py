@@ -64,8 +64,10 @@ deleted: if the insert succeeded, no earlier task with the id can still be on it
 cannot gain the id between the read and the write. If an entry was there, a task written when the history
 had the id is deleted again before anything is sent; a task written under an entry the submission did not
 insert (one left by an attempt that died before writing) puts the entry again at its own CompleteBy, so a
-sweep that found no task under it and is about to delete it is refused. A task left behind by a submission
-that died before taking it back is deleted by the Supervisor (:meth:`TableStateStore.take_back`). A
+sweep that found no task under it and is about to delete it is refused; so does a task written so late that
+its own entry came due first (a slow insert), which a sweep may have deleted already. A task left behind
+by a submission that died before taking it back is deleted by the Supervisor
+(:meth:`TableStateStore.take_back`). A
 submission whose transaction is refused because a live task without a mark has the id (written before
 marks were) deletes its mark again. Such a task is the one gap: a submission of its id that marks it in
 the instant the task moves to the history may be written again, so an upgrade from a version without
@@ -140,6 +142,9 @@ PARKED_KINDS = ("timer", "approval")
 CALENDAR = "calendar"
 _CURSOR = "cursor"
 _RACES = 5  # attempts at a write that loses a race on a shared row (a tally) before giving up for now
+# How far another instance's clock may run ahead of a submitter's: a submission whose task was written
+# later than this before its entry's CompleteBy may have had that entry swept (see TableStateStore.create).
+_CLOCK_SKEW_SECONDS = 0.5
 _IF_MATCH = {"match_condition": MatchConditions.IfNotModified}
 
 # How an entity-group transaction is sent: ``adapters.table_batch.submit_transaction`` (the SDK's request at a
@@ -625,6 +630,10 @@ class TableStateStore:
         exists (409) never moves that order's watch entry; the entry it inserted itself goes again only if
         the history answered (no live task has the id), since a live task may have no other entry.
         """
+        # Measured from here, on this process's own clock: the task was made (CreatedAt, and the CompleteBy
+        # its watch entry carries) just before, with nothing awaited in between.
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         state_entity = self._state_entity(record)
         audit = record.pending_audit()
         operations: list[Any] = [
@@ -691,10 +700,12 @@ class TableStateStore:
             # Gone in between (another submission of the id took its own write back): try again.
         else:
             raise ConcurrencyError(record.order_id)
-        if watched and added is None:
+        if watched and (added is None or _may_have_been_swept(record.state, loop.time() - started)):
             # Written under an entry this submission did not insert (left by an earlier attempt that died
-            # before writing): a sweep may have read it, found no task and be about to delete it. Put it
-            # again, at this task's CompleteBy: its ETag changes, so such a delete is refused.
+            # before writing), or so late that its own entry came due first (a slow insert: simulation,
+            # finding 10): a sweep may have read it, found no task and deleted it, or be about to. Put it
+            # again, at this task's CompleteBy: its ETag changes, so such a delete is refused, and one
+            # made already is undone.
             await self._put_watch(record.state)
         # The transaction's answer carries every new ETag: no need to read the task back.
         for (_, entity), result in zip(operations, written, strict=True):
@@ -2095,6 +2106,17 @@ def _marker(pk: str, order_id: str, created_at: Any) -> dict[str, Any]:
         "OrderID": order_id,
         "CreatedAt": created_at,
     }
+
+
+def _may_have_been_swept(state: TaskState, elapsed: float) -> bool:
+    """Whether a submission that took ``elapsed`` seconds to write its task may have had its own watch entry
+    swept first: the entry came due (at the task's CompleteBy, by the clock of a Supervisor up to
+    :data:`_CLOCK_SKEW_SECONDS` ahead) before the task was there, and a sweep that found no task under it
+    deleted it as the leftover of a submission that died. On the usual path the write comes long before."""
+    if state.complete_by is None:
+        return False
+    window = (state.complete_by - state.created_at).total_seconds()
+    return elapsed >= window - _CLOCK_SKEW_SECONDS
 
 
 async def _insert(table: TableClient, entity: Mapping[str, Any]) -> str | None:

@@ -242,6 +242,44 @@ async def test_a_task_written_under_an_entry_it_did_not_insert_stays_watched_thr
     assert isinstance(kick.body, SchedulerCommand) and kick.body.kind is CommandKind.START
 
 
+# ---- finding 10: a submission whose own watch insert is slow ---------------------------------------------
+async def test_a_task_written_after_its_own_entry_was_swept_is_watched_again(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission's own watch insert is slow: by the time it answers, the entry is due, and a sweep finds
+    it, no task under it, and deletes it as the leftover of a submission that died. The task, written
+    after its CompleteBy (here within the clocks' margin of it), puts its entry again: watched, and kicked
+    by the Supervisor when its kick is lost."""
+    record = new_record("o-1", BODY)
+    assert record.state.complete_by is not None
+    record.state.complete_by = record.state.created_at + timedelta(seconds=0.5)
+    due = record.state.complete_by
+    add_watch, swept = store._add_watch, []
+
+    async def slow_insert(state: Any) -> str | None:
+        added = await add_watch(state)
+        swept.append(await supervisor(store, due).sweep())  # meanwhile, the entry is due
+        return added
+
+    monkeypatch.setattr(store, "_add_watch", slow_insert)
+    outcome, _ = await store.create(record)
+    monkeypatch.undo()
+    [report] = swept
+    assert outcome is CreateOutcome.CREATED and report.unwatched == 1  # the sweep deleted it
+    assert await watched(store) == {"o-1": due}
+    sender = RecordingSender()
+    report = await supervisor(store, NOW + timedelta(minutes=1), sender).sweep()
+    assert report.kicked == 1 and [m.body.kind for m in sender.sent] == [CommandKind.START]  # type: ignore[union-attr]
+
+
+def test_only_a_write_that_came_within_the_clocks_margin_of_its_entry_s_time_puts_the_entry_again() -> None:
+    """The one more request is made on the slow path only."""
+    state = new_record("o-1", BODY).state  # CompleteBy 10 s after it was made
+    assert not table_store._may_have_been_swept(state, 0.2)
+    assert not table_store._may_have_been_swept(state, 9.4)
+    assert table_store._may_have_been_swept(state, 9.6)
+
+
 # ---- finding 4: a second attempt at moving a task to the history ----------------------------------------
 async def first_move_dies_before_the_live_delete(
     store: TableStateStore, monkeypatch: pytest.MonkeyPatch
