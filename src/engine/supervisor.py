@@ -86,6 +86,13 @@ def _latest_due(record: TaskRecord, now: datetime) -> datetime:
     return max(times, default=now)
 
 
+def _alert_owed_by(record: TaskRecord, seconds: float) -> datetime:
+    """When the Supervisor raises a task's pending Error alert itself: ``seconds`` (a step's budget) after
+    the task entered Error, by when the process that put it there has raised it and recorded so unless it
+    died (its last change, the move into Error, is ``UpdatedAt``)."""
+    return record.state.updated_at + timedelta(seconds=seconds)
+
+
 def _never_started(record: TaskRecord) -> bool:
     """Pending with no step ever dispatched: what a submission leaves when its kick was not sent."""
     state = record.state
@@ -165,6 +172,14 @@ class Supervisor:
                         continue  # still watched: the next sweep tries again
                     report.archived += 1
                 if record is not None and record.state.alert_pending:
+                    owed_by = _alert_owed_by(record, ctx.settings.step_complete_by_seconds)
+                    if owed_by > ctx.now:
+                        # The process that entered Error raises the alert and records it just after its
+                        # save: a sweep in between (another worker's) leaves it that process's, and looks
+                        # again once it has had a step's budget, so only a death raises it twice.
+                        await store.rewatch(entry, owed_by)
+                        report.rewatched += 1
+                        continue
                     report.alerted += 1
                     if not await self._raise_alert(record):
                         report.lost_races += 1

@@ -371,6 +371,34 @@ async def test_an_alert_lost_between_the_save_and_its_raising_is_raised_by_the_s
     assert not _alerts(caplog)
 
 
+async def test_an_entry_into_error_raises_one_alert_though_a_sweep_comes_before_it_is_recorded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The process that enters Error raises the alert and records it moments after its save; a sweep that
+    comes in between (another worker's, as every worker sweeps) leaves it to that process, and raises it
+    only if it is still owed once that process has had a step's budget to do so (it died)."""
+    world = World()
+    undo = await undo_of_a_failed_first_step(world)
+    world.clock.advance(5)
+    send, swept = world.sender.send, []
+
+    async def sweep_between(queue: str, body: Any, **kwargs: Any) -> None:
+        await send(queue, body, **kwargs)
+        if isinstance(body, StatusMessage) and body.event.value == "error" and not swept:
+            world.clock.advance(6)  # the watch entry is due; the Error is 6 s old
+            swept.append(await world.supervisor.sweep())
+
+    world.sender.send = sweep_between  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="engine"):
+        await world.reply(undo, ReplyOutcome.FAILED, error="cannot release")
+        [report] = swept
+        assert report.alerted == 0 and report.rewatched == 1
+        world.clock.advance(100)
+        assert (await world.supervisor.sweep()).unwatched == 1
+    assert len(_alerts(caplog)) == 1
+    assert not world.store.state("o-1").state.alert_pending
+
+
 async def test_an_alert_raised_is_recorded_so_the_supervisor_does_not_raise_it_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
