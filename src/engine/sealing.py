@@ -133,7 +133,18 @@ class Keyring:
     def fingerprint(self, text: str) -> str:
         """A keyed digest of ``text`` (an order's body hash: a plain hash of a body that holds a token would
         let whoever reads the store try guesses at the token)."""
-        return "k:" + hmac.new(self.current.secret, text.encode(), hashlib.sha256).hexdigest()
+        return _digest(self.current, text)
+
+    def fingerprints(self, text: str) -> frozenset[str]:
+        """Every form the body hash of ``text`` may be stored in: keyed with the current key or a previous
+        one (an order submitted before a rotation), or plain (one submitted by a release that stored the
+        field in clear), so the same body resubmitted across a rotation or an upgrade still compares
+        equal."""
+        return frozenset({text, *(_digest(k, text) for k in (self.current, *self.previous))})
+
+
+def _digest(key: InputKey, text: str) -> str:
+    return "k:" + hmac.new(key.secret, text.encode(), hashlib.sha256).hexdigest()
 
 
 def _associated(order_id: str, name: str) -> bytes:

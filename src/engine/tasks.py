@@ -94,11 +94,14 @@ class TaskService:
         if workflow is None:
             raise UnknownWorkflow(workflow_name or catalog.default, catalog.names)
         ctx = self.parts.context()
+        same_as = frozenset({input_hash})
         if workflow.sensitive:
             # Sealed before anything is written or sent; the body hash keyed too (Keyring.fingerprint).
             keys = self.parts.settings.input_keys
             task_input = sealing.seal_input(task_input, workflow.sensitive, order_id, keys)
-            input_hash = keys.fingerprint(input_hash) if keys is not None else input_hash
+            if keys is not None:
+                same_as = keys.fingerprints(input_hash)
+                input_hash = keys.fingerprint(input_hash)
 
         def submitted() -> TaskRecord:
             record = TaskRecord(
@@ -125,6 +128,8 @@ class TaskService:
         if self._scheduler is not None and claim is None:
             record = submitted()  # not claimed at its insert: written Pending, as submitted
         outcome, stored = await self.parts.store.create(record)
+        if outcome is CreateOutcome.EXISTS_DIFFERENT and stored.input_hash in same_as:
+            outcome = CreateOutcome.EXISTS_SAME  # hashed under a previous key, or by an older release
         if outcome is CreateOutcome.EXISTS_DIFFERENT:
             raise Conflict(order_id)
         if outcome is CreateOutcome.PURGED:

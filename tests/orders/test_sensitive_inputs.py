@@ -255,6 +255,39 @@ async def test_an_order_stored_in_clear_by_the_previous_release_is_still_charged
     assert token not in await h.stored_text(), "the token stored in clear outlived the charge"
 
 
+@pytest.mark.parametrize("stored_by", ["the previous release, in clear", "a key since rotated"])
+async def test_the_same_body_resubmitted_is_the_same_order_whatever_hashed_it(
+    h: Harness, stored_by: str
+) -> None:
+    token = f"tok-{uuid.uuid4().hex}"
+    body = order(token)
+    document = order_document("o-4", order_input(WORKFLOW, body))
+    plain = body_hash(document)
+    retired = sealing.Keyring(KEYS.previous[0])  # the key that sealed before the rotation (now previous)
+    clear = stored_by.startswith("the previous")
+    now = ManualClock().now()
+    record = TaskRecord(
+        state=TaskState(
+            order_id="o-4",
+            workflow=WORKFLOW.name,
+            workflow_version=WORKFLOW.version,
+            created_at=now,
+            updated_at=now,
+        ),
+        steps=[StepState(index=i, name=s.name) for i, s in enumerate(WORKFLOW.steps)],
+        input=document if clear else sealing.seal_input(document, WORKFLOW.sensitive, "o-4", retired),
+        input_hash=plain if clear else retired.fingerprint(plain),
+    )
+    new_record_state(record, Context(WORKFLOW, EngineSettings(), now))
+    await h.store.create(record)
+    again = await h.api.submit(json.dumps({"orderId": "o-4", **body}).encode(), "application/json")
+    assert again.status == 200, (stored_by, again.body)  # was 409: the hash compared under today's key only
+    other = await h.api.submit(
+        json.dumps({"orderId": "o-4", **body, "currency": "USD"}).encode(), "application/json"
+    )
+    assert other.status == 409, other.body
+
+
 def test_a_charge_whose_token_does_not_open_fails_for_good_saying_why() -> None:
     payment = next(s for s in SERVICES if s.name == "payment")
     charges, _ = payment.resource("charge")
