@@ -37,6 +37,7 @@ from orders.callbacks import Callbacks
 
 from .bus import Message
 from .oracle import OPERATOR_NOTE
+from .search import FIELD
 from .servicebus_client import SimServiceBusClient
 from .world import Crash, StoreUnavailable, Worker
 
@@ -58,7 +59,7 @@ class Host:
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
     """The engine as a process of the Function App builds it, on the simulated ports."""
-    store = sim.storage.state_store(sim.world, marks=sim.submit_as_app)
+    store = sim.storage.state_store(sim.world, marks=sim.submit_as_app, search=sim.storefronts)
     # The adapter's sender, one per process as in the Function App; or the broker itself, as the regression
     # seeds were found (see Simulation).
     sender: MessageSender = (
@@ -135,11 +136,16 @@ async def consume(worker: Worker, message: Message) -> None:
 
 
 async def _submit(
-    host: Host, order_id: str, document: dict[str, Any], identity: str, workflow: str
+    host: Host,
+    order_id: str,
+    document: dict[str, Any],
+    identity: str,
+    workflow: str,
+    storefront: str | None = None,
 ) -> tuple[bool, TaskRecord]:
     """``POST /api/orders``, as ``function_app.py`` binds it: the order's trace starts here."""
     with tracing.span(tracing.ORDER_SUBMIT, SpanKind.SERVER):
-        return await host.tasks.submit(order_id, document, identity, workflow)
+        return await host.tasks.submit(order_id, document, identity, workflow, storefront)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -181,22 +187,30 @@ class Client:
         self.documents: dict[str, dict[str, Any]] = {}
         self._examples: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
-    def order(self, order_id: str, workflow: WorkflowDefinition) -> dict[str, Any]:
+    def order(
+        self, order_id: str, workflow: WorkflowDefinition, client_id: str | None = None
+    ) -> dict[str, Any]:
         """The order's input as the API stores it: one of its workflow's examples, chosen from the seed,
         validated and dumped by the workflow's input model (``orders.models.order_input``: camelCase,
-        defaults filled in), with its id. A workflow without examples gets a line of items."""
+        defaults filled in), with the id its client gave (``client_id``; a storefront's task id is
+        ``order_id``). A workflow without examples gets a line of items. Where the run has storefronts,
+        each id's customer is its own (``<the example's>-<id>``), so that a search for it finds the orders
+        of that id only."""
         key = (workflow.name, workflow.version)
         examples = self._examples.get(key)
         if examples is None:
             examples = self._examples[key] = workflow.examples() if workflow.input is not None else []
+        client_id = client_id or order_id
         if workflow.input is None or not examples:
-            document: dict[str, Any] = {"orderId": order_id, "items": [{"sku": "sku-0", "quantity": 1}]}
+            document: dict[str, Any] = {"orderId": client_id, "items": [{"sku": "sku-0", "quantity": 1}]}
         else:
             # Drawn only where there is a choice: a catalog of one example each draws what it drew before.
             choice = self.sim.world.rng.randrange(len(examples)) if len(examples) > 1 else 0
             example = examples[choice]
             fields = workflow.input.model_validate(example).model_dump(by_alias=True, mode="json")
-            document = {"orderId": order_id, **fields}
+            if self.sim.storefronts and isinstance(fields.get(FIELD), str):
+                fields[FIELD] = f"{fields[FIELD]}-{client_id}"
+            document = {"orderId": client_id, **fields}
         self.documents[order_id] = document
         return document
 
@@ -206,13 +220,17 @@ class Client:
         return self.documents[order_id], f"{order_id}#{variant}"
 
     async def submit(self, order_id: str, workflow: str, variant: int = 0) -> None:
+        """Submit the order as ``POST /api/orders`` does (a storefront's under its scoped id)."""
         sim = self.sim
         document, identity = self.body(order_id, variant)
         outcomes = self.submissions.setdefault(order_id, [])
+        truth = sim.oracle.orders[order_id]
+        storefront = truth.storefront
+        task_id = queues.scoped_id(truth.client_id, storefront)
         for attempt in range(1000):
             try:
                 created, _ = await in_process(
-                    sim, lambda host: _submit(host, order_id, document, identity, workflow)
+                    sim, lambda host: _submit(host, task_id, document, identity, workflow, storefront)
                 )
             except (Crash, StoreUnavailable):
                 sim.oracle.may_watch_until(order_id)
@@ -397,6 +415,8 @@ class Timers:
                 self.parked += report.parked
                 self.promoted += report.promoted
                 self.sim.oracle.swept(started, None)
+            elif self.sim.searches is not None:
+                self.sim.searches.cleanup_ended(started, self.sim.loop.time())
         except BaseException as exc:  # also its process's death, or the run's end
             if what == "sweep":
                 self.sim.oracle.swept(started, exc)

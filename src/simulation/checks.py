@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine import tracing
-from engine.messages import CommandKind, SchedulerCommand
+from engine.messages import CommandKind, SchedulerCommand, StatusEvent
 from engine.state import ProcessState, StepState, StepStatus, TaskState
 
 from . import liveness
@@ -82,6 +82,9 @@ def final(sim: Simulation) -> None:
     _records(sim)
     _parked(sim)
     _messages(sim)
+    if sim.searches is not None:
+        sim.searches.final()
+        _statuses(sim)
     liveness.final(sim)
     _calls(sim, ends)
     _traces(sim, ends)
@@ -380,6 +383,33 @@ def _parked(sim: Simulation) -> None:
             oracle.violation(
                 "", f"shard {pk}: the waiting tally says {tally}, the parked copies are {copies}"
             )
+
+
+# The status event an order's end is reported by.
+_FINAL_EVENT = {
+    ProcessState.PROCESSED: StatusEvent.PROCESSED.value,
+    ProcessState.COMPENSATED: StatusEvent.COMPENSATED.value,
+    ProcessState.ERROR: StatusEvent.ERROR.value,
+}
+
+
+def _statuses(sim: Simulation) -> None:
+    """Each order's own status queue (its storefront's, or the shared one) received its final status at
+    least once: always when it became terminal after the faults stopped (a process that dies between the
+    save and the send loses the message before; counted)."""
+    oracle = sim.oracle
+    for order_id, truth in oracle.orders.items():
+        event = _FINAL_EVENT.get(truth.state) if truth.state is not None else None
+        if event is None or event in truth.statuses:
+            continue
+        if truth.terminal_at is not None and truth.terminal_at >= sim.quiet_at:
+            oracle.violation(
+                order_id,
+                f"{truth.state.value if truth.state else '-'}, but its status queue never received "
+                f"{event} (each order's final status at least once)",
+            )
+        else:
+            oracle.count("final statuses lost to a fault")
 
 
 def _messages(sim: Simulation) -> None:

@@ -126,10 +126,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine import machine
+from engine import machine, queues
 from engine.breaker import BreakerRecord, BreakerState
 from engine.conditions import Condition, value_at
-from engine.messages import AgentReply, AgentRequest, CommandKind, ReplyOutcome, SchedulerCommand
+from engine.messages import (
+    AgentReply,
+    AgentRequest,
+    CommandKind,
+    ReplyOutcome,
+    SchedulerCommand,
+    StatusMessage,
+)
 from engine.settings import EngineSettings
 from engine.state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskState
 from engine.telemetry import ORDER_ENTERED_ERROR
@@ -276,6 +283,12 @@ class OrderTruth:
     groups: list[range] = field(default_factory=list)
     joined: dict[int, float] = field(default_factory=dict)
     errored: int | None = None  # the step the Supervisor last put the order in Error for
+    # storefronts: the submitting storefront (None: an order of no storefront), the id its client gave, the
+    # status events sent to the order's own status queue; and when its task (the one kept) was submitted
+    storefront: str | None = None
+    client_id: str = ""
+    statuses: set[str] = field(default_factory=set)
+    created_at: datetime | None = None
 
 
 class Oracle:
@@ -350,9 +363,16 @@ class Oracle:
         self.counts[what] = self.counts.get(what, 0) + n
 
     def expect(
-        self, order_id: str, workflow: str, version: int, order_input: dict[str, Any] | None = None
+        self,
+        order_id: str,
+        workflow: str,
+        version: int,
+        order_input: dict[str, Any] | None = None,
+        storefront: str | None = None,
+        client_id: str | None = None,
     ) -> OrderTruth:
-        """An order the client is about to submit, with the input it submits."""
+        """An order the client is about to submit, with the input it submits; ``storefront``: the one that
+        submits it (``order_id`` is then its task id, ``client_id`` the id it gave)."""
         found = self.orders.get(order_id)
         if found is None:
             definition = self.catalog.find(workflow, version)
@@ -373,6 +393,8 @@ class Oracle:
                     for step in definition.steps
                 ],
                 groups=[definition.group_range(i) for i in range(len(definition.steps))],
+                storefront=storefront,
+                client_id=client_id or order_id,
             )
         return found
 
@@ -1845,6 +1867,29 @@ class Oracle:
             self.poison_sent += 1
         else:
             self.status_messages += 1
+            if isinstance(body, StatusMessage):
+                self._status_sent(message, body)
+
+    def _status_sent(self, message: Message, body: StatusMessage) -> None:
+        """Each storefront's status queue receives only its own orders' statuses, under the id it gave (an
+        order of no storefront's go to the shared queue). The order is the one the message's id names (the
+        engine's duplicate-detection id starts with the task's id)."""
+        order_id = message.message_id.split(":", 1)[0]
+        truth = self.orders.get(order_id)
+        if truth is None:
+            self.violation(order_id, f"a status message of no order submitted, on {message.queue}")
+            return
+        queue = queues.status_queue(truth.storefront) if truth.storefront else queues.STATUS_QUEUE
+        if message.queue != queue or body.order_id != truth.client_id:
+            self.violation(
+                order_id,
+                f"a storefront's status queue receives only its own orders' statuses: {body.event.value} of "
+                f"{order_id} went to {message.queue} as {body.order_id} (its own: {queue}, as "
+                f"{truth.client_id})",
+            )
+            return
+        truth.statuses.add(body.event.value)
+        self.note(order_id, "status {} to {}", body.event.value, message.queue)
 
     def settled(self, message: Message) -> None:
         if message.state == "dead-lettered":

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib
+import importlib.util
 import logging
 import random
 import time
@@ -27,10 +29,33 @@ from .liveness import Limits
 from .loop import VirtualClock, VirtualLoop
 from .oracle import AlertHandler, Oracle
 from .profile import Profile, draw
+from .search import SearchModel
 from .services import Declarations, Services
 from .storage import HISTORY, LIVE, WATCH, Storage
 from .traces import RunSpans
 from .world import StoreUnavailable, Worker, World
+
+# Storefronts (where the run has them): the two that submit beside orders of no storefront, the share of
+# orders that reuse the id of the order before them from another one, and the share support staff search for.
+_STOREFRONTS: tuple[str | None, ...] = ("web", "kiosk", None)
+_SAME_ID = 0.1
+_SEARCHED = 0.05
+
+
+def _input_keys(seed: int) -> dict[str, Any]:
+    """The key that seals the declared sensitive input fields (``INPUT_ENCRYPTION_KEY``), as the app settings
+    give one, its nonces drawn from the seed so that a run is reproduced exactly (none where the engine
+    seals nothing)."""
+    if importlib.util.find_spec("engine.sealing") is None:
+        return {}
+    sealing = importlib.import_module("engine.sealing")
+    nonces = random.Random(f"nonces:{seed}").randbytes
+    return {"input_keys": sealing.Keyring(sealing.InputKey("simulation", bytes(32)), nonces=nonces)}
+
+
+def _task_id(client_id: str, storefront: str | None) -> str:
+    """The task of a storefront's order: ``<storefront>.<id>`` (docs/operating.md, "Storefronts")."""
+    return f"{storefront}.{client_id}" if storefront else client_id
 
 
 def _catalog(base: WorkflowCatalog, profile: Profile) -> WorkflowCatalog:
@@ -160,8 +185,13 @@ class Simulation:
         servicebus: bool = True,
         services: Sequence[ServiceDefinition] | None = None,
         submit_as_app: bool = True,
+        storefronts: bool | None = None,
+        first_violation: bool = False,
     ) -> None:
-        """``servicebus``: the processes send through ``adapters.servicebus`` (False: straight to the broker,
+        """``first_violation``: end the run at its first violation, unchecked further (what a planted
+        bug's test needs: the run up to it is the same).
+
+        ``servicebus``: the processes send through ``adapters.servicebus`` (False: straight to the broker,
         as the regression seeds of tests/simulation/regressions.py were found; the adapter coalesces sends,
         so the same seed explores other interleavings through it).
 
@@ -172,8 +202,14 @@ class Simulation:
 
         ``catalog`` and ``services``: the workflows and the services they run on (default: the declared
         ones). A catalog given without its services runs on services that take no body and return no
-        values (the catalog the regression seeds were found on: tests/simulation/catalogs.py)."""
+        values (the catalog the regression seeds were found on: tests/simulation/catalogs.py).
+
+        ``storefronts``: the store keeps search entries and support staff search, and storefronts submit
+        orders beside those of no storefront (default: on the declared catalog only, so that the seeds of the
+        pinned catalogs explore what they explored)."""
         base = catalog or default_catalog()
+        self.storefronts = catalog is None if storefronts is None else storefronts
+        self.first_violation = first_violation
         if services is None:
             services = default_services() if catalog is None else ()
         declarations = Declarations(services)
@@ -198,6 +234,7 @@ class Simulation:
             # Parking only where something waits: with a horizon the Supervisor reads the calendar's cursor
             # every sweep, which would change what the seeds of catalogs without waits explore.
             park_horizon_seconds=profile.park_horizon_seconds if _has_waits(self.catalog) else 0.0,
+            **_input_keys(seed),
         )
         declarations.keys = self.settings.input_keys  # the calls' bodies open what the engine sealed
         self.oracle = Oracle(
@@ -218,6 +255,8 @@ class Simulation:
         self.decisions: dict[tuple[str, int], ApprovalPlan] = {}
         self.mistakes: dict[tuple[str, int], float] = {}
         self.storage = Storage(self.oracle)
+        self.searches = SearchModel(self) if self.storefronts else None
+        self.storage.places = self.searches
         self.breakers = self.storage.breaker_store(_BreakerRequests(self.world, self.oracle))
         self.services = Services(self.world, self.catalog, self.oracle, declarations)
         self.actions = self.services.actions()
@@ -270,13 +309,29 @@ class Simulation:
         names = self.catalog.names
         times = sorted(rng.uniform(0.0, profile.arrival_seconds) for _ in range(profile.orders))
         order_ids: list[str] = []
+        client_ids: list[tuple[str, str | None]] = []
         for i, at in enumerate(times):
             order_id = f"o{self.seed}-{i:05d}"
+            storefront, client_id = self._storefront(order_id, client_ids)
+            order_id = _task_id(client_id, storefront)
             workflow = names[rng.randrange(len(names))]
             current = self.catalog.current(workflow)
             assert current is not None
-            oracle.expect(order_id, workflow, current.version, self.client.order(order_id, current))
+            document = self.client.order(order_id, current, client_id)
+            oracle.expect(order_id, workflow, current.version, document, storefront, client_id)
             order_ids.append(order_id)
+            if self.searches is not None and rng.random() < _SEARCHED:
+                # Support staff look the customer up: soon (the order live or parked), or later (in the
+                # history, or purged)
+                when = rng.choice((profile.complete_by_seconds * 3, profile.retention_seconds * 1.5))
+                self.later(
+                    at + rng.uniform(0.0, when),
+                    self.searches.search,
+                    order_id,
+                    rng.random() < 0.5,
+                    rng.random() < 0.3,
+                    rng.choice((1, 2, 50)),
+                )
             self.later(at, self.client.submit, order_id, workflow)
             if rng.random() < profile.resubmit_rate:
                 again = at + rng.uniform(0.0, min(profile.retention_seconds, profile.arrival_seconds * 2))
@@ -321,6 +376,24 @@ class Simulation:
             known = [o for o, t in zip(order_ids, times, strict=True) if t <= at]
             if known:
                 self.later(at, self.operator.act, known[rng.randrange(len(known))])
+
+    def _storefront(self, order_id: str, client_ids: list[tuple[str, str | None]]) -> tuple[str | None, str]:
+        """Who submits the order, and the id it gives: a storefront (``web``, ``kiosk``) or none; some orders
+        reuse the id of the order before them from another storefront (or from none), which must be another
+        order. Drawn only where the run has storefronts."""
+        if not self.storefronts:
+            return None, order_id
+        rng = self.world.rng
+        if client_ids and rng.random() < _SAME_ID:
+            client_id, before = client_ids[-1]
+            storefront = _STOREFRONTS[(_STOREFRONTS.index(before) + 1) % len(_STOREFRONTS)]
+            if _task_id(client_id, storefront) in self.oracle.orders:  # the id came from every one already
+                client_id, storefront = order_id, before
+        else:
+            draw = rng.random()
+            client_id, storefront = order_id, "web" if draw < 0.3 else "kiosk" if draw < 0.5 else None
+        client_ids.append((client_id, storefront))
+        return storefront, client_id
 
     def _plan_waits(self, order_id: str, workflow: WorkflowDefinition, at: float) -> None:
         """What people do about the order's waits, drawn when it is planned: some orders are cancelled
@@ -425,7 +498,16 @@ class Simulation:
         self.oracle.start(self.limits, self.services.ledger)
         self._plan()
         self.timers.start()
-        await asyncio.sleep(self.profile.arrival_seconds * 1.5 + 1.0)
+        arrivals_end = self.profile.arrival_seconds * 1.5 + 1.0
+        if self.first_violation:
+            # Looked at every simulated second: a timer that does nothing else leaves the run as it was.
+            while self.loop.time() < arrivals_end and not self.oracle.violations:
+                await asyncio.sleep(min(1.0, arrivals_end - self.loop.time()))
+            if self.oracle.violations:
+                self.stopped = True
+                return
+        else:
+            await asyncio.sleep(arrivals_end)
         self.world.faults = False
         self.quiet_at = self.loop.time()
         self.oracle.faults_stopped()
@@ -435,6 +517,9 @@ class Simulation:
             await asyncio.sleep(step)
             self.oracle.check_deadlines()
             self.bound = self._bound()
+            if self.first_violation and self.oracle.violations:
+                self.stopped = True
+                return
         # One more sweep interval, so that a last move the checks would miss has time to show.
         await asyncio.sleep(self.profile.sweep_seconds * 2)
         self.stopped = True
@@ -454,7 +539,8 @@ class Simulation:
         try:
             self.loop.run_until_complete(self._main())
             self._drain()
-            checks.final(self)
+            if not (self.first_violation and self.oracle.violations):
+                checks.final(self)
         finally:
             self.spans.stop()
             random.setstate(state)
@@ -537,9 +623,12 @@ def run(
     catalog: WorkflowCatalog | None = None,
     services: Sequence[ServiceDefinition] | None = None,
     submit_as_app: bool = True,
+    storefronts: bool | None = None,
+    first_violation: bool = False,
 ) -> Result:
     """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it; ``servicebus``,
-    ``catalog``, ``services`` and ``submit_as_app``: see :class:`Simulation`)."""
+    ``catalog``, ``services``, ``submit_as_app``, ``storefronts`` and ``first_violation``: see
+    :class:`Simulation`)."""
     simulation = Simulation(
         seed,
         orders,
@@ -548,5 +637,7 @@ def run(
         servicebus=servicebus,
         services=services,
         submit_as_app=submit_as_app,
+        storefronts=storefronts,
+        first_violation=first_violation,
     )
     return simulation.run()

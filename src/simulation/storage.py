@@ -27,7 +27,15 @@ from typing import Any, Protocol, cast
 from azure.data.tables.aio import TableClient
 
 from adapters.breaker_store import BREAKER_PARTITION, TableBreakerStore
-from adapters.table_store import CALENDAR, PARKED_KINDS, WAITING_TALLY, TableStateStore, shard_of
+from adapters.table_store import (
+    CALENDAR,
+    PARKED_KINDS,
+    WAITING_TALLY,
+    TableStateStore,
+    _stamp,
+    search_table_name,
+    shard_of,
+)
 from engine.breaker import BreakerRecord
 from engine.state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 
@@ -35,6 +43,7 @@ from .table_client import Requests, SimTableClient, _entity
 from .tables import Change, Row, Table, Tables
 
 LIVE, WATCH, HISTORY = "orders", "orderswatch", "ordershistory"
+SEARCH = search_table_name(LIVE)
 SHARDS = 8
 
 
@@ -84,6 +93,24 @@ class Observer(Protocol):
         ...
 
 
+class Places(Protocol):
+    """Told when an order's records appear in, or leave, a place (the live table, a parked copy, the
+    history, a tombstone) and of every change of the search table (:mod:`simulation.search`)."""
+
+    def created(self, state: TaskState) -> None:
+        """The task's live records were written by a submission (not a return)."""
+        ...
+
+    def moved(self, order_id: str, now: str | None, before: Row | None) -> None:
+        """The order's live state record appeared or went (``now`` "live" or None), or its history row
+        changed kind (``now``: the new kind); ``before``: the history's row as it was, if any."""
+        ...
+
+    def search_changed(self, pk: str, changes: list[Change]) -> None:
+        """A request changed the search table."""
+        ...
+
+
 class Storage:
     """The account: the live, watch and history tables (the breakers in the live table's ``breaker``
     partition, as in Azure), and the reading of their changes for the observer."""
@@ -95,9 +122,12 @@ class Storage:
         self.live = self.tables.table(LIVE)
         self.watch = self.tables.table(WATCH)
         self.history = self.tables.table(HISTORY)
+        self.search = self.tables.table(SEARCH)
+        self.places: Places | None = None  # the search model, when the run has one (simulation.search)
         self.live.observers.append(self._live_changed)
         self.watch.observers.append(self._watch_changed)
         self.history.observers.append(self._history_changed)
+        self.search.observers.append(self._search_changed)
         self.calendar: dict[str, set[str]] = {}  # order id -> its calendar entries' keys
         self.parked_copies: dict[tuple[str, str], int] = {}  # (shard, what it waits for) -> parked copies
         self._tails = itertools.count(1)
@@ -108,9 +138,10 @@ class Storage:
     def _tail(self) -> str:
         return f"{next(self._tails):08x}"
 
-    def state_store(self, io: Requests, marks: bool = True) -> TableStateStore:
+    def state_store(self, io: Requests, marks: bool = True, search: bool = False) -> TableStateStore:
         """One process's store (its own cache of the history's tallies, as the adapter has); ``marks``: see
-        :class:`adapters.table_store.TableStateStore`."""
+        :class:`adapters.table_store.TableStateStore`; ``search``: with the search table, as the app's
+        (without it, orders are written with no search entries)."""
         live, watch, history = (
             cast(TableClient, SimTableClient(self.live, io, "live")),
             cast(TableClient, SimTableClient(self.watch, io, "watch", answers_refusals=True)),
@@ -124,6 +155,7 @@ class Storage:
             transact=lambda table, operations: table.submit_transaction(operations),
             unique=self._tail,
             marks=marks,
+            search=cast(TableClient, SimTableClient(self.search, io, "search")) if search else None,
         )
 
     def breaker_store(self, io: Requests) -> TableBreakerStore:
@@ -186,6 +218,19 @@ class Storage:
             assert state.before is not None
             self._states.pop(f"{pk}|{state.row_key}", None)
             gone = self.state(state.before)
+            if self.places is not None:
+                self.places.moved(gone.order_id, None, None)
+            if gone.process_state.finished:
+                # The move to the history writes it there before it deletes the live records (or finds it
+                # purged since an earlier attempt of the move): a reader never finds it nowhere.
+                kept = self.history.get(pk, f"order|{gone.order_id}")
+                if kept is None or kept.props.get("Kind") not in ("archive", "tombstone"):
+                    observer.violation(
+                        gone.order_id,
+                        f"a finished order in neither place: its live records were deleted "
+                        f"({gone.process_state.value}) while the history does not hold it",
+                    )
+                return
             if not gone.process_state.finished:
                 copy = self.parked_copy(pk, gone.order_id)
                 if copy is not None:
@@ -213,6 +258,10 @@ class Storage:
         after = self.state(state.after)
         if state.before is None:
             copy = self.parked_copy(pk, after.order_id)
+            if self.places is not None:
+                self.places.moved(after.order_id, "live", None)
+                if copy is None:
+                    self.places.created(after)
             if copy is None:
                 # A task written claimed (Scheduler.claim_new) carries its claim's steps and audit entries.
                 observer.state_saved(
@@ -252,6 +301,10 @@ class Storage:
             if after is None:
                 self._remembered(change.row_key, "its watch entry was deleted")
 
+    def _search_changed(self, table: Table, pk: str, changes: list[Change]) -> None:
+        if self.places is not None:
+            self.places.search_changed(pk, changes)
+
     # ---- parked orders ------------------------------------------------------------------------------
     def parked_copy(self, pk: str, order_id: str) -> Row | None:
         """The order's parked copy in the history table (None: none, or another kind of entity there)."""
@@ -270,6 +323,20 @@ class Storage:
         if self.history.get(pk, str(copy.props.get("IndexKey"))) is None:
             self.observer.violation(order_id, "parked without its listing entry")
         self._remembered(order_id, "its live records were deleted")
+
+    def _filed(self, order_id: str, key: str) -> None:
+        """A calendar entry of a parked order is no later than its wait ends (its timer's time, its
+        approval's deadline): the calendar brings it back before it is due."""
+        copy = self.parked_copy(self.pk(order_id), order_id)
+        if copy is None:
+            return
+        parked = self.state(copy)
+        due = parked.wait_until or parked.complete_by
+        if due is not None and key.split("|", 1)[0] > _stamp(due):
+            self.observer.violation(
+                order_id,
+                f"a parked order brought back late: its calendar entry {key} is after its wait ends ({due})",
+            )
 
     def _remembered(self, order_id: str, what: str) -> None:
         """A parked order whose live records are gone is never forgotten: it has a calendar entry or a watch
@@ -295,6 +362,7 @@ class Storage:
                     self._remembered(order_id, "its calendar entry was deleted")
                 else:
                     entries.add(change.row_key)
+                    self._filed(order_id, change.row_key)
             return
         counted = False
         for change in changes:
@@ -314,6 +382,8 @@ class Storage:
             self.observer.note(
                 order_id, "history {} {} -> {} ({})", change.verb, was, now, _etag(change.after)
             )
+            if self.places is not None and was != now:
+                self.places.moved(order_id, str(now) if now is not None else None, change.before)
             if was == "parked" and now not in ("parked", "archive") and not self.is_live(order_id):
                 self.observer.violation(
                     order_id,

@@ -8,6 +8,7 @@ payment that may answer later."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -622,6 +623,174 @@ async def mark_taking_a_row_for_a_mark(self: TableStateStore, state: Any) -> str
     return await _MARK(self, state) or "refused"
 
 
+# ---- search entries and storefronts (the declared catalog: only its runs have them) -------------------
+async def write_search_doing_nothing(self: TableStateStore, state: Any) -> None:
+    """``TableStateStore._write_search`` that writes nothing: the order is never found by a search."""
+
+
+async def delete_search_doing_nothing(self: TableStateStore, pk: str, keys: list[str]) -> None:
+    """``TableStateStore._delete_search`` that deletes nothing: a purged order's entries stay."""
+
+
+_SEARCH_KEYED = TableStateStore._search_keyed
+
+
+async def search_keyed_ignoring_the_storefront(
+    self: TableStateStore, query: Any, page_size: int, continuation: str | None
+) -> Any:
+    """``TableStateStore._search_keyed`` without its storefront condition: a storefront's search answers
+    another storefront's order of the same customer."""
+    return await _SEARCH_KEYED(self, query.model_copy(update={"storefront": None}), page_size, continuation)
+
+
+_STATUS = transitions.status
+
+
+def status_to_the_shared_queue(*args: Any, **kwargs: Any) -> Outgoing:
+    """``transitions.status`` that sends every status to the shared queue, a storefront's order's too."""
+    return dataclasses.replace(_STATUS(*args, **kwargs), queue=queues.STATUS_QUEUE)
+
+
+# ---- groups, on the declared catalog (returns version 2 settles a return in a group) -------------------
+def dispatch_compensation_stopping_at_the_group(record: TaskRecord, ctx: Context, start: int) -> Decision:
+    """``transitions._dispatch_compensation`` that ends the undo once a group is undone: the steps before the
+    group stay applied, the order says Compensated."""
+    if 0 <= start + 1 < len(record.steps) and ctx.grouped(start + 1) and not ctx.grouped(start):
+        record.state.phase = Phase.COMPENSATE
+        return transitions._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+    return _original_dispatch_compensation(record, ctx, start)
+
+
+def request_with_the_group_s_key(
+    record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = ""
+) -> Outgoing:
+    """``transitions._request`` whose steps of a group all call under the key of the group's first step
+    (the group's request copied for each step)."""
+    outgoing = _original_request(record, ctx, index, compensating, resend)
+    if not ctx.grouped(index) or not isinstance(outgoing.body, AgentRequest):
+        return outgoing
+    first = ctx.steps[ctx.group(index).start].name
+    body = outgoing.body.model_copy(update={"idempotency_key": f"{record.order_id}:{first}"})
+    return dataclasses.replace(outgoing, body=body)
+
+
+# ---- parking and the calendar -----------------------------------------------------------------------
+async def file_nothing(self: TableStateStore, state: Any) -> None:
+    """``TableStateStore._file`` that puts no calendar entry: the parked order is brought back only on
+    demand."""
+
+
+def calendar_entity_a_day_late(state: Any) -> dict[str, Any]:
+    """``TableStateStore.calendar_entity`` a day after the wait ends (a unit slipped): the calendar brings
+    the order back far too late, an approval nobody decides never expires."""
+    entity = dict(_CALENDAR_ENTITY(state))
+    due = state.wait_until or state.complete_by
+    entity["RowKey"] = f"{table_store._stamp(due + timedelta(days=1))}|{state.order_id}"
+    return entity
+
+
+_CALENDAR_ENTITY = TableStateStore.calendar_entity
+
+
+# ---- the move to the history --------------------------------------------------------------------------
+async def archive_deleting_the_live_records_first(self: TableStateStore, record: TaskRecord) -> bool:
+    """``TableStateStore.archive`` that deletes the live records before it writes the history: in between
+    (and for good if its process dies there) the finished order is nowhere."""
+    if record.archived:
+        return True
+    order_id, pk = record.order_id, self._pk(record.order_id)
+    trail = await self._audit_rows(self.table, order_id, table_store.STATE)
+    archive, listing = self.archive_entities(record, audited=bool(trail))
+    copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
+    if not await self._delete_live(record, trail):
+        return False
+    return await self._write_archive(pk, order_id, archive, listing, copies)
+
+
+_ARCHIVE = TableStateStore.archive
+
+
+async def archive_leaving_the_trail(self: TableStateStore, record: TaskRecord) -> bool:
+    """``TableStateStore.archive`` whose delete of the live records leaves the audit entries it copied."""
+    rows = self._audit_rows
+
+    async def none(*args: Any) -> list[Any]:
+        return []
+
+    trail = await rows(self.table, record.order_id, table_store.STATE)
+    if record.archived:
+        return True
+    archive, listing = self.archive_entities(record, audited=bool(trail))
+    copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
+    if not await self._write_archive(self._pk(record.order_id), record.order_id, archive, listing, copies):
+        return False
+    return await self._delete_live(record, await none())
+
+
+# ---- callbacks ---------------------------------------------------------------------------------------
+_REPLY = Callbacks._reply
+
+
+def reply_taking_a_refusal_for_done(*args: Any) -> AgentReply:
+    """``Callbacks._reply`` that reads a refused callback as done: the step completes on a payment the
+    service refused."""
+    reply = _REPLY(*args)
+    if reply.outcome is ReplyOutcome.FAILED:
+        return reply.model_copy(update={"outcome": ReplyOutcome.SUCCEEDED, "error": None})
+    return reply
+
+
+def reply_without_the_result(*args: Any) -> AgentReply:
+    """``Callbacks._reply`` that passes on none of the values the service called back with."""
+    return _REPLY(*args).model_copy(update={"result": {}})
+
+
+# ---- approvals and timers ----------------------------------------------------------------------------
+def wait_expired_leaving_approvals(record: TaskRecord, ctx: Context) -> Decision:
+    """``transitions._wait_expired`` that applies no approval's deadline: an approval nobody decides waits
+    for ever."""
+    if isinstance(ctx.steps[record.state.current_step].wait, Approval):
+        return REFUSED
+    return _WAIT_EXPIRED(record, ctx)
+
+
+_WAIT_EXPIRED = transitions._wait_expired
+_TIMER_DUE = transitions.timer_due
+
+
+def timer_due_twice_its_setting(record: TaskRecord, ctx: Context, index: int, timer: Timer) -> datetime:
+    """``transitions.timer_due`` that adds the timer's duration twice: the window stays open twice as long."""
+    due = _TIMER_DUE(record, ctx, index, timer)
+    return due + (due - ctx.now) if timer.until is None else due
+
+
+# ---- conditions and carried results -------------------------------------------------------------------
+def dispatch_forward_judging_without_the_input(record: TaskRecord, ctx: Context) -> Decision:
+    """``transitions._dispatch_forward`` whose conditions read the results but not the input (the document
+    built before the input was put in): a shipment of physical goods is left out."""
+    original = transitions.document
+
+    def without_input(record: TaskRecord, upto: int, before: int | None = None) -> dict[str, Any]:
+        return {**original(record, upto, before), "input": {}}
+
+    transitions.document = without_input
+    try:
+        return _DISPATCH_FORWARD(record, ctx)
+    finally:
+        transitions.document = original
+
+
+_DISPATCH_FORWARD = transitions._dispatch_forward
+
+
+def step_succeeded_without_its_result(
+    record: TaskRecord, ctx: Context, result: dict[str, Any], index: int
+) -> Decision:
+    """``transitions._step_succeeded`` that records no result: the values a later step or an undo needs
+    are never passed on."""
+    return _STEP_SUCCEEDED(record, ctx, {}, index)
+
+
 @dataclass(frozen=True)
 class Plant:
     """A bug to plant, words of the violation by which the invariant about its consequence reports it (the
@@ -629,7 +798,7 @@ class Plant:
 
     put: Callable[[pytest.MonkeyPatch], None]
     breaks: str
-    catalog: str = "engine-only"
+    catalog: str | None = "engine-only"  # None: the declared catalog
 
 
 PLANTS: dict[str, Plant] = {
@@ -768,5 +937,94 @@ PLANTS: dict[str, Plant] = {
         lambda mp: mp.setattr(transitions, "_step_failed", step_failed_undoing_from_itself),
         "was still applied",
         "groups",
+    ),
+    # search entries and storefronts, on the declared catalog (the seeds of the pinned ones have neither)
+    "a submission that writes no search entries": Plant(
+        lambda mp: mp.setattr(TableStateStore, "_write_search", write_search_doing_nothing),
+        "written at submission",
+        None,
+    ),
+    "a purge that leaves the search entries": Plant(
+        lambda mp: mp.setattr(TableStateStore, "_delete_search", delete_search_doing_nothing),
+        "outlived its order's purge",
+        None,
+    ),
+    "a search that ignores the storefront": Plant(
+        lambda mp: mp.setattr(TableStateStore, "_search_keyed", search_keyed_ignoring_the_storefront),
+        "a search never answers an order that does not match",
+        None,
+    ),
+    "a storefront's status sent to the shared queue": Plant(
+        lambda mp: mp.setattr(transitions, "status", status_to_the_shared_queue),
+        "receives only its own orders' statuses",
+        None,
+    ),
+    "storefront ids not scoped": Plant(
+        lambda mp: mp.setattr(queues, "scoped_id", lambda order_id, submitter: order_id),
+        "a task the client never submitted was written",
+        None,
+    ),
+    # the constructs of the last round, on the declared catalog
+    "an undo that stops at its group": Plant(
+        lambda mp: mp.setattr(
+            transitions, "_dispatch_compensation", dispatch_compensation_stopping_at_the_group
+        ),
+        "still applied",
+        None,
+    ),
+    "the steps of a group calling under one key": Plant(
+        lambda mp: mp.setattr(transitions, "_request", request_with_the_group_s_key),
+        "the key of no step",
+        None,
+    ),
+    "a park that files no calendar entry": Plant(
+        lambda mp: mp.setattr(TableStateStore, "_file", file_nothing), "a parked order forgotten", None
+    ),
+    "a calendar entry a day late": Plant(
+        lambda mp: mp.setattr(TableStateStore, "calendar_entity", staticmethod(calendar_entity_a_day_late)),
+        "a parked order brought back late",
+        None,
+    ),
+    "a move to the history that deletes the live records first": Plant(
+        lambda mp: mp.setattr(TableStateStore, "archive", archive_deleting_the_live_records_first),
+        "a finished order in neither place",
+        None,
+    ),
+    "a move to the history that leaves the audit entries": Plant(
+        lambda mp: mp.setattr(TableStateStore, "archive", archive_leaving_the_trail),
+        "audit entries left in the live table",
+        None,
+    ),
+    "a callback's refusal taken for done": Plant(
+        lambda mp: mp.setattr(Callbacks, "_reply", staticmethod(reply_taking_a_refusal_for_done)),
+        # The route hands the Scheduler a success for a callback that said refused.
+        "was handed to the Scheduler as the reply succeeded",
+        None,
+    ),
+    "a callback's values dropped": Plant(
+        lambda mp: mp.setattr(Callbacks, "_reply", staticmethod(reply_without_the_result)),
+        "a result passed on is not the one returned",
+        None,
+    ),
+    "an approval whose deadline never comes": Plant(
+        lambda mp: mp.setattr(transitions, "_wait_expired", wait_expired_leaving_approvals),
+        # The Supervisor comes to the approval past its deadline and leaves it waiting: a wait never ended.
+        "without recovering it",
+        None,
+    ),
+    "a timer that waits twice its setting": Plant(
+        lambda mp: mp.setattr(transitions, "timer_due", timer_due_twice_its_setting),
+        "not from when it started",
+        None,
+    ),
+    "conditions judged without the input": Plant(
+        lambda mp: mp.setattr(transitions, "_dispatch_forward", dispatch_forward_judging_without_the_input),
+        "its condition holds",
+        None,
+    ),
+    "a step's result recorded without its values": Plant(
+        lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_without_its_result),
+        "the values its service returned",
+        None,
     ),
 }

@@ -24,7 +24,8 @@ class Job:
     """One run: a seed, its orders (``orders`` replaces the seed's number, ``max_orders`` caps it) and the
     bug to put back (``("plant", name)``, ``("regression", name)`` or None); ``servicebus``: through the
     Service Bus adapter (see :class:`simulation.run.Simulation`); ``catalog``: a pinned catalog's name
-    (None: the declared one); ``submit_as_app``: see :class:`simulation.run.Simulation`."""
+    (None: the declared one); ``submit_as_app``, ``first_violation``: see
+    :class:`simulation.run.Simulation`."""
 
     seed: int
     orders: int | None = None
@@ -33,6 +34,7 @@ class Job:
     servicebus: bool = True
     catalog: str | None = None
     submit_as_app: bool = True
+    first_violation: bool = False  # end the run at its first violation (a planted bug's)
 
 
 def _run(job: Job) -> Result:
@@ -56,6 +58,7 @@ def _run(job: Job) -> Result:
             catalog=catalog,
             services=services,
             submit_as_app=job.submit_as_app,
+            first_violation=job.first_violation,
         )
 
 

@@ -52,7 +52,8 @@ def _constructs() -> list[str]:
     undo, a cancel while a step without undo runs and such a step left applied in a Compensated order; a
     timer ended by its wake-up, an approval approved, one rejected, one expired, and a cancel during a
     wait; for a service that may answer later, a step waiting for its callback, a callback taken, one refused
-    as not awaited (late, duplicated or out of order) and a cancel while a callback was awaited."""
+    as not awaited (late, duplicated or out of order) and a cancel while a callback was awaited; a search
+    finding an order live and one in the history."""
     declarations = Declarations(SERVICES)
     expected: set[str] = set()
     for workflow in CATALOG.workflows:
@@ -104,6 +105,8 @@ def _constructs() -> list[str]:
         }
         if returned & read:
             expected.add("result values passed on")
+    if any(w.searchable for w in CATALOG.workflows):  # search entries: found live and in the history
+        expected |= {"searches found an order live", "searches found an order in the history"}
     if any(isinstance(s.wait, Timer | Approval) for w in CATALOG.workflows for s in w.steps):
         expected |= {  # parked orders: parked, brought back by the calendar and on demand
             "orders parked",
