@@ -144,7 +144,7 @@ _CURSOR = "cursor"
 _RACES = 5  # attempts at a write that loses a race on a shared row (a tally) before giving up for now
 # How far another instance's clock may run ahead of a submitter's: a submission whose task was written
 # later than this before its entry's CompleteBy may have had that entry swept (see TableStateStore.create).
-_CLOCK_SKEW_SECONDS = 0.5
+_CLOCK_SKEW_SECONDS = 0.1
 _IF_MATCH = {"match_condition": MatchConditions.IfNotModified}
 
 # How an entity-group transaction is sent: ``adapters.table_batch.submit_transaction`` (the SDK's request at a
