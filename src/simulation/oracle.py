@@ -313,6 +313,7 @@ class Oracle:
         self.now = now
         self.returns = returns or (lambda service, action: [])  # the values an apply answers with, by name
         self.dispatched: Callable[[str, int], None] = lambda order_id, index: None  # a step's first dispatch
+        self.first_violation: Callable[[], None] = lambda: None  # told of the run's first violation
         self.max_failures = max_failures
         self.trace_limit = trace_limit
         self.orders: dict[str, OrderTruth] = {}
@@ -341,6 +342,8 @@ class Oracle:
     def violation(self, order_id: str, what: str) -> None:
         """Record a broken invariant (the run fails)."""
         self.violations.append((order_id, f"t={self.now():.3f} {what}"))
+        if len(self.violations) == 1:
+            self.first_violation()
         if order_id in self.orders:
             self.note(order_id, "VIOLATION {}", what)
 

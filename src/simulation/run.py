@@ -210,6 +210,7 @@ class Simulation:
         base = catalog or default_catalog()
         self.storefronts = catalog is None if storefronts is None else storefronts
         self.first_violation = first_violation
+        self._main_task: asyncio.Task[None] | None = None
         if services is None:
             services = default_services() if catalog is None else ()
         declarations = Declarations(services)
@@ -246,6 +247,8 @@ class Simulation:
             asynchronous=declarations.asynchronous,
         )
         self.oracle.dispatched = self._dispatched
+        if first_violation:
+            self.oracle.first_violation = self._stop_early
         self.cancel_on_dispatch: dict[str, int] = {}  # order -> the step it is cancelled at, once dispatched
         # order -> a step whose service may answer later, cancelled while its service may still be deciding
         self.cancel_while_deciding: dict[str, int] = {}
@@ -279,6 +282,13 @@ class Simulation:
         self.bound = 0.0
         self.world.on_restart = self._host
         self.world.workers = [self._built(Worker(slot, 0)) for slot in range(profile.workers)]
+
+    def _stop_early(self) -> None:
+        """The first violation: the run ends here (what the rest would do is not looked at). Only from now
+        on does anything differ from a whole run."""
+        self.stopped = True
+        if self._main_task is not None:
+            self.loop.call_soon(self._main_task.cancel)
 
     def _host(self, worker: Worker) -> None:
         worker.host = build_host(self, worker)
@@ -498,16 +508,7 @@ class Simulation:
         self.oracle.start(self.limits, self.services.ledger)
         self._plan()
         self.timers.start()
-        arrivals_end = self.profile.arrival_seconds * 1.5 + 1.0
-        if self.first_violation:
-            # Looked at every simulated second: a timer that does nothing else leaves the run as it was.
-            while self.loop.time() < arrivals_end and not self.oracle.violations:
-                await asyncio.sleep(min(1.0, arrivals_end - self.loop.time()))
-            if self.oracle.violations:
-                self.stopped = True
-                return
-        else:
-            await asyncio.sleep(arrivals_end)
+        await asyncio.sleep(self.profile.arrival_seconds * 1.5 + 1.0)
         self.world.faults = False
         self.quiet_at = self.loop.time()
         self.oracle.faults_stopped()
@@ -517,9 +518,6 @@ class Simulation:
             await asyncio.sleep(step)
             self.oracle.check_deadlines()
             self.bound = self._bound()
-            if self.first_violation and self.oracle.violations:
-                self.stopped = True
-                return
         # One more sweep interval, so that a last move the checks would miss has time to show.
         await asyncio.sleep(self.profile.sweep_seconds * 2)
         self.stopped = True
@@ -537,7 +535,9 @@ class Simulation:
         random.seed(self.seed)  # tenacity's jitter draws from the module's generator
         self.spans.start()
         try:
-            self.loop.run_until_complete(self._main())
+            self._main_task = self.loop.create_task(self._main())
+            with contextlib.suppress(asyncio.CancelledError):  # ended at its first violation
+                self.loop.run_until_complete(self._main_task)
             self._drain()
             if not (self.first_violation and self.oracle.violations):
                 checks.final(self)

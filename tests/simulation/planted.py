@@ -1024,7 +1024,7 @@ PLANTS: dict[str, Plant] = {
     ),
     "a step's result recorded without its values": Plant(
         lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_without_its_result),
-        "the values its service returned",
+        "a result passed on is not the one returned",
         None,
     ),
 }
