@@ -223,24 +223,31 @@ async def test_the_save_that_completes_the_charge_drops_the_token_in_its_own_tra
     assert "paymentToken" not in request.payload["input"]
 
 
-async def test_an_order_stored_in_clear_by_the_previous_release_is_still_charged(h: Harness) -> None:
-    token = f"tok-{uuid.uuid4().hex}"
-    document = order_document("o-3", order_input(WORKFLOW, order(token)))
+def stored_order(order_id: str, document: dict[str, Any], input_hash: str) -> TaskRecord:
+    """A new task of ``WORKFLOW`` as the store would hold it, with the input and body hash given (written
+    as another release or key wrote them, not through today's submission)."""
     now = ManualClock().now()
     record = TaskRecord(
         state=TaskState(
-            order_id="o-3",
+            order_id=order_id,
             workflow=WORKFLOW.name,
             workflow_version=WORKFLOW.version,
             created_at=now,
             updated_at=now,
         ),
         steps=[StepState(index=i, name=s.name) for i, s in enumerate(WORKFLOW.steps)],
-        input=document,  # as the previous release stored it: the token in clear
-        input_hash=body_hash(document),
+        input=document,
+        input_hash=input_hash,
     )
     new_record_state(record, Context(WORKFLOW, EngineSettings(), now))
-    await h.store.create(record)
+    return record
+
+
+async def test_an_order_stored_in_clear_by_the_previous_release_is_still_charged(h: Harness) -> None:
+    token = f"tok-{uuid.uuid4().hex}"
+    document = order_document("o-3", order_input(WORKFLOW, order(token)))
+    # As the previous release stored it: the token in clear.
+    await h.store.create(stored_order("o-3", document, body_hash(document)))
     got = await h.api.get("o-3")
     assert got.body["input"]["paymentToken"] == REDACTED and not shows(got, token)
     await h.sender.send(
@@ -265,21 +272,8 @@ async def test_the_same_body_resubmitted_is_the_same_order_whatever_hashed_it(
     plain = body_hash(document)
     retired = sealing.Keyring(KEYS.previous[0])  # the key that sealed before the rotation (now previous)
     clear = stored_by.startswith("the previous")
-    now = ManualClock().now()
-    record = TaskRecord(
-        state=TaskState(
-            order_id="o-4",
-            workflow=WORKFLOW.name,
-            workflow_version=WORKFLOW.version,
-            created_at=now,
-            updated_at=now,
-        ),
-        steps=[StepState(index=i, name=s.name) for i, s in enumerate(WORKFLOW.steps)],
-        input=document if clear else sealing.seal_input(document, WORKFLOW.sensitive, "o-4", retired),
-        input_hash=plain if clear else retired.fingerprint(plain),
-    )
-    new_record_state(record, Context(WORKFLOW, EngineSettings(), now))
-    await h.store.create(record)
+    stored = document if clear else sealing.seal_input(document, WORKFLOW.sensitive, "o-4", retired)
+    await h.store.create(stored_order("o-4", stored, plain if clear else retired.fingerprint(plain)))
     again = await h.api.submit(json.dumps({"orderId": "o-4", **body}).encode(), "application/json")
     assert again.status == 200, (stored_by, again.body)  # was 409: the hash compared under today's key only
     other = await h.api.submit(
