@@ -545,7 +545,8 @@ class Oracle:
         awaits, applies = self._awaits(truth, after)
         if (truth.awaiting[-1][1:] if truth.awaiting else ((), False)) != (awaits, applies):
             truth.awaiting.append((now, awaits, applies))
-        if became.terminal:
+        if became.terminal and not was.terminal:
+            # When it ended, not its later saves (recording an Error's alert as raised is one).
             truth.terminal_at = now
             self._terminal_on_time(truth, now)
         self._watched(truth, after, now)

@@ -125,6 +125,23 @@ class LocalStack:
         """devhost.json."""
         return json.loads((self.data_dir / "devhost.json").read_text())
 
+    def wait_restarted(self, victims: list[int], timeout: float = 60) -> None:
+        """Wait until the devhost has restarted every worker in ``victims`` (PIDs) and the HTTP worker
+        answers again: devhost.json names a new PID as soon as it is started, seconds before it serves."""
+        wait_for(
+            lambda: all(w["pid"] not in victims for w in self.state["workers"]),
+            timeout=timeout,
+            what="every killed worker to be restarted",
+        )
+
+        def serving() -> bool:
+            try:
+                return self.api.get("/api/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(serving, timeout=timeout, interval=0.1, what="the restarted HTTP worker to answer")
+
     def servicebus(self) -> ServiceBusClient:
         """An SDK client on the stack's Service Bus emulator."""
         return ServiceBusClient.from_connection_string(connection_string(self.sb_port))

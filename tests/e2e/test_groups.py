@@ -11,7 +11,6 @@ from typing import Any
 
 from orders import catalog
 from tests.e2e.conftest import FAST_SETTINGS, LocalStack, position
-from tests.support import wait_for
 
 WORKFLOW = catalog.RETURNS
 GROUP = tuple(step for step in WORKFLOW.steps if step.group is not None)
@@ -178,11 +177,7 @@ def test_workers_killed_while_a_group_is_in_flight_lose_nothing_and_apply_each_e
     victims = [worker["pid"] for worker in calm.state["workers"]]
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
-    wait_for(
-        lambda: all(w["pid"] not in victims for w in calm.state["workers"]),
-        timeout=30,
-        what="every worker to be restarted",
-    )
+    calm.wait_restarted(victims)
     order = calm.wait_terminal(order_id, timeout=60)
     assert order["processState"] == "Processed", order
     assert effects(calm, order_id) == dict.fromkeys([s.name for s in WORKFLOW.steps], (1, 0))
