@@ -41,6 +41,7 @@ from rich.table import Table
 
 from adapters.otlp_file import read_spans, spans_path
 from devhost import launch, trace_check, trace_cli
+from devhost.stack import local_wait_settings
 from engine.workflow import WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from simulators.ledger_check import ledger_report
@@ -97,9 +98,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lost-reply", type=float, default=0.05, help="lost-reply rate per call (default 0.05)")
     p.add_argument("--latency-ms", type=int, default=20, help="latency added to every call (default 20)")
     p.add_argument("--complete-by", type=float, default=5.0, help="STEP_COMPLETE_BY_SECONDS (default 5)")
-    p.add_argument("--window", type=float, default=1.0, help="CANCELLATION_WINDOW_SECONDS (default 1)")
+    p.add_argument("--window", type=float, default=1.0, help="every timer's setting (default 1)")
     p.add_argument(
-        "--review", type=float, default=10.0, help="FRAUD_REVIEW_SECONDS: an approval's deadline (default 10)"
+        "--review", type=float, default=10.0, help="every approval's deadline setting (default 10)"
     )
     p.add_argument(
         "--park-horizon",
@@ -193,8 +194,7 @@ def start_devhost(args: argparse.Namespace, data_dir: Path) -> launch.RunningDev
         "SUPERVISOR_MAX_FAILURES": os.environ.get("SUPERVISOR_MAX_FAILURES", "5"),
         "SUPERVISOR_BACKOFF_SECONDS": "0.5",
         "SUPERVISOR_MAX_BACKOFF_SECONDS": "4",
-        "CANCELLATION_WINDOW_SECONDS": str(args.window),
-        "FRAUD_REVIEW_SECONDS": str(args.review),
+        **local_wait_settings(timer_seconds=args.window, approval_seconds=args.review),
         "WAIT_PARK_HORIZON_SECONDS": str(args.park_horizon),
     }
     with console.status("starting Azurite, the Service Bus emulator, the simulators and the workers..."):

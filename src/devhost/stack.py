@@ -41,7 +41,9 @@ import httpx
 from adapters.otlp_file import spans_path
 from engine import queues
 from engine.sealing import InputKey
+from engine.workflow import Timer, wait_seconds
 from orders.access import storefront_key_setting, storefronts
+from orders.catalog import CATALOG
 from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
 from orders.telemetry_setup import TELEMETRY_DIR
 from servicebus_emulator import launcher as servicebus
@@ -55,6 +57,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 QUEUE_CONFIG = REPO_ROOT / "local" / "servicebus-config.json"
 RESTART_DELAY_SECONDS = 1.0
 
+
+def local_wait_settings(timer_seconds: float, approval_seconds: float) -> dict[str, str]:
+    """Every app setting a declared wait names, at most ``timer_seconds`` for a timer and
+    ``approval_seconds`` for an approval's deadline (never longer than declared): a local run of any
+    catalog waits seconds, not the hours a workflow declares for Azure."""
+    return {
+        name: f"{min(wait_seconds(wait), timer_seconds if isinstance(wait, Timer) else approval_seconds):g}"
+        for name, wait in CATALOG.setting_waits().items()
+    }
+
+
 # Defaults for the workers' app settings; anything in the environment wins (so tests can shorten them).
 DEFAULT_SETTINGS = {
     "FUNCTIONS_WORKER_RUNTIME": "python",
@@ -64,9 +77,9 @@ DEFAULT_SETTINGS = {
     "SUPERVISOR_BACKOFF_SECONDS": "2",
     "SUPERVISOR_MAX_BACKOFF_SECONDS": "30",
     "STATE_TABLE_NAME": "orders",
-    # The order workflow's waits, short so that a local run shows them (Azure: 30 minutes and a day).
-    "CANCELLATION_WINDOW_SECONDS": "2",
-    "FRAUD_REVIEW_SECONDS": "20",
+    # Every declared wait's setting, short so that a local run shows it (the examples' in Azure: 30
+    # minutes and a day).
+    **local_wait_settings(timer_seconds=2, approval_seconds=20),
     # Waits due more than twice this far off are parked out of the live records (Azure: 10 minutes).
     "WAIT_PARK_HORIZON_SECONDS": "3",
 }

@@ -114,6 +114,12 @@ class Approval(Declared):
 Wait = Timer | Approval
 
 
+def wait_seconds(wait: Wait) -> float:
+    """How long a wait lasts as declared: a timer's delay (0 when it waits for an input's time), an
+    approval's deadline."""
+    return (wait.after_seconds or 0.0) if isinstance(wait, Timer) else wait.deadline_seconds
+
+
 class StepDefinition(Declared):
     """One step: the agent that runs it, its action, the action that undoes it, and when it runs; or a
     wait (a timer or an approval) that calls nothing and has nothing to undo."""
@@ -428,17 +434,20 @@ class WorkflowCatalog(BaseModel):
         latest versions no longer use still serves the orders in flight on an older one."""
         return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps if s.agent is not None))
 
+    def setting_waits(self) -> dict[str, Wait]:
+        """Every wait that names an app setting, by the setting's name (the latest version's where
+        versions differ)."""
+        found: dict[str, Wait] = {}
+        for workflow in sorted(self.workflows, key=lambda w: w.version):
+            for step in workflow.steps:
+                if step.wait is not None and step.wait.setting is not None:
+                    found[step.wait.setting] = step.wait
+        return dict(sorted(found.items()))
+
     def wait_settings(self) -> dict[str, float]:
         """Every app setting a wait names, by name, with the duration it declares (the latest version's
         where versions differ): what the setting gives when it is not set."""
-        found: dict[str, float] = {}
-        for workflow in sorted(self.workflows, key=lambda w: w.version):
-            for step in workflow.steps:
-                wait = step.wait
-                if wait is not None and wait.setting is not None:
-                    declared = wait.after_seconds if isinstance(wait, Timer) else wait.deadline_seconds
-                    found[wait.setting] = declared or 0.0
-        return dict(sorted(found.items()))
+        return {name: wait_seconds(wait) for name, wait in self.setting_waits().items()}
 
     def policies(self, agent: str) -> dict[tuple[str, int, str], RetryPolicy]:
         """The retry policy of every step on ``agent``, by (workflow, version, step)."""

@@ -14,6 +14,7 @@ import pytest
 from azure.servicebus import ServiceBusClient
 
 from devhost import launch
+from devhost.stack import local_wait_settings
 from engine import queues
 from engine.workflow import Approval, StepDefinition, Timer, WorkflowDefinition
 from orders import catalog
@@ -31,9 +32,9 @@ FAST_SETTINGS = {
     "SUPERVISOR_MAX_BACKOFF_SECONDS": "1",
     # Every timing here is a tenth of Azure's; the breaker's open interval too (10 s there).
     "BREAKER_RESET_SECONDS": "1",
-    # No cancellation window (the timer ends at once, with nothing sent): the tests of waits set their own.
-    "CANCELLATION_WINDOW_SECONDS": "0",
-    "FRAUD_REVIEW_SECONDS": "3",
+    # Every declared wait's setting: no timer's delay (it ends at once, with nothing sent), approvals due
+    # in 3 s; the tests of waits set their own.
+    **local_wait_settings(timer_seconds=0, approval_seconds=3),
 }
 TERMINAL = {"Processed", "Compensated", "Error"}
 SERVICES = tuple(service.name for service in catalog.SERVICES)
