@@ -1,9 +1,12 @@
-"""Fixtures shared by every suite: Azurite's Table service, started once per test session."""
+"""Fixtures shared by every suite (Azurite's Table service, started once per test session), and where the
+suite's time went."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +16,23 @@ from azure.data.tables import TableServiceClient
 from devhost import azurite
 from servicebus_emulator.launcher import free_port
 from tests.support import stop_process
+
+_started = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """After the 15 slowest tests (``--durations``): the wall time and the 15 files that took longest."""
+    per_file: dict[str, float] = defaultdict(float)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                per_file[report.nodeid.split("::", 1)[0]] += report.duration
+    if not per_file:
+        return
+    terminalreporter.section("slowest 15 files (seconds in their tests, summed)")
+    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {path}")
+    terminalreporter.write_line(f"wall time: {time.monotonic() - _started:.0f}s")
 
 
 @pytest.fixture(scope="session")
