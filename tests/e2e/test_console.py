@@ -282,8 +282,16 @@ def see_an_overdue_approval(browser: WebDriver, waiting: dict[str, Any], step: s
 
 
 def buttons(browser: WebDriver) -> list[str]:
-    """What the page's buttons say (their accessible names)."""
-    return [b.get_attribute("aria-label") or b.text for b in browser.find_elements(By.TAG_NAME, "button")]
+    """What the page's buttons say (their accessible names).
+
+    Read in one script: the page re-renders on its refresh, and a button found in one
+    WebDriver call can be gone by the next (a stale element).
+    """
+    names = browser.execute_script(
+        "return [...document.querySelectorAll('button')]"
+        ".map(b => b.getAttribute('aria-label') || b.innerText);"
+    )
+    return [str(n) for n in names]
 
 
 def look(element: WebElement) -> tuple[str, ...]:
@@ -570,7 +578,7 @@ def test_a_reader_sees_everything_and_no_action(stack: LocalStack, browser: WebD
     listed = browser.find_element(By.ID, "deadletter-items").text
     assert str(message["sequenceNumber"]) in listed
     assert browser.find_elements(By.CSS_SELECTOR, "#deadletter-items button") == []
-    labels = [b.get_attribute("aria-label") or b.text for b in browser.find_elements(By.TAG_NAME, "button")]
+    labels = buttons(browser)
     assert not [x for x in labels if x.split(" ")[0] in {"Retry", "Extend", "Skip", "Replay", "Resubmit"}]
     assert problems(browser) == []
     # And the API agrees: the reader's session cannot act even without the page.
