@@ -280,9 +280,9 @@ def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState,
     queue = deque([submitted()])
     while queue:
         record = queue.popleft()
+        before = record.model_dump()  # what each copy of it holds before its move
         for operation, index, move in moves(record, workflow):
             after = record.model_copy(deep=True)
-            before = after.model_dump()
             supervisor = operation in (None, Operation.HOLD, Operation.RELEASE)
             group_runs = after.state.process_state is ProcessState.PROCESSING and plan.grouped(
                 after.state.current_step
