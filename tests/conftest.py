@@ -1,8 +1,9 @@
-"""Fixtures shared by every suite (Azurite's Table service, started once per test session), and where the
-suite's time went."""
+"""Fixtures shared by every suite (Azurite's Table service, started once per test process), how the suite
+spreads over processes (pytest-xdist), and where its time went."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import uuid
@@ -16,6 +17,45 @@ from azure.data.tables import TableServiceClient
 from devhost import azurite
 from servicebus_emulator.launcher import free_port
 from tests.support import stop_process
+
+# The simulation's runs are CPU-bound and go to a pool of processes of their own, one per core
+# (tests/simulation/pool.py): every module of it is one unit of work, so that one process holds that pool.
+# The rest waits on its stacks far more than it computes, and shares the cores with it. A module is a unit
+# too: its stack, a module fixture, starts once. The longest units go first (the simulation, then the
+# walk-through), so that neither ends the run alone.
+SIMULATION = "tests/simulation/"
+_FIRST = (SIMULATION, "tests/e2e/test_customizing.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(_FIRST))  # stable: the rest as collected
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The unit of work of a test, by its id: the simulation, or the test's module."""
+    return SIMULATION if nodeid.startswith(SIMULATION) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # optional: a run with ``-p no:xdist`` has no such hook
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a process per core."""
+    return len(os.sched_getaffinity(0))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    # xdist's own grouping (``--dist loadgroup``) marks a group by suffixing an item's id, which pytest 9
+    # no longer reads; its module scheduling keeps a class apart from the rest of its module. This one
+    # groups by unit_of_work, in the order collected.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnitOfWork(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByUnitOfWork(config, log)
+
 
 _started = time.monotonic()
 
