@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine import queues
 from engine.conditions import Test
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 from orders import catalog_docs, generate
 from orders.catalog import CATALOG, SERVICES
 from orders.services.declaration import ServiceBody, ServiceDefinition, ServiceResult
@@ -134,6 +134,18 @@ def test_the_sample_keeps_a_service_s_own_value_and_its_place(copy: Path) -> Non
     keys = list(json.loads(sample.read_text())["Values"])
     positions = [keys.index(s.url_setting) for s in SERVICES]
     assert positions == list(range(positions[0], positions[0] + len(SERVICES))), "together, in order"
+
+
+def test_a_new_wait_s_setting_is_added_to_the_sample_short_and_an_existing_one_kept() -> None:
+    wait = Approval(deadline_seconds=86_400, setting="SEAT_APPROVAL_SECONDS")
+    timer = Timer(after_seconds=1.5, setting="COOLING_OFF_SECONDS")
+    steps = (StepDefinition(name="approve", wait=wait), StepDefinition(name="cool-off", wait=timer))
+    catalog = WorkflowCatalog(workflows=(*CATALOG.workflows, WorkflowDefinition(name="waits", steps=steps)))
+    current = json.loads((ROOT / generate.SAMPLE_SETTINGS).read_text())
+    values = generate.sample_settings(current, SERVICES, catalog)["Values"]
+    assert values["SEAT_APPROVAL_SECONDS"] == f"{generate.SAMPLE_WAIT_SECONDS['approval']:g}"
+    assert values["COOLING_OFF_SECONDS"] == "1.5", "never longer than declared"
+    assert {k: v for k, v in values.items() if k in current["Values"]} == current["Values"], "others kept"
 
 
 def test_the_output_is_deterministic_json_with_a_final_newline() -> None:

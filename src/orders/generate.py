@@ -11,7 +11,8 @@ The files, relative to the repository root:
 - ``infra/app/catalog.json``: the services by name (queue, URL setting, agent function) and the same
   queues with their properties as the Service Bus module takes them, read by the Bicep with
   ``loadJsonContent``;
-- ``local.settings.sample.json``: its other values kept, one ``<NAME>_SERVICE_URL`` per service;
+- ``local.settings.sample.json``: its other values kept, one ``<NAME>_SERVICE_URL`` per service, and one
+  entry per wait's setting (a new one short, :data:`SAMPLE_WAIT_SECONDS`);
 - ``docs/customizing.md``: the tables between its generated markers (:mod:`orders.catalog_docs`): each
   workflow version's input fields and steps (their conditions, the results their services return and
   their bodies read, what undoes them, or that nothing can), and the services.
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import queues
-from engine.workflow import WorkflowCatalog
+from engine.workflow import Approval, WorkflowCatalog, wait_seconds
 
 from . import catalog_docs
 from .catalog import CATALOG, SERVICES
@@ -51,6 +52,9 @@ COMMAND = "python -m orders.generate"
 EMULATOR_NAMESPACE = "sbemulatorns"
 # Where the local stack serves the simulators (remote-simulators and orders-devhost --sim-port default).
 LOCAL_SIMULATORS_URL = "http://127.0.0.1:7072"
+# A wait's setting new to the sample: at most this many seconds, by the wait's kind, so that an order run
+# with Core Tools on a laptop is seen waiting and going on (the Bicep sets the declared durations).
+SAMPLE_WAIT_SECONDS = {"timer": 5.0, "approval": 60.0}
 # A key only Bicep reads; the emulators' config and the sample settings carry no note: the official
 # emulator and Core Tools read those, and neither documents that unknown keys are ignored.
 NOTE = (
@@ -118,13 +122,20 @@ def bicep_catalog(services: Sequence[ServiceDefinition], catalog: WorkflowCatalo
     }
 
 
-def sample_settings(current: dict[str, Any], services: Sequence[ServiceDefinition]) -> dict[str, Any]:
-    """``current`` (the sample as it is) with one URL setting per service where the first one stands.
+def sample_settings(
+    current: dict[str, Any], services: Sequence[ServiceDefinition], catalog: WorkflowCatalog = CATALOG
+) -> dict[str, Any]:
+    """``current`` (the sample as it is) with one URL setting per service where the first one stands, and
+    one entry per wait's setting.
 
     A service's existing entry keeps its value; a new one points at the local simulators; an entry of a
-    service no longer declared goes.
+    service no longer declared goes. A wait's existing entry keeps its value; a new one is added, short.
     """
-    values: dict[str, Any] = current.get("Values", {})
+    values: dict[str, Any] = dict(current.get("Values", {}))
+    for name, wait in catalog.setting_waits().items():
+        if name not in values:
+            kind = "approval" if isinstance(wait, Approval) else "timer"
+            values[name] = f"{min(wait_seconds(wait), SAMPLE_WAIT_SECONDS[kind]):g}"
     urls = {s.url_setting: values.get(s.url_setting, LOCAL_SIMULATORS_URL) for s in services}
     result: dict[str, Any] = {}
     placed = False
@@ -152,7 +163,7 @@ def render(
     texts = {
         EMULATOR_CONFIG: _dump(emulator_config(catalog)),
         BICEP_CATALOG: _dump(bicep_catalog(services, catalog)),
-        SAMPLE_SETTINGS: _dump(sample_settings(current, services)),
+        SAMPLE_SETTINGS: _dump(sample_settings(current, services, catalog)),
     }
     doc = root / CUSTOMIZING_DOC
     if doc.is_file():
