@@ -27,8 +27,16 @@ SIMULATION = "tests/simulation/"
 _FIRST = (SIMULATION, "tests/e2e/test_customizing.py")
 
 
+# A module's runs of the simulation happen in its first test's setup (a module fixture), beside the rest of
+# the suite: minutes, not the seconds pyproject.toml's timeout is for.
+SIMULATION_TIMEOUT = 1800
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(_FIRST))  # stable: the rest as collected
+    for item in items:
+        if item.nodeid.startswith(SIMULATION) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SIMULATION_TIMEOUT))
 
 
 def unit_of_work(nodeid: str) -> str:
