@@ -1772,7 +1772,13 @@ class TableStateStore:
             ).by_page(continuation_token=token)
             found = [self._to_state(e) async for e in await anext(pages, _empty_page())]
             self.counter.add(table=STATE if table is self.table else HISTORY, entities=len(found))
-            items.extend(found)
+            # An order that moves while the page is read (parked into the history, promoted back, or
+            # listed again on re-entering its state) can have an entry in both places: listed once.
+            seen = {item.order_id for item in items}
+            for task in found:
+                if task.order_id not in seen:
+                    seen.add(task.order_id)
+                    items.append(task)
             # by_page is typed as a plain iterator; it is the SDK's PageIterator, which keeps the token.
             token = cast(AsyncPageIterator[TableEntity], pages).continuation_token
             if token is None:

@@ -210,6 +210,23 @@ async def test_a_crash_between_the_history_and_the_live_delete_is_finished_by_th
     assert [e.action for e in await store.audit("o-1", archived=True)] == ["action-0"]
 
 
+async def test_an_order_in_the_live_table_and_the_history_at_once_is_listed_once(
+    store: TableStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await finished(store, "o-1")
+    loaded = await store.load("o-1")
+    assert loaded is not None
+
+    async def crash(*args: Any) -> bool:
+        raise ConnectionError("the worker died here")
+
+    monkeypatch.setattr(store, "_delete_live", crash)
+    with pytest.raises(ConnectionError):
+        await store.archive(loaded)  # written to the history, still live: it has an entry in both
+    page = await store.list_by_state(ProcessState.PROCESSED, 10, None)
+    assert [s.order_id for s in page.states] == ["o-1"]
+
+
 async def test_an_order_changed_since_it_was_read_is_not_archived_and_its_new_entry_goes_along_next_time(
     store: TableStateStore,
 ) -> None:

@@ -720,8 +720,13 @@
     ]);
     if (waiting.status !== 200) throw new Error(`orders waiting for approval: ${message(waiting)}`);
     const errored = errors.status === 200 ? errors.data.items : [];
-    const orders = [...waiting.data.items, ...errored].filter((o) => o.waitingFor === "approval")
-      .sort((a, b) => Date.parse(a.waitUntil) - Date.parse(b.waitUntil));
+    // An order that went from Waiting to Error between the two reads is in both: listed once, as it is now.
+    const byId = new Map();
+    for (const o of [...waiting.data.items, ...errored].filter((o) => o.waitingFor === "approval")) {
+      const seen = byId.get(o.orderId);
+      if (!seen || Date.parse(o.updatedAt) >= Date.parse(seen.updatedAt)) byId.set(o.orderId, o);
+    }
+    const orders = [...byId.values()].sort((a, b) => Date.parse(a.waitUntil) - Date.parse(b.waitUntil));
     const rows = orders.map((o) => el("tr", { "data-order": o.orderId },
       el("th", { scope: "row" }, openButton(o.orderId)),
       el("td", { text: `${o.workflow} v${o.workflowVersion}` }),
