@@ -3,7 +3,9 @@ spreads over processes (pytest-xdist), and where its time went."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import resource
 import subprocess
 import time
 import uuid
@@ -18,11 +20,12 @@ from devhost import azurite
 from servicebus_emulator.launcher import free_port
 from tests.support import stop_process
 
-# The simulation's runs are CPU-bound and go to a pool of processes of their own, one per core
-# (tests/simulation/pool.py): every module of it is one unit of work, so that one process holds that pool.
-# The rest waits on its stacks far more than it computes, and shares the cores with it. A module is a unit
-# too: its stack, a module fixture, starts once. The longest units go first (the simulation, then the
-# walk-through), so that neither ends the run alone.
+# The simulation's runs are CPU-bound and go to a pool of processes of their own, one per core, at a lower
+# priority (tests/simulation/pool.py): every module of it is one unit of work, so that one process holds
+# that pool, and that process gets a worker beside one per core. The rest waits on its stacks far more
+# than it computes (a load of about 1 on two cores without the simulation), and has the cores first. A
+# module is a unit too: its stack, a module fixture, starts once. The longest units go first (the
+# simulation, then the walk-through), so that neither ends the run alone.
 SIMULATION = "tests/simulation/"
 _FIRST = (SIMULATION, "tests/e2e/test_customizing.py")
 
@@ -46,8 +49,8 @@ def unit_of_work(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)  # optional: a run with ``-p no:xdist`` has no such hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: a process per core."""
-    return len(os.sched_getaffinity(0))
+    """``-n auto``: a process per core, and one for the simulation, which mostly waits on its pool."""
+    return len(os.sched_getaffinity(0)) + 1
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -66,21 +69,60 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 _started = time.monotonic()
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds() -> float:
+    """The CPU this process and its children have used so far: its own, its reaped children's (a module's
+    stack, stopped at the module's end), and the live ones of multiprocessing (the simulation's pool, which
+    lives for the session)."""
+    used = sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
+    for child in multiprocessing.active_children():
+        try:
+            fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile: counted with the reaped ones
+        used += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    return used
+
+
+_cpu_mark = [0.0]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _cpu_mark[0] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Each report carries the CPU its phase used in its process and that process's children (a module's
+    first setup starts its stack, its last teardown stops it), so the summary can say where the CPU went."""
+    outcome = yield
+    now = _cpu_seconds()
+    outcome.get_result().user_properties.append(("cpu", now - _cpu_mark[0]))
+    _cpu_mark[0] = now
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """After the 15 slowest tests (``--durations``): the wall time and the 15 files that took longest."""
-    per_file: dict[str, float] = defaultdict(float)
+    """After the 15 slowest tests (``--durations``): the wall time and the 15 files that took longest, with
+    the CPU each used (its processes' and their children's)."""
+    per_file: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for reports in terminalreporter.stats.values():
         for report in reports:
             if isinstance(report, pytest.TestReport):
-                per_file[report.nodeid.split("::", 1)[0]] += report.duration
+                seconds = per_file[report.nodeid.split("::", 1)[0]]
+                seconds[0] += report.duration
+                seconds[1] += sum(v for k, v in report.user_properties if k == "cpu" and isinstance(v, float))
     if not per_file:
         return
-    terminalreporter.section("slowest 15 files (seconds in their tests, summed)")
-    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:15]:
-        terminalreporter.write_line(f"{seconds:8.1f}s  {path}")
-    terminalreporter.write_line(f"wall time: {time.monotonic() - _started:.0f}s")
+    terminalreporter.section("slowest 15 files (seconds in their tests, summed; CPU seconds)")
+    for path, (seconds, cpu) in sorted(per_file.items(), key=lambda kv: -kv[1][0])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {cpu:8.1f} CPU s  {path}")
+    total = sum(cpu for _, cpu in per_file.values())
+    terminalreporter.write_line(f"wall time: {time.monotonic() - _started:.0f}s; CPU in tests: {total:.0f}s")
 
 
 @pytest.fixture(scope="session")

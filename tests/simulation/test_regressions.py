@@ -57,20 +57,25 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
 # bug's interleaving on Azurite.
 @pytest.fixture(scope="module")
 def regression_runs() -> dict[tuple[str, bool], Result]:
-    """Each regression's seed with its bug fixed and put back, on every core."""
-    jobs = [
-        Job(
-            r.seed,
-            bug=("regression", r.name) if back else None,
+    """Each regression's seed with its bug fixed and put back, on every core. With the bug back, a run ends
+    at its first violation (what follows is not read); where that one is not the bug's symptom, the whole
+    run is made again."""
+
+    def job(regression: Regression, back: bool, first_violation: bool = False) -> Job:
+        return Job(
+            regression.seed,
+            bug=("regression", regression.name) if back else None,
             servicebus=False,
-            catalog=r.catalog,
+            catalog=regression.catalog,
             submit_as_app=False,  # as the seeds were found (regressions.run_as_found)
+            first_violation=first_violation,
         )
-        for r in REGRESSIONS
-        for back in (False, True)
-    ]
-    keys = [(r.name, back) for r in REGRESSIONS for back in (False, True)]
-    return dict(zip(keys, run_all(jobs), strict=True))
+
+    keys = [(r, back) for r in REGRESSIONS for back in (False, True)]
+    runs = dict(zip(keys, run_all(job(r, back, first_violation=back) for r, back in keys), strict=True))
+    again = [(r, True) for r in REGRESSIONS if not r.shown_by(runs[r, True])]
+    runs |= dict(zip(again, run_all(job(r, True) for r, _ in again), strict=True))
+    return {(r.name, back): result for (r, back), result in runs.items()}
 
 
 @pytest.mark.parametrize("regression", REGRESSIONS, ids=lambda r: f"{r.name}-{r.seed}")
