@@ -13,9 +13,8 @@ from collections import Counter
 
 import pytest
 
-from simulation.run import Result, run
+from simulation.run import Result
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
-from tests.simulation.catalogs import PINNED
 from tests.simulation.group_findings import SHOWED
 from tests.simulation.planted import PLANTS
 from tests.simulation.pool import Job, run_all
@@ -81,21 +80,34 @@ def test_a_planted_bug_of_groups_is_caught(
     assert runs[result.seed].ok, runs[result.seed].report()
 
 
-@pytest.mark.parametrize(
-    ("catalog", "seed"),
-    # The declared catalog's seeds are fixed seeds: test_fixed_seeds.py runs them.
-    [(catalog, seed) for catalog, seeds in SHOWED.items() if catalog is not None for seed in seeds],
-)
-def test_the_seeds_of_findings_19_and_20_pass(catalog: str | None, seed: int) -> None:
+# The declared catalog's seeds of findings 19 and 20 are fixed seeds: test_fixed_seeds.py runs them.
+FINDING_SEEDS = [
+    (catalog, seed) for catalog, seeds in SHOWED.items() if catalog is not None for seed in seeds
+]
+FINDING_21 = 20032
+
+
+@pytest.fixture(scope="module")
+def findings() -> dict[tuple[str | None, int], Result]:
+    """The seeds of findings 19 to 21, on every core."""
+    jobs = [Job(seed, max_orders=FIXED_MAX_ORDERS, catalog=catalog) for catalog, seed in FINDING_SEEDS]
+    jobs.append(Job(FINDING_21, max_orders=400))
+    keys = [*FINDING_SEEDS, (None, FINDING_21)]
+    return dict(zip(keys, run_all(jobs), strict=True))
+
+
+@pytest.mark.parametrize(("catalog", "seed"), FINDING_SEEDS)
+def test_the_seeds_of_findings_19_and_20_pass(
+    catalog: str, seed: int, findings: dict[tuple[str | None, int], Result]
+) -> None:
     """The seeds that showed findings 19 and 20 (tests/simulation/group_findings.py) hold every invariant:
     a trial call is carried uncounted, and a step waiting for its callback is counted, never held."""
-    workflows, services = PINNED[catalog] if catalog is not None else (None, None)
-    result = run(seed, max_orders=FIXED_MAX_ORDERS, catalog=workflows, services=services)
+    result = findings[catalog, seed]
     assert result.ok, result.report()
 
 
-def test_the_seed_of_finding_21_passes() -> None:
+def test_the_seed_of_finding_21_passes(findings: dict[tuple[str | None, int], Result]) -> None:
     """Seed 20032 (declared catalog), where a slow sweep judged a group's step by a breaker reading older
     than the step's timeout and counted what the open breaker explained (docs/simulation.md, finding 21)."""
-    result = run(20032, max_orders=400)
+    result = findings[None, FINDING_21]
     assert result.ok, result.report()

@@ -19,7 +19,7 @@ from engine.transitions import Context
 from engine.workflow import StepDefinition, WorkflowDefinition
 from simulation.run import Result
 from tests.simulation.pool import Job, run_all
-from tests.simulation.regressions import REGRESSIONS, Regression, run_as_found
+from tests.simulation.regressions import REGRESSIONS, Regression
 
 
 def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
@@ -55,27 +55,37 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
 
 # The store's fixes are in adapters.table_store too, where tests/adapters/test_store_races.py builds each
 # bug's interleaving on Azurite.
+# Finding 10's seed, run as found (regressions.run_as_found) in the regressions' batch.
+FINDING_10 = ("finding-10", 5194)
+
+
 @pytest.fixture(scope="module")
 def regression_runs() -> dict[tuple[str, bool], Result]:
-    """Each regression's seed with its bug fixed and put back, on every core. With the bug back, a run ends
-    at its first violation (what follows is not read); where that one is not the bug's symptom, the whole
-    run is made again."""
+    """Each regression's seed with its bug fixed and put back, and finding 10's seed, on every core. With
+    the bug back, a run ends at its first violation (what follows is not read); where that one is not the
+    bug's symptom, the whole run is made again."""
 
-    def job(regression: Regression, back: bool, first_violation: bool = False) -> Job:
+    def job(seed: int, catalog: str, bug: str | None = None, first_violation: bool = False) -> Job:
         return Job(
-            regression.seed,
-            bug=("regression", regression.name) if back else None,
+            seed,
+            bug=("regression", bug) if bug is not None else None,
             servicebus=False,
-            catalog=regression.catalog,
+            catalog=catalog,
             submit_as_app=False,  # as the seeds were found (regressions.run_as_found)
             first_violation=first_violation,
         )
 
     keys = [(r, back) for r in REGRESSIONS for back in (False, True)]
-    runs = dict(zip(keys, run_all(job(r, back, first_violation=back) for r, back in keys), strict=True))
-    again = [(r, True) for r in REGRESSIONS if not r.shown_by(runs[r, True])]
-    runs |= dict(zip(again, run_all(job(r, True) for r, _ in again), strict=True))
-    return {(r.name, back): result for (r, back), result in runs.items()}
+    jobs = [job(r.seed, r.catalog, r.name if back else None, first_violation=back) for r, back in keys]
+    *found, finding_10 = run_all([*jobs, job(FINDING_10[1], "engine-only")])
+    runs = dict(zip(keys, found, strict=True))
+    again = [r for r in REGRESSIONS if not r.shown_by(runs[r, True])]
+    runs |= dict(
+        zip([(r, True) for r in again], run_all(job(r.seed, r.catalog, r.name) for r in again), strict=True)
+    )
+    return {(r.name, back): result for (r, back), result in runs.items()} | {
+        (FINDING_10[0], False): finding_10
+    }
 
 
 @pytest.mark.parametrize("regression", REGRESSIONS, ids=lambda r: f"{r.name}-{r.seed}")
@@ -90,9 +100,11 @@ def test_the_seed_passes_and_fails_again_with_the_bug_put_back(
     )
 
 
-def test_a_submission_whose_own_watch_entry_was_swept_before_its_write_stays_watched() -> None:
+def test_a_submission_whose_own_watch_entry_was_swept_before_its_write_stays_watched(
+    regression_runs: dict[tuple[str, bool], Result],
+) -> None:
     """Finding 10 (docs/simulation.md): the submission puts its entry again when its write came so late
     that the entry may have been swept (adapters.table_store.create; on Azurite:
     tests/adapters/test_store_races.py)."""
-    result = run_as_found(5194)
+    result = regression_runs[FINDING_10[0], False]
     assert not any("never moved to the history" in what for _, what in result.violations), result.report()
