@@ -6,6 +6,7 @@ found on (``tests/simulation/catalogs.py``), whatever the declared one is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -53,17 +54,25 @@ def test_a_lost_resume_of_an_undo_is_kicked_again_not_charged() -> None:
     assert message.body.kind is CommandKind.RESUME
 
 
+# Finding 10's seed (docs/simulation.md), run as found (regressions.run_as_found) in the regressions' batch.
+FINDING_10_SEED = 5194
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The module's runs: each regression's seed with its bug fixed and put back, by (name, put back), and
+    finding 10's seed."""
+
+    regressions: dict[tuple[str, bool], Result]
+    finding_10: Result
+
+
 # The store's fixes are in adapters.table_store too, where tests/adapters/test_store_races.py builds each
 # bug's interleaving on Azurite.
-# Finding 10's seed, run as found (regressions.run_as_found) in the regressions' batch.
-FINDING_10 = ("finding-10", 5194)
-
-
 @pytest.fixture(scope="module")
-def regression_runs() -> dict[tuple[str, bool], Result]:
-    """Each regression's seed with its bug fixed and put back, and finding 10's seed, on every core. With
-    the bug back, a run ends at its first violation (what follows is not read); where that one is not the
-    bug's symptom, the whole run is made again."""
+def regression_runs() -> Runs:
+    """Every run of the module, on every core. With the bug back, a run ends at its first violation (what
+    follows is not read); where that one is not the bug's symptom, the whole run is made again."""
 
     def job(seed: int, catalog: str, bug: str | None = None, first_violation: bool = False) -> Job:
         return Job(
@@ -77,34 +86,31 @@ def regression_runs() -> dict[tuple[str, bool], Result]:
 
     keys = [(r, back) for r in REGRESSIONS for back in (False, True)]
     jobs = [job(r.seed, r.catalog, r.name if back else None, first_violation=back) for r, back in keys]
-    *found, finding_10 = run_all([*jobs, job(FINDING_10[1], "engine-only")])
+    *found, finding_10 = run_all([*jobs, job(FINDING_10_SEED, "engine-only")])
     runs = dict(zip(keys, found, strict=True))
     again = [r for r in REGRESSIONS if not r.shown_by(runs[r, True])]
-    runs |= dict(
-        zip([(r, True) for r in again], run_all(job(r.seed, r.catalog, r.name) for r in again), strict=True)
-    )
-    return {(r.name, back): result for (r, back), result in runs.items()} | {
-        (FINDING_10[0], False): finding_10
-    }
+    whole = run_all(job(r.seed, r.catalog, r.name) for r in again)
+    runs |= {(r, True): result for r, result in zip(again, whole, strict=True)}
+    return Runs({(r.name, back): result for (r, back), result in runs.items()}, finding_10)
 
 
 @pytest.mark.parametrize("regression", REGRESSIONS, ids=lambda r: f"{r.name}-{r.seed}")
 def test_the_seed_passes_and_fails_again_with_the_bug_put_back(
-    regression: Regression, regression_runs: dict[tuple[str, bool], Result]
+    regression: Regression, regression_runs: Runs
 ) -> None:
-    fixed = regression_runs[regression.name, False]
+    fixed = regression_runs.regressions[regression.name, False]
     assert fixed.ok, fixed.report()
-    assert regression.shown_by(regression_runs[regression.name, True]), (
+    assert regression.shown_by(regression_runs.regressions[regression.name, True]), (
         f"seed {regression.seed} no longer shows {regression.name}: hunt another "
         f"(python -m tests.simulation.regressions {regression.name})"
     )
 
 
 def test_a_submission_whose_own_watch_entry_was_swept_before_its_write_stays_watched(
-    regression_runs: dict[tuple[str, bool], Result],
+    regression_runs: Runs,
 ) -> None:
     """Finding 10 (docs/simulation.md): the submission puts its entry again when its write came so late
     that the entry may have been swept (adapters.table_store.create; on Azurite:
     tests/adapters/test_store_races.py)."""
-    result = regression_runs[FINDING_10[0], False]
+    result = regression_runs.finding_10
     assert not any("never moved to the history" in what for _, what in result.violations), result.report()
