@@ -157,9 +157,9 @@ class Declarations:
     def result_of(self, service: str, action: str, key: str) -> dict[str, Any]:
         """The declared result values an apply of ``action`` answers for ``key`` (none for an undo)."""
         found = self.actions.get((service, action))
-        if found is None or found[1] or found[0].result is None:
+        if found is None or found[1]:
             return {}
-        return found[0].result.simulated(key).model_dump(by_alias=True, mode="json")
+        return found[0].simulated(key)
 
     def asynchronous(self, service: str, action: str) -> bool:
         """Whether the service may answer ``action`` 202 and call back later (its resource's declaration)."""

@@ -97,8 +97,7 @@ class ResourceSpec:
 
     def simulated_result(self, key: str) -> Values:
         """The declared result values the apply of ``key`` answers (none if the resource declares none)."""
-        result = self.resource.result
-        return {} if result is None else result.simulated(key).model_dump(by_alias=True, mode="json")
+        return self.resource.simulated(key)
 
 
 # The controls' paths (see create_app); a service of one of these names would be shadowed by them.

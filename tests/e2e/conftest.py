@@ -50,59 +50,82 @@ def _default_workflow() -> WorkflowDefinition:
     return workflow
 
 
-def returns(step: StepDefinition) -> list[str]:
-    """The result names the service of ``step`` declares for its action."""
+def returned(step: StepDefinition, order_id: str) -> dict[str, Any]:
+    """The values the simulator of ``step``'s service answers for an order's apply of it, as declared."""
     service = next(s for s in catalog.SERVICES if s.name == step.agent)
     resource, _ = service.resource(step.action)
-    return resource.result_names
+    return resource.simulated(f"{order_id}:{step.name}")
 
 
-def runs_on(workflow: WorkflowDefinition, example: dict[str, Any]) -> tuple[StepDefinition, ...]:
-    """The steps an order of ``example`` runs when every step before returns its declared results."""
+def runs_on(
+    workflow: WorkflowDefinition, example: dict[str, Any], order_id: str
+) -> tuple[StepDefinition, ...]:
+    """The steps an order ``order_id`` of ``example`` runs, each step before answering what its simulator
+    is declared to answer for that order (a condition may read a returned value)."""
     # What conditions read is the input as stored (with what its model derives, e.g. a total).
     document: dict[str, Any] = {"input": order_input(workflow, example), "results": {}}
     ran = []
     for step in workflow.steps:
         if step.when is None or step.when.holds(document):
             ran.append(step)
-            document["results"].update(dict.fromkeys(returns(step) if step.calls else [], "returned"))
+            if step.calls:
+                document["results"].update(returned(step, order_id))
     return tuple(ran)
 
 
-def straight_input(workflow: WorkflowDefinition) -> dict[str, Any]:
-    """The input the tests submit for ``workflow``: its first declared example on which every call runs
-    and no step waits for a person (else its first example, and the steps its conditions leave out are
-    left out in the tests too)."""
+def _straight(workflow: WorkflowDefinition, example: dict[str, Any], order_id: str) -> bool:
+    ran = runs_on(workflow, example, order_id)
+    return not any(isinstance(step.wait, Approval) for step in ran) and all(
+        step in ran for step in workflow.steps if step.calls
+    )
+
+
+def straight_input(workflow: WorkflowDefinition, order_id: str) -> dict[str, Any]:
+    """The input the tests submit for an order ``order_id`` of ``workflow``: its first declared example on
+    which every call runs and no step waits for a person; else the first with no such wait, and the steps
+    its conditions leave out are left out in the tests too."""
     examples = workflow.examples()
     assert examples, f"workflow {workflow.name} declares no example input"
-
-    def straight(example: dict[str, Any]) -> bool:
-        ran = runs_on(workflow, example)
-        approvals = any(isinstance(step.wait, Approval) for step in ran)
-        return not approvals and all(step in ran for step in workflow.steps if step.calls)
-
-    return next((e for e in examples if straight(e)), examples[0])
-
-
-def passed(workflow: WorkflowDefinition) -> set[str]:
-    """The waits the tests' orders of ``workflow`` pass at once, Completed with no attempt: the timers (the
-    tests' cancellation window is none)."""
-    return {s.name for s in runs_on(workflow, straight_input(workflow)) if isinstance(s.wait, Timer)}
+    unattended = [
+        e for e in examples if not any(isinstance(s.wait, Approval) for s in runs_on(workflow, e, order_id))
+    ]
+    assert unattended, (
+        f"workflow {workflow.name}: every example waits for an approval; declare one that does not, the "
+        "tests give no approval they do not ask for"
+    )
+    return next((e for e in unattended if _straight(workflow, e, order_id)), unattended[0])
 
 
-def runs(workflow: WorkflowDefinition) -> tuple[StepDefinition, ...]:
-    """The calls the tests' orders of ``workflow`` make (the steps its conditions leave out are left out;
-    waits call nothing, and the tests' cancellation window is none)."""
-    return tuple(step for step in runs_on(workflow, straight_input(workflow)) if step.calls)
+def straight_id(workflow: WorkflowDefinition) -> str:
+    """A fresh order id on which an example of ``workflow`` runs every call (where a condition reads a
+    returned value, the simulators' answers, and so the path, depend on the id); else any fresh id, and
+    the tests follow the path it takes."""
+    ids = [f"o-{uuid.uuid4().hex[:12]}" for _ in range(64)]
+    return next((i for i in ids if any(_straight(workflow, e, i) for e in workflow.examples())), ids[0])
+
+
+def passed(workflow: WorkflowDefinition, order_id: str) -> set[str]:
+    """The waits the tests' order ``order_id`` of ``workflow`` passes at once, Completed with no attempt: the
+    timers (the tests' cancellation window is none)."""
+    example = straight_input(workflow, order_id)
+    return {s.name for s in runs_on(workflow, example, order_id) if isinstance(s.wait, Timer)}
+
+
+def runs(workflow: WorkflowDefinition, order_id: str) -> tuple[StepDefinition, ...]:
+    """The calls the tests' order ``order_id`` of ``workflow`` makes (the steps its conditions leave out are
+    left out; waits call nothing, and the tests' cancellation window is none)."""
+    example = straight_input(workflow, order_id)
+    return tuple(step for step in runs_on(workflow, example, order_id) if step.calls)
 
 
 # What a submission that names no workflow runs, and its steps by role: tests that need "a step" (to hang
 # its service, to act on it) take one of these, so a workflow with other steps needs no test edited. A
 # fault profile is per service: the role's step should be the only one on its service in the workflow.
 DEFAULT_WORKFLOW = _default_workflow()
-FIRST_STEP = runs(DEFAULT_WORKFLOW)[0]
-MIDDLE_STEP = runs(DEFAULT_WORKFLOW)[len(runs(DEFAULT_WORKFLOW)) // 2]
-LAST_STEP = runs(DEFAULT_WORKFLOW)[-1]
+_CALLS = runs(DEFAULT_WORKFLOW, straight_id(DEFAULT_WORKFLOW))
+FIRST_STEP = _CALLS[0]
+MIDDLE_STEP = _CALLS[len(_CALLS) // 2]
+LAST_STEP = _CALLS[-1]
 
 
 def position(step: StepDefinition, workflow: WorkflowDefinition = DEFAULT_WORKFLOW) -> int:
@@ -181,7 +204,7 @@ class LocalStack:
     ) -> str:
         """Submit an order; ``workflow`` other than the default is named in the body (the default is not,
         so that a submission naming none keeps being covered)."""
-        order_id = order_id or f"o-{uuid.uuid4().hex[:12]}"
+        order_id = order_id or straight_id(workflow or DEFAULT_WORKFLOW)
         body = new_order(order_id, workflow, **overrides)
         response = self.api.post("/api/orders", json=body)
         assert response.status_code == 202, response.text
@@ -285,7 +308,8 @@ def new_order(
     """A body for ``POST /api/orders``: the workflow's straight input (the default workflow's if none),
     naming the workflow unless it is the default (so that a submission naming none stays covered)."""
     workflow = workflow or DEFAULT_WORKFLOW
-    body: dict[str, Any] = dict(straight_input(workflow))
+    # With no id the service gives one: no path is asserted then, and any id picks the example.
+    body: dict[str, Any] = dict(straight_input(workflow, order_id or "o-new"))
     if workflow.name != catalog.CATALOG.default:
         body["workflow"] = workflow.name
     if order_id is not None:
@@ -297,7 +321,7 @@ def new_order(
 def another_order(order_id: str) -> dict[str, Any]:
     """A body for ``order_id`` that differs from :func:`new_order`'s (another example of the default
     workflow, else another workflow's order): the same id with it is a conflict."""
-    straight = straight_input(DEFAULT_WORKFLOW)
+    straight = straight_input(DEFAULT_WORKFLOW, order_id)
     other = next((e for e in DEFAULT_WORKFLOW.examples() if e != straight), None)
     if other is not None:
         return {**other, "orderId": order_id}

@@ -47,7 +47,7 @@ MASTER = {"x-functions-key": MASTER_KEY}
 SERVICE = next(service for service in catalog.SERVICES if service.name == FIRST_STEP.agent)
 RESOURCE, _ = SERVICE.resource(FIRST_STEP.action)
 CALL = RESOURCE.body.build(
-    Document("o-keys", order_input(DEFAULT_WORKFLOW, straight_input(DEFAULT_WORKFLOW)), {})
+    Document("o-keys", order_input(DEFAULT_WORKFLOW, straight_input(DEFAULT_WORKFLOW, "o-keys")), {})
 ).wire()
 
 
@@ -128,7 +128,7 @@ def test_orders_are_processed_against_the_apps_own_simulators(
     rows = [row for row in ledger_rows(self_contained) if row["OrderId"] == order_id]
     assert sorted(
         (row["PartitionKey"], row["Key"], row["Applied"], row["Compensated"]) for row in rows
-    ) == sorted((step.agent, f"{order_id}:{step.name}", 1, 0) for step in runs(workflow))
+    ) == sorted((step.agent, f"{order_id}:{step.name}", 1, 0) for step in runs(workflow, order_id))
     # With the values each service returned, as the order holds them.
     held = {step["name"]: step["result"] for step in order["steps"] if step["result"]}
     recorded = {row["Key"].split(":", 1)[1]: json.loads(row["Result"]) for row in rows}
@@ -150,7 +150,8 @@ def test_the_hosted_simulators_take_fault_profiles(self_contained: LocalStack) -
         assert {(row["PartitionKey"], row["Key"]): row["Compensated"] for row in rows} == {
             (step.agent, f"{order_id}:{step.name}"): int(step.compensation is not None)
             for step in DEFAULT_WORKFLOW.steps[: position(LAST_STEP)]
-            if step in runs(DEFAULT_WORKFLOW)  # the calls it made: a wait, or a step left out, made none
+            if step
+            in runs(DEFAULT_WORKFLOW, order_id)  # the calls it made: a wait, or a step left out, made none
         }
     finally:
         self_contained.api.post("/api/sim/faults", json={failing: {}}, headers=MASTER)

@@ -48,7 +48,7 @@ def test_one_order_costs_exactly_the_counted_operations(quiet_stack: LocalStack)
 
     # What the order's workflow sends, by the formula the capacity figures use (engine.costs).
     # The steps its orders run (a step left out by its condition costs no message).
-    traffic = costs.processed_order(DEFAULT_WORKFLOW.revise(steps=runs(DEFAULT_WORKFLOW)))
+    traffic = costs.processed_order(DEFAULT_WORKFLOW.revise(steps=runs(DEFAULT_WORKFLOW, order_id)))
     expected_servicebus = traffic.servicebus()  # the status queue: sends only (the application reads it)
     expected_executions = {
         "submit_order": 1,

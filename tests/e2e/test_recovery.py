@@ -13,7 +13,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
 from engine import queues, telemetry
 from engine.workflow import WorkflowDefinition
-from tests.e2e.conftest import SERVICES, TERMINAL, WORKFLOWS, LocalStack, passed, runs
+from tests.e2e.conftest import SERVICES, TERMINAL, WORKFLOWS, LocalStack, passed, runs, straight_id
 from tests.support import wait_for
 
 by_workflow = pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
@@ -63,13 +63,13 @@ def test_happy_path(calm: LocalStack, workflow: WorkflowDefinition) -> None:
     assert (order["workflow"], order["workflowVersion"]) == (workflow.name, workflow.version)
     assert order["lockedBy"] is None and order["completeBy"] is None
     assert [s["name"] for s in order["steps"]] == [step.name for step in workflow.steps]
-    ran = {step.name for step in runs(workflow)}
+    ran = {step.name for step in runs(workflow, order_id)}
     for step in order["steps"]:
         expected = (
             ("Completed", 1)
             if step["name"] in ran
             else ("Completed", 0)
-            if step["name"] in passed(workflow)
+            if step["name"] in passed(workflow, order_id)
             else ("LeftOut", 0)
         )
         assert (step["state"], step["attempts"]) == expected, order
@@ -86,7 +86,7 @@ def test_status_messages_carry_the_order_id(calm: LocalStack, workflow: Workflow
     order_id = calm.submit(workflow=workflow)
     calm.wait_terminal(order_id)
     events = [event for event, _ in calm.status_events(order_id, until="processed")]
-    assert events == ["received", *["step-completed"] * len(runs(workflow)), "processed"]
+    assert events == ["received", *["step-completed"] * len(runs(workflow, order_id)), "processed"]
 
 
 def test_transient_faults_are_retried_transparently(calm: LocalStack) -> None:
@@ -102,10 +102,11 @@ def test_transient_faults_are_retried_transparently(calm: LocalStack) -> None:
 def test_hang_past_complete_by_is_recovered_by_the_supervisor(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
-    step = runs(workflow)[-1]
+    order_id = straight_id(workflow)
+    step = runs(workflow, order_id)[-1]
     last = workflow.steps.index(step)
     calm.faults(**{step.agent: {"hangRate": 1, "hangMs": 10_000}})
-    order_id = calm.submit(workflow=workflow)
+    calm.submit(order_id, workflow=workflow)
     calm.wait_state(
         order_id, lambda o: o["steps"][last]["attempts"] >= 2, what="the hung step to be re-dispatched"
     )
@@ -125,10 +126,11 @@ def test_hang_past_complete_by_is_recovered_by_the_supervisor(
 
 @by_workflow
 def test_lost_replies_do_not_double_the_effect(calm: LocalStack, workflow: WorkflowDefinition) -> None:
-    step = runs(workflow)[1]
+    order_id = straight_id(workflow)
+    step = runs(workflow, order_id)[1]
     index = workflow.steps.index(step)
     calm.faults(**{step.agent: {"lostReplyRate": 1}})
-    order_id = calm.submit(workflow=workflow)
+    calm.submit(order_id, workflow=workflow)
     wait_for(lambda: calm.step_entries(order_id).get(step.name), timeout=30, what="the effect to be applied")
     calm.wait_state(
         order_id, lambda o: o["steps"][index]["attempts"] >= 2 or o["failureCount"] >= 1, what="a retry"
@@ -141,19 +143,20 @@ def test_lost_replies_do_not_double_the_effect(calm: LocalStack, workflow: Workf
 def test_permanent_failure_at_the_last_step_compensates_in_reverse(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
-    *earlier, last = runs(workflow)
+    order_id = straight_id(workflow)
+    *earlier, last = runs(workflow, order_id)
     calm.faults(**{last.agent: {"permanentRate": 1}})
-    order_id = calm.submit(workflow=workflow)
+    calm.submit(order_id, workflow=workflow)
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
     # Every step that ran is undone, but a step that cannot be undone: one before stays Completed, the
     # refused one Failed. A step left out stays so.
     expected = {
         step.name: "Compensated" if step.compensation else "Completed" if step in earlier else "Failed"
-        for step in runs(workflow)
+        for step in runs(workflow, order_id)
     }
     # A wait passed at once (a timer of none) is Completed, and nothing undoes it.
-    expected |= dict.fromkeys(passed(workflow), "Completed")
+    expected |= dict.fromkeys(passed(workflow, order_id), "Completed")
     assert [s["state"] for s in order["steps"]] == [expected.get(s.name, "LeftOut") for s in workflow.steps]
     entries = calm.step_entries(order_id)
     assert {step: (e["orderId"], e["applied"], e["compensated"]) for step, e in entries.items()} == {
@@ -163,15 +166,16 @@ def test_permanent_failure_at_the_last_step_compensates_in_reverse(
     assert_ledger_agrees(calm, order_id)
     events = calm.status_events(order_id, until="compensated")
     undone = [step for event, step in events if event == "step-compensated"]
-    assert undone == [step.name for step in reversed(runs(workflow)) if step.compensation]
+    assert undone == [step.name for step in reversed(runs(workflow, order_id)) if step.compensation]
 
 
 @by_workflow
 def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
-    calm.faults(**{runs(workflow)[0].agent: {"hangRate": 1, "hangMs": 10_000}})
-    order_id = calm.submit(workflow=workflow)
+    order_id = straight_id(workflow)
+    calm.faults(**{runs(workflow, order_id)[0].agent: {"hangRate": 1, "hangMs": 10_000}})
+    calm.submit(order_id, workflow=workflow)
     order = calm.wait_terminal(order_id, timeout=90)
     assert order["processState"] == "Error" and order["failureCount"] == 3
     # The alert is raised after the state is saved, so the order can be seen in Error a moment before it.
@@ -192,10 +196,11 @@ def test_repeated_timeouts_end_in_error_with_an_alert_then_resubmit_processes(
 
 @by_workflow
 def test_cancel_compensates_an_order_in_flight(calm: LocalStack, workflow: WorkflowDefinition) -> None:
-    second = runs(workflow)[1]
+    order_id = straight_id(workflow)
+    second = runs(workflow, order_id)[1]
     index = workflow.steps.index(second)
     calm.faults(**{second.agent: {"latencyMs": 1500}})
-    order_id = calm.submit(workflow=workflow)
+    calm.submit(order_id, workflow=workflow)
     calm.wait_state(
         order_id, lambda o: o["steps"][index]["state"] == "Running", what="the second step to run"
     )

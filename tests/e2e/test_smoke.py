@@ -48,7 +48,7 @@ def test_the_smoke_test_passes_against_the_local_stack(calm: LocalStack) -> None
     assert list(summary.values()) == ["Processed", "Processed"]
     for order_id in summary:  # the orders are real: the API and the ledger know them
         assert calm.order(order_id)["processState"] == "Processed"
-        assert set(calm.entries(order_id)) == {step.agent for step in runs(DEFAULT_WORKFLOW)}
+        assert set(calm.entries(order_id)) == {step.agent for step in runs(DEFAULT_WORKFLOW, order_id)}
 
 
 def test_a_compensated_order_fails_the_smoke_test(calm: LocalStack) -> None:

@@ -32,11 +32,6 @@ def resource_of(step: StepDefinition) -> Resource:
     return service.resource(step.action)[0]
 
 
-def returned(resource: Resource, key: str) -> dict[str, Any]:
-    """The result values a simulator answers for the effect of ``key`` (as the declaration says)."""
-    return {} if resource.result is None else resource.result.simulated(key).model_dump(by_alias=True)
-
-
 def _documents() -> dict[int, Document]:
     """For each resource (by id), the document its apply is built from: that of the first step that
     applies it, in an order ``order-1`` of its workflow's first example, every step before it having
@@ -57,7 +52,7 @@ def _walk(workflow: WorkflowDefinition) -> dict[int, Document]:
         resource = resource_of(step)
         before = dict(results)
         if step.when is None or step.when.holds({"input": given, "results": before}):
-            results.update(returned(resource, f"{ORDER_ID}:{step.name}"))
+            results.update(resource.simulated(f"{ORDER_ID}:{step.name}"))
         documents.setdefault(id(resource), Document(ORDER_ID, given, before))
     return documents
 
@@ -82,10 +77,10 @@ def undo_body(resource: Resource, key: str) -> dict[str, Any]:
     ``undo_body`` if declared, else the order's id and the values the apply returned."""
     if resource.undo_body is not None:
         apply_document = _document(resource)
-        own = returned(resource, key)
+        own = resource.simulated(key)
         document = Document(ORDER_ID, apply_document.input, {**apply_document.results, **own})
         return resource.undo_body.build(document).wire()
-    return {"orderId": ORDER_ID, **returned(resource, key)}
+    return {"orderId": ORDER_ID, **resource.simulated(key)}
 
 
 @dataclass(frozen=True)
@@ -124,7 +119,7 @@ class Service:
 
     def result(self, key: str) -> dict[str, Any]:
         """The result values its apply under ``key`` answers."""
-        return returned(self.resource, key)
+        return self.resource.simulated(key)
 
     def answer(self, key: str, order_id: str = ORDER_ID) -> dict[str, Any]:
         """The whole answer to its apply under ``key``."""

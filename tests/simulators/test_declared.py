@@ -33,7 +33,6 @@ from tests.simulators.helpers import (
     apply_body,
     assert_error,
     ledger,
-    returned,
     set_faults,
     stats,
     undo_body,
@@ -67,13 +66,13 @@ def test_every_resource_that_can_be_undone_is_applied_replayed_and_undone_at_the
     assert first.status_code == 201, first.text
     assert replay.status_code == 200, replay.text
     # The declared result values, beside the answer's own fields; the replay answers the same.
-    answer = {**returned(resource, key), "id": key, "orderId": "order-1", "status": resource.applied}
+    answer = {**resource.simulated(key), "id": key, "orderId": "order-1", "status": resource.applied}
     assert first.json() == replay.json() == answer
     assert undone.status_code == 200, undone.text
     assert undone.json() == {"id": key, "status": resource.undone}
     book = ledger(client)
     (recorded,) = book[service.name].values()
-    assert recorded["result"] == returned(resource, key)
+    assert recorded["result"] == resource.simulated(key)
     assert (recorded["applied"], recorded["compensated"]) == (1, 1)
     # The bodies as received (an undo names what its apply returned).
     assert recorded["carried"] == body(resource)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -239,3 +239,17 @@ def test_only_declared_services_can_be_served() -> None:
     other = SERVICE.model_copy(update={"name": "-".join(SERVICE_IDS) + "-undeclared"})
     with pytest.raises(ValueError, match="not declared"):
         create_app(None, services=[other])
+
+
+class Graded(ServiceResult):
+    """A result of a few choices and a text: a later step's condition may read the choice."""
+
+    tier: Literal["standard", "premium"]
+    grade_id: str
+
+
+def test_a_result_of_a_few_choices_is_one_of_them_the_same_per_key_and_each_comes_up() -> None:
+    drawn = {key: Graded.simulated(key) for key in (f"o-{n}:grade" for n in range(32))}
+    assert {key: Graded.simulated(key) for key in drawn} == drawn
+    assert {graded.tier for graded in drawn.values()} == {"standard", "premium"}
+    assert len({graded.grade_id for graded in drawn.values()}) == len(drawn)

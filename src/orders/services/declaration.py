@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -91,9 +91,16 @@ class ServiceResult(_Wire):
     @classmethod
     def simulated(cls, key: str) -> Self:
         """The values a simulator returns for the effect applied under ``key``: the same on every replay of
-        the key, different for every key. Text fields only; override for other types."""
+        the key, different for every key. A text field gets its name and a digest of the key; a field of
+        a few choices (``Literal``) one of them, drawn by the digest (so an order's path through a
+        condition on it is known from its id). Override for other types."""
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-        return cls.model_validate({name: f"{name}-{digest}" for name in cls.names()})
+        values: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            wire = field.alias or name
+            choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else ()
+            values[wire] = choices[int(digest, 16) % len(choices)] if choices else f"{wire}-{digest}"
+        return cls.model_validate(values)
 
 
 class Item(_Wire):
@@ -194,6 +201,13 @@ class Resource(Declared):
     def result_names(self) -> list[str]:
         """The values an apply call's answer carries."""
         return self.result.names() if self.result is not None else []
+
+    def simulated(self, key: str) -> dict[str, Any]:
+        """The result values a simulator answers for the effect applied under ``key``, on the wire (none if
+        the resource declares none): what the simulators, the simulation and the tests expect alike."""
+        if self.result is None:
+            return {}
+        return self.result.simulated(key).model_dump(by_alias=True, mode="json")
 
 
 class ServiceDefinition(BaseModel):
