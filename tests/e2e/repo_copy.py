@@ -98,13 +98,39 @@ class RepoCopy:
                 text=True,
             )
         except subprocess.CalledProcessError as exc:
-            raise AssertionError(f"the diff does not apply:\n{exc.stderr}\n{diff}") from exc
+            raise DiffDoesNotApply(f"the diff does not apply:\n{exc.stderr}\n{diff}") from exc
         finally:
             patch.unlink()
+
+    def restore(self, folder: str, commit: str) -> None:
+        """Make ``folder`` of the copy what it was in this repository's ``commit``: its files then, and no
+        other."""
+        shutil.rmtree(self.root / folder, ignore_errors=True)
+        listed = subprocess.run(
+            ["git", "ls-tree", "-r", "-z", "--name-only", commit, "--", folder],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
+        for name in filter(None, listed.split("\0")):
+            target = self.root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(git_show(commit, name))
 
     def start(self, data_dir: Path, env: dict[str, str], workers: int = 1) -> launch.RunningDevhost:
         """The local stack on the copy's code (its function_app.py, its declaration, its queue config)."""
         return launch.start(data_dir, workers=workers, env={**env, **self.env()})
+
+
+class DiffDoesNotApply(AssertionError):
+    """A diff of the docs that the copy's files do not take."""
+
+
+def git_show(commit: str, path: str) -> bytes:
+    """A file of this repository as it was in ``commit``."""
+    return subprocess.run(
+        ["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
 
 
 def blocks(markdown: str, marker: str) -> list[str]:

@@ -29,6 +29,7 @@ def ids(messages: list[ServiceBusReceivedMessage]) -> list[str]:
 def test_competing_receivers_in_threads(emulator: RunningEmulator) -> None:
     send_numbered(emulator)
     started = threading.Barrier(2, timeout=30)
+    first = threading.Barrier(2, timeout=30)
     finished = threading.Barrier(2, timeout=60)
     results: dict[str, list[ServiceBusReceivedMessage]] = {}
     errors: list[BaseException] = []
@@ -37,7 +38,11 @@ def test_competing_receivers_in_threads(emulator: RunningEmulator) -> None:
         try:
             with client_for(emulator) as client, client.get_queue_receiver("q") as receiver:
                 started.wait()
-                received: list[ServiceBusReceivedMessage] = []
+                # Each takes its first batch before either goes on: a link attaches on its first receive,
+                # and on a loaded machine one receiver could otherwise take all twenty before the other's
+                # link is up. The locks held, the second competes for what the first left.
+                received = receiver.receive_messages(max_message_count=3, max_wait_time=10)
+                first.wait()
                 while True:
                     # Small batches, locks held: the other receiver competes for what is left.
                     batch = receiver.receive_messages(max_message_count=3, max_wait_time=0.5)

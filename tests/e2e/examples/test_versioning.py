@@ -45,7 +45,8 @@ SERVICE_OF = {s.name: s.agent for w in DECLARED.workflows for s in w.steps if s.
 
 
 def deploy(copy: RepoCopy, *workflows: str) -> None:
-    """Declare the invoicing service and exactly ``workflows`` (names of the definitions above)."""
+    """Declare the invoicing service and exactly ``workflows`` (names of the definitions above) as the
+    versions of the fulfilment workflow; every other workflow as it is."""
     base = copy.read(CATALOG).split(MARK)[0]
     block = (
         "from .services import invoicing  # noqa: E402\n\n"
@@ -53,7 +54,9 @@ def deploy(copy: RepoCopy, *workflows: str) -> None:
         "if invoicing.SERVICE not in SERVICES:\n"
         "    SERVICES = (*SERVICES, invoicing.SERVICE)\n"
         f"{V1}{V2}{V3}"
-        f"CATALOG = WorkflowCatalog(workflows=({', '.join(workflows)}, RETURNS))\n"
+        # The other workflows stay as declared: a service only they use is still used.
+        f"CATALOG = WorkflowCatalog(workflows=({', '.join(workflows)}, "
+        "*(w for w in CATALOG.workflows if w.name != FULFILMENT.name)))\n"
         "check_catalog(SERVICES, CATALOG)\n"
     )
     copy.write(CATALOG, base + MARK + block)
