@@ -25,8 +25,9 @@ import azure.functions as func
 from opentelemetry.trace import SpanKind
 
 from engine import queues, tracing
-from engine.inbound import parse
+from engine.inbound import Inbound, receive
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
+from engine.parts import EngineParts
 from engine.ports import BreakerStore
 from engine.tasks import TaskService
 from orders import access
@@ -57,6 +58,10 @@ async def _tasks() -> TaskService:
 
 async def _dead_letters() -> DeadLetterParts:
     return (await runtime()).dead_letters
+
+
+async def _parts() -> EngineParts:
+    return (await runtime()).tasks.parts
 
 
 async def _breakers() -> BreakerStore:
@@ -286,33 +291,43 @@ async def health(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     return _respond(api.health())
 
 
+def _inbound(msg: func.ServiceBusMessage, queue: str) -> Inbound:
+    return Inbound(msg.get_body(), queue, msg.message_id, msg.delivery_count, msg.correlation_id)
+
+
+async def _command(command: SchedulerCommand) -> None:
+    await (await runtime()).scheduler.handle_command(command)
+
+
+async def _reply(reply: AgentReply) -> None:
+    await (await runtime()).scheduler.handle_reply(reply)
+
+
 # ---- Scheduler --------------------------------------------------------------------------------------
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.SCHEDULER_QUEUE, connection=SB)
 async def scheduler(msg: func.ServiceBusMessage) -> None:
     """New, retried and resumed orders."""
     with _handling(tracing.SCHEDULER_COMMAND, msg, queues.SCHEDULER_QUEUE):
-        command = parse(
-            SchedulerCommand, msg.get_body(), queues.SCHEDULER_QUEUE, msg.message_id, msg.delivery_count
-        )
-        await (await runtime()).scheduler.handle_command(command)
+        await receive(SchedulerCommand, _inbound(msg, queues.SCHEDULER_QUEUE), _command, _parts)
 
 
 @app.service_bus_queue_trigger(arg_name="msg", queue_name=queues.REPLY_QUEUE, connection=SB)
 async def scheduler_replies(msg: func.ServiceBusMessage) -> None:
     """Agents' replies."""
     with _handling(tracing.SCHEDULER_REPLY, msg, queues.REPLY_QUEUE):
-        reply = parse(AgentReply, msg.get_body(), queues.REPLY_QUEUE, msg.message_id, msg.delivery_count)
-        await (await runtime()).scheduler.handle_reply(reply)
+        await receive(AgentReply, _inbound(msg, queues.REPLY_QUEUE), _reply, _parts)
 
 
 # ---- Agents: one function per declared service (orders.catalog.SERVICES), on its own request queue ----
 def _register_agent(service: ServiceDefinition) -> None:
     queue = queues.agent_queue(service.name)
 
+    async def call(request: AgentRequest) -> None:
+        await (await runtime()).agents[service.name].handle(request)
+
     async def agent(msg: func.ServiceBusMessage) -> None:
         with _handling(tracing.AGENT_CALL, msg, queue):
-            request = parse(AgentRequest, msg.get_body(), queue, msg.message_id, msg.delivery_count)
-            await (await runtime()).agents[service.name].handle(request)
+            await receive(AgentRequest, _inbound(msg, queue), call, _parts)
 
     agent.__doc__ = f"{service.description}."
     trigger = app.service_bus_queue_trigger(arg_name="msg", queue_name=queue, connection=SB)

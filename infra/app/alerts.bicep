@@ -3,6 +3,8 @@
 // - an order entered Error (OrderEnteredError): an operator must look at it and resubmit or cancel;
 // - a message was rejected as poison (PoisonMessageRejected) on its way to the dead-letter queue, and,
 //   from the broker's side, any queue's dead-letter sub-queue holds messages (DeadletteredMessages);
+// - a message or stored record was not understood (NotUnderstood): written by a later release (passed over,
+//   offered again to an instance that reads it) or corrupted; expected for minutes at most during a rollout;
 // - an approval was not given by its deadline (ApprovalOverdue): its order was undone or put in Error,
 //   and the approval queue may be growing faster than people work through it;
 // - the Supervisor stopped sweeping (no SupervisorSweepCompleted in 15 minutes, i.e. many missed runs of
@@ -130,6 +132,45 @@ module deadLetterAlert 'br/public:avm/res/insights/metric-alert:0.4.1' = {
     actions: [
       actionGroup.outputs.resourceId
     ]
+  }
+}
+
+// (b2) A release met what a later one wrote, or a record it cannot read: passed over, never failed on.
+module notUnderstoodAlert 'br/public:avm/res/insights/scheduled-query-rule:0.6.0' = {
+  name: 'alert-not-understood'
+  params: {
+    name: 'alert-not-understood-${resourceToken}'
+    location: location
+    tags: tags
+    alertDisplayName: 'Message or record not understood'
+    alertDescription: 'An instance passed over a message or a stored record it cannot read (NotUnderstood): written by a later release, or corrupted. During a rollout or a rollback this is expected for minutes; if it lasts, an older release is running after the formats switch (docs/upgrading.md). customDimensions name the order, the queue or record, and what was not understood.'
+    severity: 2
+    enabled: true
+    scopes: [
+      applicationInsightsResourceId
+    ]
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT15M'
+    autoMitigate: true
+    criterias: {
+      allOf: [
+        {
+          query: 'customEvents | where name == "NotUnderstood"'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroupResourceIds: [
+        actionGroup.outputs.resourceId
+      ]
+    }
   }
 }
 

@@ -86,10 +86,11 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,10 +101,12 @@ from azure.core.async_paging import AsyncPageIterator
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
+from pydantic import ValidationError
 
 from adapters.table_batch import submit_transaction
+from engine import formats, telemetry
 from engine.deadletters import DeadLetterAction
-from engine.errors import ConcurrencyError, InvalidContinuation
+from engine.errors import ConcurrencyError, InvalidContinuation, NotUnderstood
 from engine.ports import CreateOutcome, ExpiredEntry, Page, PurgeReport, StateCounts
 from engine.search import AT_A_STEP, SearchQuery, prefixes, query_prefix
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
@@ -118,6 +121,20 @@ _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}
 _STEP_FIELDS = {name: field.alias or name for name, field in StepState.model_fields.items()}
 _AUDIT_FIELDS = [field.alias or name for name, field in AuditEntry.model_fields.items()]
+_FORMAT = formats.FORMAT_PROPERTY
+# The properties this release writes on each of a task's live records. Any other a record holds was written
+# by a later release: kept as it is (TaskRecord.kept) and written back with the record, never dropped.
+_KEYS = {"PartitionKey", "RowKey", "Kind", _FORMAT}
+# (Parking: a park under way, which the next save clears; AuditedAt: the input's touch by an audit entry.)
+_STATE_PROPERTIES = frozenset({*_KEYS, *_STATE_FIELDS.values(), "Watched", "IndexKey", "Parking"})
+_STEP_PROPERTIES = frozenset({*_KEYS, *_STEP_FIELDS.values(), "OrderID"})
+_INPUT_PROPERTIES = frozenset({*_KEYS, "OrderID", "BodyHash", "BodyChunks", "AuditedAt"})
+_LIVE_PROPERTIES = {"state": _STATE_PROPERTIES, "input": _INPUT_PROPERTIES, "step": _STEP_PROPERTIES}
+_WHOLE_PROPERTIES = frozenset(
+    {*_STATE_PROPERTIES, "BodyHash", "Audited", "StepsChunks", "BodyChunks", "Claimed"}
+    - {"Watched", "Parking"}
+)
+_CHUNK = re.compile(r"(Body|Steps)\d+$")
 _DEAD_LETTER_FIELDS = [field.alias or name for name, field in DeadLetterAction.model_fields.items()]
 # The partition of dead-letter actions that name no known task (outside the s00.. shards).
 DEAD_LETTER_PARTITION = "deadletters"
@@ -395,7 +412,7 @@ class TableStateStore:
         return shard_of(order_id, self.shards)
 
     def _state_properties(self, state: TaskState) -> dict[str, Any]:
-        entity: dict[str, Any] = {"PartitionKey": self._pk(state.order_id)}
+        entity: dict[str, Any] = {"PartitionKey": self._pk(state.order_id), _FORMAT: formats.RECORDS_WRITTEN}
         for name, alias in _STATE_FIELDS.items():
             value = getattr(state, name)
             if value is None:
@@ -407,7 +424,7 @@ class TableStateStore:
 
     def _state_entity(self, record: TaskRecord) -> dict[str, Any]:
         state = record.state
-        entity = self._state_properties(state)
+        entity = {**record.kept.get(_state_key(state.order_id), {}), **self._state_properties(state)}
         entity["RowKey"] = _state_key(state.order_id)
         entity["Kind"] = "state"
         entity["Watched"] = state.process_state.in_flight and state.complete_by is not None
@@ -443,11 +460,13 @@ class TableStateStore:
         del entry["Watched"]
         return entry
 
-    def _step_entity(self, order_id: str, step: StepState) -> dict[str, Any]:
+    def _step_entity(self, order_id: str, step: StepState, kept: Mapping[str, Any] = {}) -> dict[str, Any]:
         entity: dict[str, Any] = {
+            **kept,
             "PartitionKey": self._pk(order_id),
             "RowKey": _step_key(order_id, step.index),
             "Kind": "step",
+            _FORMAT: formats.RECORDS_WRITTEN,
             "OrderID": order_id,
         }
         for name, alias in _STEP_FIELDS.items():
@@ -470,9 +489,11 @@ class TableStateStore:
         body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
         chunks = _chunks(body)
         entity: dict[str, Any] = {
+            **record.kept.get(_input_key(record.order_id), {}),
             "PartitionKey": self._pk(record.order_id),
             "RowKey": _input_key(record.order_id),
             "Kind": "input",
+            _FORMAT: formats.RECORDS_WRITTEN,
             "OrderID": record.order_id,
             "BodyHash": record.input_hash,
             "BodyChunks": len(chunks),
@@ -561,6 +582,7 @@ class TableStateStore:
         )
         body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
         whole: dict[str, Any] = {
+            **record.kept.get(_state_key(state.order_id), {}),
             **summary,
             "RowKey": _archive_key(state.order_id),
             "Kind": kind,
@@ -575,30 +597,52 @@ class TableStateStore:
 
     @staticmethod
     def _to_state(entity: Mapping[str, Any]) -> TaskState:
-        values = {alias: entity[alias] for alias in _STATE_FIELDS.values() if entity.get(alias) is not None}
-        if isinstance(values.get("Search"), str):
-            values["Search"] = json.loads(values["Search"])
-        return TaskState.model_validate(values)
+        """The task state a record holds; raises :class:`NotUnderstood` (reported) for one of a later
+        format or one this release cannot read."""
+        with _understood(entity):
+            values = {
+                alias: entity[alias] for alias in _STATE_FIELDS.values() if entity.get(alias) is not None
+            }
+            if isinstance(values.get("Search"), str):
+                values["Search"] = json.loads(values["Search"])
+            return TaskState.model_validate(values)
+
+    @classmethod
+    def _readable_state(cls, entity: Mapping[str, Any]) -> TaskState | None:
+        """:meth:`_to_state`, or None for a record this release cannot read (reported; a listing, a search
+        or a clean-up passes over it)."""
+        try:
+            return cls._to_state(entity)
+        except NotUnderstood:
+            return None
 
     @staticmethod
     def _to_step(entity: Mapping[str, Any]) -> StepState:
-        values = {alias: entity[alias] for alias in _STEP_FIELDS.values() if entity.get(alias) is not None}
-        for name in ("Result", "Calls"):
-            if name in values:
-                values[name] = json.loads(values[name])
-        return StepState.model_validate(values)
+        with _understood(entity):
+            values = {
+                alias: entity[alias] for alias in _STEP_FIELDS.values() if entity.get(alias) is not None
+            }
+            for name in ("Result", "Calls"):
+                if name in values:
+                    values[name] = json.loads(values[name])
+            return StepState.model_validate(values)
 
     def _from_archive(self, entity: TableEntity) -> TaskRecord:
         """A task read from the history table: finished (read-only), or parked (saved back to the live
         records)."""
-        steps = [StepState.model_validate(step) for step in json.loads(_joined(entity, "Steps"))]
-        body = _joined(entity, "Body")
+        state = self._to_state(entity)
+        with _understood(entity):
+            steps = [StepState.model_validate(step) for step in json.loads(_joined(entity, "Steps"))]
+            body = _joined(entity, "Body")
+            document = json.loads(body) if body else {}
         parked = entity.get("Kind") == "parked"
+        kept = _unknown(entity, _WHOLE_PROPERTIES)
         return TaskRecord(
-            state=self._to_state(entity),
+            state=state,
             steps=steps,
-            input=json.loads(body) if body else {},
+            input=document,
             input_hash=entity["BodyHash"],
+            kept={_state_key(state.order_id): kept} if kept else {},
             etags={_archive_key(entity["OrderID"]): _etag(entity)},
             archived=not parked,
             parked=parked,
@@ -821,17 +865,28 @@ class TableStateStore:
         input_entity = next((e for e in entities if e.get("Kind") == "input"), None)
         if state_entity is None or input_entity is None:
             return None
+        state = self._to_state(state_entity)
         steps = sorted((self._to_step(e) for e in entities if e.get("Kind") == "step"), key=lambda s: s.index)
-        body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
+        with _understood(input_entity):
+            formats.record_format(input_entity.get(_FORMAT))
+            body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
+            document = json.loads(body) if body else {}
         etags = {_state_key(order_id): _etag(state_entity), _input_key(order_id): _etag(input_entity)}
+        kept = {}
         for e in entities:
+            known = {"state": _STATE_PROPERTIES, "input": _INPUT_PROPERTIES, "step": _STEP_PROPERTIES}
+            if (properties := known.get(e.get("Kind", ""))) is not None and (
+                unknown := _unknown(e, properties)
+            ):
+                kept[e["RowKey"]] = unknown
             if e.get("Kind") == "step":
                 etags[e["RowKey"]] = _etag(e)
         return TaskRecord(
-            state=self._to_state(state_entity),
+            state=state,
             steps=steps,
-            input=json.loads(body) if body else {},
+            input=document,
             input_hash=input_entity["BodyHash"],
+            kept=kept,
             etags=etags,
             indexed=bool(state_entity.get("Watched")),
             listed=state_entity.get("IndexKey"),
@@ -851,7 +906,8 @@ class TableStateStore:
         listing = self._listing_operations(record, state_entity)
         operations: list[Any] = [("update", state_entity, {**conditional, "etag": state_etag})]
         for index in record.changed_steps():
-            entity = self._step_entity(order_id, record.steps[index])
+            kept = record.kept.get(_step_key(order_id, index), {})
+            entity = self._step_entity(order_id, record.steps[index], kept)
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
         if record.input_changed():
             # Sensitive fields dropped (engine.sealing): the input again, in the same transaction.
@@ -1312,7 +1368,8 @@ class TableStateStore:
                     purged += done
                     gone += [entry for entry, _ in group]
             # Its search entries go after the task: one left by a crash between finds no task.
-            await self._delete_search(pk, [key for e in gone for key in self._search_keys(self._to_state(e))])
+            readable = [task for e in gone if (task := self._readable_state(e)) is not None]
+            await self._delete_search(pk, [key for task in readable for key in self._search_keys(task)])
             if purged + lost >= limit:
                 break
         return PurgeReport(purged=purged, lost_races=lost, more=purged + lost >= limit)
@@ -1770,7 +1827,8 @@ class TableStateStore:
                 parameters={"pk": f"s{place % self.shards:02d}", "lo": lo, "hi": hi, **kind},
                 results_per_page=page_size - len(items),
             ).by_page(continuation_token=token)
-            found = [self._to_state(e) async for e in await anext(pages, _empty_page())]
+            read = [self._readable_state(e) async for e in await anext(pages, _empty_page())]
+            found = [state for state in read if state is not None]  # what it cannot read: passed over
             self.counter.add(table=STATE if table is self.table else HISTORY, entities=len(found))
             # An order that moves while the page is read (parked into the history, promoted back, or
             # listed again on re-entering its state) can have an entry in both places: listed once.
@@ -1926,8 +1984,8 @@ class TableStateStore:
         )
         if entity is None:
             return None
-        state = self._to_state(entity)
-        return state if state.created_at == created_at else None
+        state = self._readable_state(entity)
+        return state if state is not None and state.created_at == created_at else None
 
     async def _search_at_step(self, query: SearchQuery, page_size: int, continuation: str | None) -> Page:
         """Tasks at a step (``query.positions``), or at any step for a while, from the listing entries of
@@ -1966,7 +2024,8 @@ class TableStateStore:
             parameters["kind"] = query.waiting_for
 
         async def states_of(found: list[TableEntity]) -> list[TaskState | None]:
-            return [state if query.holds(state := self._to_state(e)) else None for e in found]
+            read = [self._readable_state(e) for e in found]
+            return [state if state is not None and query.holds(state) else None for state in read]
 
         return await self._fan_out(places, conditions, parameters, None, states_of, page_size, continuation)
 
@@ -2050,7 +2109,10 @@ class TableStateStore:
         for entity in entities:
             if entity.get("IndexKey"):
                 continue
-            state = self._to_state(entity)
+            state = self._readable_state(entity)
+            if state is None:  # a later release's record: left to it
+                skipped += 1
+                continue
             if state.process_state.finished:
                 if await self._archive_unwatched(state.order_id):
                     archived += 1
@@ -2241,3 +2303,28 @@ def _decode_token(value: str | None) -> tuple[int, Any]:
         return place, token
     except _FORGED as exc:
         raise InvalidContinuation(value) from exc
+
+
+@contextlib.contextmanager
+def _understood(entity: Mapping[str, Any]) -> Iterator[None]:
+    """Turns what this release cannot read in a stored record (a later format, a value it does not know,
+    a corrupted property) into :class:`NotUnderstood`, reported with the order and the record named."""
+    order_id = entity.get("OrderID") if isinstance(entity.get("OrderID"), str) else None
+    try:
+        formats.record_format(entity.get(_FORMAT))
+        yield
+    except NotUnderstood as exc:
+        raise _reported(entity, exc.what, order_id) from exc
+    except (ValidationError, ValueError, KeyError, TypeError) as exc:
+        raise _reported(entity, f"it cannot be read: {exc}", order_id) from exc
+
+
+def _reported(entity: Mapping[str, Any], what: str, order_id: str | None) -> NotUnderstood:
+    row = entity.get("RowKey")
+    telemetry.emit_event(telemetry.NOT_UNDERSTOOD, orderId=order_id, record=row, what=what[:500])
+    return NotUnderstood(f"its record {row}: {what}", order_id)
+
+
+def _unknown(entity: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """The properties of a stored record this release does not write (a later release's): kept."""
+    return {name: value for name, value in entity.items() if name not in known and not _CHUNK.match(name)}

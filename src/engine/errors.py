@@ -112,6 +112,17 @@ class PoisonMessage(EngineError):
         super().__init__(f"{queue}: message {message_id} is not a {model}: {reason}")
 
 
+class NotUnderstood(EngineError):
+    """A message or stored record this release cannot read: written by a later release (a later format,
+    a kind or outcome it does not know) or corrupted. Passed over and reported, never failed on
+    (:mod:`engine.formats`). ``order_id`` names the order where known."""
+
+    def __init__(self, what: str, order_id: str | None = None) -> None:
+        self.what = what
+        self.order_id = order_id
+        super().__init__(f"order {order_id}: {what}" if order_id else what)
+
+
 # ---- calls to remote services (raised by actions and the Agent runtime) --------------------------------
 class CallError(EngineError):
     """A call to a remote service did not produce a result."""

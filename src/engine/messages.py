@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import formats
 from .calls import AgentCall
 
 # The largest copy of a saved task a message carries (see engine.saved_task); a larger task is read back.
@@ -24,8 +25,21 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _first_format(value: int) -> bool:
+    """Format 1 (release 1.0.0's, whose readers refuse a field they do not know) is written as no field."""
+    return value == 1
+
+
 class _Message(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+    # Fields a later release adds are ignored, not refused (engine.formats).
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    format: int = Field(
+        default=formats.MESSAGES_WRITTEN,
+        ge=1,
+        description="the format it was written in (engine.formats); absent: 1",
+        exclude_if=_first_format,
+    )
 
 
 class CommandKind(StrEnum):

@@ -60,6 +60,8 @@ def encode(record: TaskRecord) -> str | None:
         raise ValueError(f"task {record.order_id} has unsaved changes; only a saved task can be copied")
     if record.archived:
         return None  # finished and in the history: nothing will save it again
+    if record.kept:
+        return None  # it holds a later release's properties, which the copy does not carry: read it
     body = _Copy(
         state=record.state,
         steps=record.steps,

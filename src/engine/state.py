@@ -200,6 +200,9 @@ class TaskRecord(BaseModel):
     parked: bool = False
     # Its audit entries are kept beside the history's or the parked copy (set by the store when read).
     audited: bool = False
+    # Properties a later release stored on its records that this one does not know, by the record they
+    # were on: written back unchanged with it, so a save never drops them (engine.formats).
+    kept: dict[str, dict[str, Any]] = Field(default_factory=dict)
     _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _saved_position: tuple[int, Phase] | None = PrivateAttr(default=None)
     _saved_state: ProcessState | None = PrivateAttr(default=None)

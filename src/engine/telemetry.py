@@ -11,10 +11,12 @@ from typing import Any
 # Alert events. Application Insights custom events carry these names (see infra/ alert rules).
 ORDER_ENTERED_ERROR = "OrderEnteredError"
 POISON_MESSAGE = "PoisonMessageRejected"  # on the way to the dead-letter queue
+# A message or record this release cannot read (a later release's, or corrupted): passed over, not failed on.
+NOT_UNDERSTOOD = "NotUnderstood"
 SUPERVISOR_SWEEP_COMPLETED = "SupervisorSweepCompleted"
 # An approval's deadline passed with no decision: its policy was applied (undo, or Error).
 APPROVAL_OVERDUE = "ApprovalOverdue"
-ALERT_EVENTS = (ORDER_ENTERED_ERROR, POISON_MESSAGE, APPROVAL_OVERDUE)
+ALERT_EVENTS = (ORDER_ENTERED_ERROR, POISON_MESSAGE, APPROVAL_OVERDUE, NOT_UNDERSTOOD)
 
 # azure-monitor-opentelemetry turns a log record with this attribute into a customEvents row.
 _CUSTOM_EVENT_ATTRIBUTE = "microsoft.custom_event.name"

@@ -29,6 +29,7 @@ from engine.errors import (
     InvalidContinuation,
     InvalidState,
     NotFound,
+    NotUnderstood,
     PreconditionFailed,
     UnknownStep,
     UnknownWorkflow,
@@ -39,7 +40,7 @@ from engine.search import SearchQuery
 from engine.state import ProcessState, TaskRecord
 from engine.tasks import Action, TaskService
 
-from . import search_params
+from . import release, search_params
 from .access import NO_STOREFRONT, STOREFRONT_NAME, Scope
 from .models import (
     WAIT_KINDS,
@@ -146,6 +147,8 @@ _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     UnknownStep: (404, "NotFound"),
     UnknownWorkflow: (400, "ValidationFailed"),
     PreconditionFailed: (412, "PreconditionFailed"),
+    # Stored by a later release (or unreadable): answered, not failed on (that release reads it).
+    NotUnderstood: (409, "NotUnderstood"),
 }
 
 
@@ -524,4 +527,4 @@ class OrdersApi:
     @staticmethod
     def health() -> Reply:
         """``GET /api/health``."""
-        return Reply(200, Health(status="ok").wire())
+        return Reply(200, Health(status="ok", version=release.VERSION).wire())

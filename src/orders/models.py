@@ -230,9 +230,10 @@ class ErrorBody(BaseModel):
 
 
 class Health(_View):
-    """Liveness."""
+    """Liveness, and the release answering (:mod:`orders.release`)."""
 
     status: str
+    version: str = Field(description="the release running, semantic versioning (CHANGELOG.md)")
 
 
 Note = Annotated[str, StringConstraints(min_length=1, max_length=1000)]

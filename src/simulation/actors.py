@@ -23,7 +23,7 @@ from adapters.servicebus import ServiceBusSender
 from engine import queues, tracing
 from engine.agent import Agent
 from engine.errors import EngineError
-from engine.inbound import parse
+from engine.inbound import Inbound, receive
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.parts import EngineParts
 from engine.ports import MessageSender
@@ -124,15 +124,23 @@ async def consume(worker: Worker, message: Message) -> None:
         parent=message.traceparent,
         attributes={tracing.QUEUE: queue},
     ):
-        if isinstance(body, bytes):  # what arrives off the wire: parsed, or refused as poison
-            model = _MODELS.get(queue, AgentRequest)
-            body = parse(model, body, queue, message.message_id, message.deliveries)
-        if queue == queues.SCHEDULER_QUEUE:
-            await host.scheduler.handle_command(body)
-        elif queue == queues.REPLY_QUEUE:
-            await host.scheduler.handle_reply(body)
+
+        async def handle(parsed: Any) -> None:
+            if queue == queues.SCHEDULER_QUEUE:
+                await host.scheduler.handle_command(parsed)
+            elif queue == queues.REPLY_QUEUE:
+                await host.scheduler.handle_reply(parsed)
+            else:
+                await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(parsed)
+
+        async def parts() -> EngineParts:
+            return host.tasks.parts
+
+        if isinstance(body, bytes):  # what arrives off the wire: parsed, passed over, or refused as poison
+            inbound = Inbound(body, queue, message.message_id, message.deliveries)
+            await receive(_MODELS.get(queue, AgentRequest), inbound, handle, parts)
         else:
-            await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+            await handle(body)
 
 
 async def _submit(

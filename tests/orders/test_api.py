@@ -11,12 +11,13 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.clock import ManualClock
-from engine.errors import ConcurrencyError, InvalidState, NotFound
+from engine.errors import ConcurrencyError, InvalidState, NotFound, NotUnderstood
 from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.state import ProcessState, TaskState
 from engine.tasks import TaskService
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from orders import release
 from orders.api import (
     MAX_BODY_BYTES,
     MAX_JSON_DEPTH,
@@ -485,7 +486,10 @@ async def test_engine_errors_map_in_one_place_and_faults_are_raised_on() -> None
     }
     with pytest.raises(ConcurrencyError):
         engine_error(ConcurrencyError("o-1"))
+    # An order a later release stored (or one this release cannot read) is answered, never a 5xx.
+    later = engine_error(NotUnderstood("its record is stored in format 2", "o-1"))
+    assert code(later) == (409, "NotUnderstood") and "format 2" in later.body["error"]["message"]
 
 
 async def test_health() -> None:
-    assert OrdersApi.health() == Reply(200, {"status": "ok"})
+    assert OrdersApi.health() == Reply(200, {"status": "ok", "version": release.VERSION})

@@ -1,0 +1,139 @@
+"""What a release does with messages it cannot read (engine.formats, engine.inbound): a later release's
+are passed over and sent again later, never dead-lettered; a malformed one is still poison; and what this
+release writes, release 1.0.0 reads."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine import formats
+from engine.clock import ManualClock
+from engine.errors import NotUnderstood, PoisonMessage
+from engine.inbound import PASS_OVER_SECONDS, Inbound, parse, receive
+from engine.messages import AgentReply, AgentRequest, CommandKind, ReplyOutcome, SchedulerCommand
+from engine.parts import EngineParts
+from engine.settings import EngineSettings
+from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from tests.engine.fakes import MemoryStore, RecordingSender
+
+pytestmark = pytest.mark.anyio
+
+COMMAND = {"orderId": "o-1", "kind": "start"}
+REPLY = {"orderId": "o-1", "stepIndex": 0, "attempt": 1, "outcome": "succeeded"}
+# The fields release 1.0.0's messages have: its readers refuse any other (extra="forbid").
+RELEASE_1_0_0 = {
+    SchedulerCommand: {"orderId", "kind", "reason", "stepIndex", "attempt", "savedTask"},
+    AgentReply: {
+        *("orderId", "stepIndex", "attempt", "compensating", "outcome", "result", "error", "savedTask"),
+        "call",
+    },
+    AgentRequest: {
+        *("orderId", "workflow", "workflowVersion", "step", "stepIndex", "attempt", "compensating"),
+        *("action", "idempotencyKey", "completeBy", "payload", "savedTask"),
+    },
+}
+
+
+def body(**fields: Any) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_a_field_a_later_release_adds_is_ignored() -> None:
+    command = parse(SchedulerCommand, body(**COMMAND, priority="high"), "q", "m", 1)
+    assert command.order_id == "o-1" and command.kind is CommandKind.START
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "said"),
+    [
+        (SchedulerCommand, {**COMMAND, "format": formats.MESSAGES_READ + 1}, "format 2"),
+        (SchedulerCommand, {**COMMAND, "kind": "pause"}, "kind"),
+        (AgentReply, {**REPLY, "outcome": "held"}, "outcome"),
+    ],
+)
+def test_a_later_format_kind_or_outcome_is_not_understood_not_poison(
+    model: type[SchedulerCommand | AgentReply], fields: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(NotUnderstood) as raised:
+        parse(model, body(**fields), "q", "m", 1)
+    assert raised.value.order_id == "o-1" and said in raised.value.what
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"not json", body(kind="start"), body(**{**COMMAND, "kind": 3}), body(**{**COMMAND, "orderId": ""})],
+)
+def test_what_is_malformed_is_still_poison(raw: bytes) -> None:
+    with pytest.raises(PoisonMessage):
+        parse(SchedulerCommand, raw, "q", "m", 1)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        SchedulerCommand(order_id="o-1", kind=CommandKind.WAKE, step_index=1, attempt=2),
+        AgentReply(order_id="o-1", step_index=0, attempt=1, outcome=ReplyOutcome.SUCCEEDED),
+        AgentRequest(
+            order_id="o-1",
+            step="charge",
+            step_index=0,
+            attempt=1,
+            action="charge",
+            idempotency_key="o-1:charge",
+            complete_by=datetime(2026, 1, 1, tzinfo=UTC),
+        ),
+    ],
+)
+def test_what_this_release_writes_release_1_0_0_reads(
+    message: SchedulerCommand | AgentReply | AgentRequest,
+) -> None:
+    written = json.loads(message.model_dump_json(by_alias=True))
+    assert formats.MESSAGES_WRITTEN == 1 and "format" not in written  # format 1 is the field's absence
+    assert set(written) <= RELEASE_1_0_0[type(message)]
+
+
+def parts(sender: RecordingSender, clock: ManualClock) -> EngineParts:
+    workflow = WorkflowDefinition(name="w", steps=(StepDefinition(name="a", agent="x", action="do"),))
+    return EngineParts(WorkflowCatalog.of(workflow), MemoryStore(), sender, clock, EngineSettings())
+
+
+async def test_a_message_not_understood_is_sent_again_later_unchanged_under_a_new_id() -> None:
+    sender, clock = RecordingSender(), ManualClock()
+    handled: list[SchedulerCommand] = []
+
+    async def handle(command: SchedulerCommand) -> None:
+        handled.append(command)
+
+    async def engine() -> EngineParts:
+        return parts(sender, clock)
+
+    later = body(**COMMAND, format=2, plan="new")
+    await receive(SchedulerCommand, Inbound(later, "scheduler", "m-1", 1, "o-1"), handle, engine)
+    [again] = sender.take()
+    assert handled == []
+    assert (again.queue, again.message_id, again.correlation_id) == ("scheduler", "m-1~p1", "o-1")
+    assert again.scheduled_at == clock.now() + timedelta(seconds=PASS_OVER_SECONDS)
+    assert json.loads(again.body.model_dump_json()) == json.loads(later)
+    # Passed over again (still no instance that reads it): a new id each time, the broker keeps every one.
+    await receive(SchedulerCommand, Inbound(later, "scheduler", "m-1~p1", 2, "o-1"), handle, engine)
+    assert [s.message_id for s in sender.take()] == ["m-1~p2"]
+    # One it reads is handled, and nothing is sent again.
+    await receive(SchedulerCommand, Inbound(body(**COMMAND), "scheduler", "m-2", 1, "o-1"), handle, engine)
+    assert [c.order_id for c in handled] == ["o-1"] and sender.take() == []
+
+
+async def test_a_record_the_handler_cannot_read_passes_the_message_over_too() -> None:
+    sender, clock = RecordingSender(), ManualClock()
+
+    async def handle(command: SchedulerCommand) -> None:
+        raise NotUnderstood("its record is stored in format 2", command.order_id)
+
+    async def engine() -> EngineParts:
+        return parts(sender, clock)
+
+    await receive(SchedulerCommand, Inbound(body(**COMMAND), "scheduler", "m-1", 1), handle, engine)
+    assert [(s.queue, s.message_id) for s in sender.take()] == [("scheduler", "m-1~p1")]
