@@ -28,6 +28,7 @@ from .retention import Purged
 from .search import SearchQuery
 from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .transitions import Context
+from .workflow import WorkflowDefinition
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -70,6 +71,7 @@ class TaskService:
         input_hash: str,
         workflow_name: str | None = None,
         submitter: str | None = None,
+        sent: dict[str, Any] | None = None,
     ) -> tuple[bool, TaskRecord]:
         """Record the task and its steps (not started) in one transaction, then claim it with ``start`` (or
         kick the Scheduler).
@@ -85,6 +87,11 @@ class TaskService:
         the settings' ``input_keys``), and the body hash keyed, so nothing written or sent holds them in
         clear; :class:`~engine.sealing.KeyMissing` without keys.
 
+        A retry is a retry across releases: ``sent`` is what the client sent, and an order stored
+        with another hash (by a release whose input model filled other defaults) is the same order when
+        every field it stored agrees with ``task_input`` and the fields only this one has are defaults the
+        client did not send (:func:`same_order`).
+
         ``submitter`` (a storefront) names the submitting application: ``order_id`` is then already its
         scoped id (:func:`engine.queues.scoped_id`), and the task's status messages go to that
         application's own queue (:func:`engine.queues.status_queue`).
@@ -95,6 +102,7 @@ class TaskService:
             raise UnknownWorkflow(workflow_name or catalog.default, catalog.names)
         ctx = self.parts.context()
         same_as = frozenset({input_hash})
+        plain = task_input
         if workflow.sensitive:
             # Sealed before anything is written or sent; the body hash keyed too (Keyring.fingerprint).
             keys = self.parts.settings.input_keys
@@ -128,8 +136,10 @@ class TaskService:
         if self._scheduler is not None and claim is None:
             record = submitted()  # not claimed at its insert: written Pending, as submitted
         outcome, stored = await self.parts.store.create(record)
-        if outcome is CreateOutcome.EXISTS_DIFFERENT and stored.input_hash in same_as:
-            outcome = CreateOutcome.EXISTS_SAME  # hashed under a previous key, or by an older release
+        if outcome is CreateOutcome.EXISTS_DIFFERENT and (
+            stored.input_hash in same_as or same_order(stored, plain, sent, workflow)
+        ):
+            outcome = CreateOutcome.EXISTS_SAME  # hashed under a previous key, or by another release
         if outcome is CreateOutcome.EXISTS_DIFFERENT:
             raise Conflict(order_id)
         if outcome is CreateOutcome.PURGED:
@@ -404,3 +414,38 @@ def _refusal(
         f"{current.name} {current.status.value}; {operation.value} needs {' or '.join(allowed)} "
         f"with {needs}"
     )
+
+
+def same_order(
+    stored: TaskRecord, document: dict[str, Any], sent: dict[str, Any] | None, workflow: WorkflowDefinition
+) -> bool:
+    """Whether a submission whose hash differs from the stored order's is that order all the same: stored
+    by another release, whose input model filled other defaults or derived other values. Every value the
+    order stored equals this submission's, at every depth, and a value only this submission has is one its
+    client did not send (a default or a derived value of this release). Sensitive fields are stored sealed
+    or dropped, so only the hash compares them."""
+    if sent is None or stored.state.workflow != workflow.name:
+        return False
+    hidden = set(workflow.sensitive)
+    kept = {k: v for k, v in stored.input.items() if k not in hidden}
+    ours = {k: v for k, v in document.items() if k not in hidden}
+    return _agrees(kept, ours, sent)
+
+
+def _agrees(stored: Any, ours: Any, sent: Any) -> bool:
+    if isinstance(stored, dict) and isinstance(ours, dict):
+        given = sent if isinstance(sent, dict) else {}
+        for name in stored.keys() | ours.keys():
+            if name not in ours:
+                return False  # stored, and this release would not store it
+            if name not in stored:
+                if name in given:
+                    return False  # sent now, never stored
+                continue  # this release's default or derived value
+            if not _agrees(stored[name], ours[name], given.get(name)):
+                return False
+        return True
+    if isinstance(stored, list) and isinstance(ours, list):
+        given_items = sent if isinstance(sent, list) and len(sent) == len(ours) else [None] * len(ours)
+        return len(stored) == len(ours) and all(map(_agrees, stored, ours, given_items))
+    return bool(stored == ours)

@@ -333,7 +333,8 @@ class OrdersApi:
                     _validation_details(exc),
                 )
             identity = body_hash(document, None if workflow == tasks.parts.catalog.default else workflow)
-            created, record = await tasks.submit(scoped, document, identity, workflow, storefront)
+            sent = {"orderId": order_id, **order.input_fields()}
+            created, record = await tasks.submit(scoped, document, identity, workflow, storefront, sent)
         except EngineError as exc:
             return engine_error(exc)
         location = self.status_url(order_id if storefront else scoped)

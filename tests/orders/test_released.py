@@ -1,0 +1,43 @@
+"""Released workflow versions never change (orders.released): the declaration is held to the shape each
+version had when it was released; a change in place is caught, and recording a release adds versions only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.workflow import WorkflowCatalog
+from orders import released
+from orders.catalog import CATALOG
+
+
+def test_every_released_version_is_declared_as_it_was_released() -> None:
+    assert released.released(), "orders/released_workflows.json holds no released version"
+    assert released.changed() == [], "declare a new version instead of changing a released one"
+
+
+def test_a_change_in_place_is_caught_and_recording_refuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workflow = next(w for w in CATALOG.workflows if released.key(w) in released.released())
+    step = workflow.steps[-1]
+    budget = (step.complete_by_seconds or 30) + 1
+    edited = workflow.revise(
+        steps=(*workflow.steps[:-1], step.model_copy(update={"complete_by_seconds": budget}))
+    )
+    catalog = WorkflowCatalog.of(edited)
+    assert released.changed(catalog) == [released.key(workflow)]
+    kept = tmp_path / "released.json"
+    kept.write_text(released.RELEASED.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(released, "RELEASED", kept)
+    before = kept.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit):
+        released.record(catalog)
+    assert kept.read_text(encoding="utf-8") == before
+    # A new version is recorded beside the released ones, which stay as they were.
+    newer = edited.revise(version=max(w.version for w in CATALOG.workflows) + 1)
+    assert released.record(WorkflowCatalog.of(newer)) == [released.key(newer)]
+    after = json.loads(kept.read_text(encoding="utf-8"))
+    assert {k: v for k, v in after.items() if k != released.key(newer)} == json.loads(before)
