@@ -138,6 +138,8 @@ _CHUNK = re.compile(r"(Body|Steps)\d+$")
 _DEAD_LETTER_FIELDS = [field.alias or name for name, field in DeadLetterAction.model_fields.items()]
 # The partition of dead-letter actions that name no known task (outside the s00.. shards).
 DEAD_LETTER_PARTITION = "deadletters"
+# The deployment's formats switch (engine.formats): one entity of the state table, outside the shards.
+SWITCH_PARTITION, SWITCH_ROW = "release", "formats"
 # Entities per entity-group transaction (Azure's limit).
 _BATCH = 100
 # The states the history holds.
@@ -367,6 +369,8 @@ class TableStateStore:
         self._transaction = transact
         self._unique = unique
         self.marks = marks
+        # The record format it writes (engine.formats): the runtime's, kept current by the switch.
+        self.formats = formats.Formats()
         # Each shard's tally as last read or written here (ETag, counts): a stale one costs one refused
         # transaction and a read.
         self._tallies: dict[tuple[str, str], tuple[str, dict[str, int]]] = {}
@@ -388,6 +392,44 @@ class TableStateStore:
                 await service.create_table(name)
         table, watch, history, search = (service.get_table_client(name) for name in names)
         return cls(table, watch, shards, history=history, search=search)
+
+    # ---- the formats switch (engine.formats) ------------------------------------------------------
+    async def read_switch(self) -> formats.Switch | None:
+        try:
+            entity = await self.table.get_entity(SWITCH_PARTITION, SWITCH_ROW)
+        except ResourceNotFoundError:
+            return None
+        self.counter.add(table=STATE, entities=1)
+        writes = entity.get("Writes")
+        if not isinstance(writes, int) or isinstance(writes, bool):
+            writes = formats.BEFORE_SWITCH  # unreadable: the safe side, what the release before reads
+        return formats.Switch(writes, entity.get("FlipsAt"), _etag(entity))
+
+    async def write_switch(self, switch: formats.Switch) -> formats.Switch | None:
+        entity = {"PartitionKey": SWITCH_PARTITION, "RowKey": SWITCH_ROW, "Writes": switch.writes}
+        if switch.flips_at is not None:
+            entity["FlipsAt"] = switch.flips_at
+        self.counter.add(table=STATE, entities=1)
+        try:
+            if switch.etag is None:
+                written = await self.table.create_entity(entity)
+            else:
+                written = await self.table.update_entity(
+                    entity, mode=UpdateMode.REPLACE, etag=switch.etag, **_IF_MATCH
+                )
+        except (ResourceExistsError, ResourceModifiedError):
+            return None
+        return formats.Switch(switch.writes, switch.flips_at, written.get("etag"))
+
+    async def holds_tasks(self) -> bool:
+        for table in (self.table, self.history):
+            if table is None:
+                continue
+            pages = table.query_entities("PartitionKey ge 's' and PartitionKey lt 't'", results_per_page=1)
+            self.counter.add(table=STATE if table is self.table else HISTORY, entities=1)
+            async for _ in pages:
+                return True
+        return False
 
     async def _transact(self, table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
         # The module's submit_transaction is looked up at each call (tests wrap it to make a request fail).
@@ -412,7 +454,7 @@ class TableStateStore:
         return shard_of(order_id, self.shards)
 
     def _state_properties(self, state: TaskState) -> dict[str, Any]:
-        entity: dict[str, Any] = {"PartitionKey": self._pk(state.order_id), _FORMAT: formats.RECORDS_WRITTEN}
+        entity: dict[str, Any] = {"PartitionKey": self._pk(state.order_id), _FORMAT: self.formats.writes}
         for name, alias in _STATE_FIELDS.items():
             value = getattr(state, name)
             if value is None:
@@ -466,7 +508,7 @@ class TableStateStore:
             "PartitionKey": self._pk(order_id),
             "RowKey": _step_key(order_id, step.index),
             "Kind": "step",
-            _FORMAT: formats.RECORDS_WRITTEN,
+            _FORMAT: self.formats.writes,
             "OrderID": order_id,
         }
         for name, alias in _STEP_FIELDS.items():
@@ -493,7 +535,7 @@ class TableStateStore:
             "PartitionKey": self._pk(record.order_id),
             "RowKey": _input_key(record.order_id),
             "Kind": "input",
-            _FORMAT: formats.RECORDS_WRITTEN,
+            _FORMAT: self.formats.writes,
             "OrderID": record.order_id,
             "BodyHash": record.input_hash,
             "BodyChunks": len(chunks),

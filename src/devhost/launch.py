@@ -75,6 +75,10 @@ def start(
     auth: str = "open",
     trust_principal_headers: bool = False,
     storefronts: tuple[str, ...] = (),
+    app_dir: Path | None = None,
+    beside: Path | None = None,
+    beside_workers: int = 1,
+    hold_formats: bool = False,
 ) -> RunningDevhost:
     """Start the stack with ``env`` over this process's environment; return once ``/api/health`` answers.
 
@@ -82,6 +86,9 @@ def start(
     ``auth="roles"`` the API's roles (``--auth roles``, the keys then in ``RunningDevhost.keys``), and
     ``trust_principal_headers`` lets clients act as any Entra ID principal (``--trust-principal-headers``);
     ``storefronts`` declares storefronts (``--storefronts``; their keys in ``RunningDevhost.keys``).
+    ``app_dir`` runs the workers on another app (``--app-dir``), ``beside`` adds ``beside_workers`` workers of
+    another release's checkout (``--beside``); ``hold_formats`` holds the formats switch at the previous
+    release's (``--hold-formats``).
 
     Raises RuntimeError (after stopping it) if the stack exits or does not answer in ``timeout`` seconds.
     """
@@ -97,6 +104,12 @@ def start(
     command += ["--auth", auth] + (["--trust-principal-headers"] if trust_principal_headers else [])
     if storefronts:
         command += ["--storefronts", ",".join(storefronts)]
+    if app_dir is not None:
+        command += ["--app-dir", str(app_dir)]
+    if beside is not None:
+        command += ["--beside", str(beside), "--beside-workers", str(beside_workers)]
+    if hold_formats:
+        command.append("--hold-formats")
     with (data_dir / "devhost.out").open("ab") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

@@ -277,24 +277,18 @@ class Stack:
         self.simulators.start()
         self._wait_http(f"http://127.0.0.1:{a.sim_port}/health", self.simulators, "simulators")
         log.info("remote-service simulators on 127.0.0.1:%d, pid %d", a.sim_port, self.simulators.pid)
-        env = self.worker_environment()
-        for n in range(1, a.workers + 1):
-            command = [
-                sys.executable,
-                "-m",
-                "devhost.worker",
-                "--app-dir",
-                str(a.app_dir.resolve()),
-                "--worker-id",
-                str(n),
-                "--log-level",
-                "DEBUG" if a.verbose else "INFO",
-                "--stats-file",
-                str(self.stats_dir / f"worker-{n}-{{pid}}.json"),  # one file per process: restarts add up
-            ]
-            if n == 1:
-                command += ["--http-port", str(a.port)]
-            worker = Child(f"worker-{n}", command, self.log_dir / f"worker-{n}.log", env=env)
+        if a.hold_formats:
+            # Before any worker reads the switch: as a deployment does before the release goes out.
+            subprocess.run(
+                [sys.executable, "-m", "orders.formats_switch", "--hold"],
+                env=self.worker_environment(),
+                check=True,
+                capture_output=True,
+                cwd=REPO_ROOT,
+            )
+        apps = [a.app_dir] * a.workers + ([a.beside] * a.beside_workers if a.beside is not None else [])
+        for n, app_dir in enumerate(apps, start=1):
+            worker = self._worker(n, app_dir.resolve())
             worker.start()
             self.workers.append(worker)
         self.write_state()
@@ -302,6 +296,30 @@ class Stack:
         self.ready = True
         self.write_state()
         log.info("ready: http://127.0.0.1:%d/api (%d worker%s)", a.port, a.workers, "s" * (a.workers > 1))
+
+    def _worker(self, n: int, app_dir: Path) -> Child:
+        """Function worker ``n`` on the app in ``app_dir``, importing that app's own packages first: its
+        ``src/`` and the devhost worker in it (another release's checkout runs its own code throughout)."""
+        a = self.args
+        command = [
+            sys.executable,
+            "-m",
+            "devhost.worker",
+            "--app-dir",
+            str(app_dir),
+            "--worker-id",
+            str(n),
+            "--log-level",
+            "DEBUG" if a.verbose else "INFO",
+            "--stats-file",
+            str(self.stats_dir / f"worker-{n}-{{pid}}.json"),  # one file per process: restarts add up
+        ]
+        if n == 1:
+            command += ["--http-port", str(a.port)]
+        env = self.worker_environment()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(app_dir / "src"), env.get("PYTHONPATH")]))
+        name = f"worker-{n}" + (" (beside)" if n > a.workers else "")
+        return Child(name, command, self.log_dir / f"worker-{n}.log", env=env)
 
     def worker_environment(self) -> dict[str, str]:
         """The workers' settings: the devhost's defaults and connections, overridden by the environment."""
@@ -355,7 +373,11 @@ class Stack:
             "servicebus": {"pid": self.servicebus.pid, "port": self.args.sb_port},
             "simulators": {"pid": self.simulators.pid, "port": self.args.sim_port},
             "workers": [
-                {"pid": w.pid, **({"port": self.args.port} if i == 0 else {})}
+                {
+                    "pid": w.pid,
+                    **({"port": self.args.port} if i == 0 else {}),
+                    **({"beside": str(self.args.beside)} if i >= self.args.workers else {}),
+                }
                 for i, w in enumerate(self.workers)
             ],
             "http": f"http://127.0.0.1:{self.args.port}/api",
@@ -444,6 +466,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--app-dir", type=Path, default=REPO_ROOT, help="folder holding function_app.py (default: the repo)"
+    )
+    p.add_argument(
+        "--beside",
+        type=Path,
+        help="also run workers of the app in this folder (another release's checkout, its own src/) on the "
+        "same storage, emulator and simulators: two releases side by side",
+    )
+    p.add_argument(
+        "--beside-workers", type=int, default=1, help="worker processes of --beside's app (default 1)"
+    )
+    p.add_argument(
+        "--hold-formats",
+        action="store_true",
+        help="hold the formats switch at the previous release's formats before the workers start (an upgrade "
+        "under way: a rollback stays safe; python -m orders.formats_switch --switch flips it)",
     )
     p.add_argument(
         "--function-key",

@@ -8,7 +8,8 @@ way a reader of the previous number would misread; adding a field that readers m
   1.0.0's, whose readers refuse any field they do not know, so format 1 is written as the field's absence;
   a later format names itself, and is written only once every instance reads it (the switch).
 - **The task's records** in the state store (state, steps, input, the history's and parking's one-entity
-  copies) carry a ``Format`` property; absent, they are 1.0.0's, format 1.
+  copies) carry a ``Format`` property; absent, they are 1.0.0's, format 1. Format 2 adds sealed sensitive
+  values and keyed body hashes; it is written once the deployment's switch (:class:`Formats`) says so.
 
 What this release cannot read (a later format, an unknown kind or outcome, a corrupted record) raises
 :class:`NotUnderstood`: a message is passed over (sent again later, for an instance that reads it) and a
@@ -18,26 +19,126 @@ record is passed over by sweeps and answered as such by reads, each reported wit
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
 from .errors import NotUnderstood
+
+log = logging.getLogger("engine.formats")
 
 # The newest message format this release reads, and the one it writes.
 MESSAGES_READ = 1
 MESSAGES_WRITTEN = 1
-# The newest format of the task's stored records this release reads, and the one it writes.
-RECORDS_READ = 1
-RECORDS_WRITTEN = 1
+# The formats of the task's stored records. Format 2 may hold sealed sensitive values and keyed body hashes
+# (engine.sealing), which release 1.0.0 (format 1) would misread: it is written only after the switch.
+RECORDS_READ = 2
+BEFORE_SWITCH = 1  # what the release before reads: written until the switch
+AFTER_SWITCH = 2  # this release's own
 # The stored property naming a record's format.
 FORMAT_PROPERTY = "Format"
+# On an upgrade, how long this release runs before the switch flips by itself: longer than any rollout
+# takes to replace the previous release's instances (docs/upgrading.md). A rollback is safe until then.
+SWITCH_AFTER = timedelta(minutes=30)
+# How often an instance reads the switch again.
+SWITCH_REFRESH = timedelta(seconds=30)
 
 __all__ = [
+    "AFTER_SWITCH",
+    "BEFORE_SWITCH",
     "FORMAT_PROPERTY",
     "MESSAGES_READ",
     "MESSAGES_WRITTEN",
     "RECORDS_READ",
-    "RECORDS_WRITTEN",
+    "Formats",
     "NotUnderstood",
+    "Switch",
+    "SwitchStore",
     "record_format",
 ]
+
+
+@dataclass(frozen=True)
+class Switch:
+    """The deployment's formats switch, as the state store keeps it: which record format it writes now;
+    while it writes the previous release's, when it flips by itself (None: held by an operator)."""
+
+    writes: int
+    flips_at: datetime | None = None
+    etag: str | None = None
+
+    def due(self, now: datetime) -> bool:
+        return self.writes < AFTER_SWITCH and self.flips_at is not None and self.flips_at <= now
+
+
+class SwitchStore(Protocol):
+    """Where the switch is kept (the state store)."""
+
+    async def read_switch(self) -> Switch | None:
+        """The switch, or None if no release has set it yet."""
+        ...
+
+    async def write_switch(self, switch: Switch) -> Switch | None:
+        """Insert the switch (no ``etag``) or replace it (conditional on ``etag``); None if another
+        instance wrote it first."""
+        ...
+
+    async def holds_tasks(self) -> bool:
+        """Whether any task was ever stored (an upgrade, not a new deployment)."""
+        ...
+
+
+class Formats:
+    """Which record format this instance writes now, read from the switch and read again now and then.
+
+    The first instance of this release on a store sets the switch: on a new deployment (no task stored) to
+    this release's format at once; on an upgrade to the previous release's, flipping by itself
+    :data:`SWITCH_AFTER` later. An operator may flip it at once or hold it (``python -m orders.release``).
+    Every instance reads both formats whatever the switch says, so instances that read it at different
+    moments never disagree on what they can read."""
+
+    def __init__(self, writes: int = AFTER_SWITCH, store: SwitchStore | None = None) -> None:
+        self.writes = writes
+        self._store = store
+        self._read_at: datetime | None = None
+
+    @property
+    def seals(self) -> bool:
+        """Whether sensitive values are sealed and body hashes keyed (format 2)."""
+        return self.writes >= AFTER_SWITCH
+
+    async def refresh(self, now: datetime) -> None:
+        """Read the switch again if it was read more than :data:`SWITCH_REFRESH` ago (set it, the first
+        time; flip it, once due)."""
+        if self._store is None or (self._read_at is not None and now - self._read_at < SWITCH_REFRESH):
+            return
+        self._read_at = now
+        try:
+            switch = await self.settle(self._store, now)
+        except Exception:  # the store unreachable: what it wrote so far, until the next read
+            log.warning(
+                "could not read the formats switch; still writing format %d", self.writes, exc_info=True
+            )
+            return
+        if switch.writes != self.writes:
+            log.info("the formats switch says format %d (was %d)", switch.writes, self.writes)
+        self.writes = min(switch.writes, AFTER_SWITCH)
+
+    @staticmethod
+    async def settle(store: SwitchStore, now: datetime) -> Switch:
+        """The switch as it stands, set or flipped first if it is time to."""
+        switch = await store.read_switch()
+        if switch is None:
+            if await store.holds_tasks():
+                wanted = Switch(BEFORE_SWITCH, now + SWITCH_AFTER)
+            else:
+                wanted = Switch(AFTER_SWITCH)
+            switch = await store.write_switch(wanted) or await store.read_switch() or wanted
+        if switch.due(now):
+            flipped = await store.write_switch(replace(switch, writes=AFTER_SWITCH, flips_at=None))
+            switch = flipped or await store.read_switch() or switch
+        return switch
 
 
 def record_format(value: object) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .clock import Clock
+from .formats import Formats
 from .ports import BreakerStore, MessageSender, StateStore
 from .settings import EngineSettings
 from .state import TaskRecord
@@ -27,6 +28,8 @@ class EngineParts:
     breakers: BreakerStore | None = None
     # Where the unique part of message ids comes from (a seeded source makes a simulated run reproducible).
     new_id: Callable[[], str] = random_id
+    # The record format written now (engine.formats): the previous release's until the switch.
+    formats: Formats = field(default_factory=Formats)
 
     def context(self, instance_id: str = "", record: TaskRecord | None = None) -> Context:
         """What a transition needs, as of now on this engine's clock: with a record, the definition of
@@ -34,4 +37,5 @@ class EngineParts:
         workflow = None
         if record is not None:
             workflow = self.catalog.find(record.state.workflow, record.state.workflow_version)
-        return Context(workflow, self.settings, self.clock.now(), instance_id, self.new_id)
+        now = self.clock.now()
+        return Context(workflow, self.settings, now, instance_id, self.new_id, seals=self.formats.seals)

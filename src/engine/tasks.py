@@ -104,12 +104,15 @@ class TaskService:
         same_as = frozenset({input_hash})
         plain = task_input
         if workflow.sensitive:
-            # Sealed before anything is written or sent; the body hash keyed too (Keyring.fingerprint).
+            # Sealed before anything is written or sent; the body hash keyed too (Keyring.fingerprint). Not
+            # before the switch (engine.formats): the release before would misread both.
             keys = self.parts.settings.input_keys
-            task_input = sealing.seal_input(task_input, workflow.sensitive, order_id, keys)
             if keys is not None:
                 same_as = keys.fingerprints(input_hash)
-                input_hash = keys.fingerprint(input_hash)
+            if self.parts.formats.seals:
+                task_input = sealing.seal_input(task_input, workflow.sensitive, order_id, keys)
+                if keys is not None:
+                    input_hash = keys.fingerprint(input_hash)
 
         def submitted() -> TaskRecord:
             record = TaskRecord(

@@ -62,6 +62,8 @@ class Context:
     instance_id: str = ""
     # Where unique ids come from (a seeded source makes a simulated run reproducible).
     new_id: Callable[[], str] = random_id
+    # Whether sensitive values are sealed now (engine.formats: after the deployment's switch).
+    seals: bool = True
 
     @property
     def steps(self) -> tuple[StepDefinition, ...]:
@@ -123,8 +125,8 @@ def _touch(record: TaskRecord, ctx: Context) -> None:
         # past its deadline can still be given).
         state.waiting_for = state.wait_until = None
     # Every move passes here: a sensitive input field this move leaves unneeded goes with its save (one kept
-    # in clear by an older release is sealed).
-    sealing.settle_input(record, ctx.workflow, ctx.settings.input_keys)
+    # in clear by an older release is sealed, once the switch says the formats that seal are written).
+    sealing.settle_input(record, ctx.workflow, ctx.settings.input_keys if ctx.seals else None)
 
 
 def _moved(*messages: Outgoing) -> Decision:

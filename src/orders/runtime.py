@@ -25,6 +25,7 @@ from adapters.table_store import TableStateStore, env_settings_in_use
 from engine import queues
 from engine.agent import Agent
 from engine.clock import SystemClock
+from engine.formats import BEFORE_SWITCH, Formats
 from engine.parts import EngineParts
 from engine.ports import BreakerStore
 from engine.retention import Retention
@@ -145,7 +146,11 @@ async def build(settings: Settings) -> Runtime:
     # Every queue this process may send to, opened in the background while the first message is handled.
     opening = asyncio.create_task(sender.open(queues.all_queues(workflows.agents)))
     closers.insert(0, functools.partial(_cancel, opening))
-    parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers)
+    # What it writes: the previous release's formats until the switch says otherwise (engine.formats).
+    formats = Formats(BEFORE_SWITCH, store)
+    store.formats = formats
+    await formats.refresh(clock.now())
+    parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers, formats=formats)
     scheduler = Scheduler(parts, instance)
     # A submission writes its new task claimed here and dispatches the first step: no kick, no second write.
     tasks = TaskService(parts, scheduler)
@@ -197,7 +202,9 @@ async def runtime() -> Runtime:
     if building is None or (building.done() and (building.cancelled() or building.exception() is not None)):
         building = loop.create_task(_build_and_keep(), name="orders-runtime")
         _runtimes[loop] = building
-    return await asyncio.shield(building)
+    built = await asyncio.shield(building)
+    await built.tasks.parts.formats.refresh(built.tasks.parts.clock.now())  # now and then: the switch
+    return built
 
 
 _keepers: set[asyncio.Task[None]] = set()

@@ -44,12 +44,31 @@ async def merge(store: TableStateStore, order_id: str, row: str, **properties: A
     )
 
 
-async def test_every_record_of_a_task_says_its_format(store: TableStateStore) -> None:
+@pytest.mark.parametrize("writes", [formats.BEFORE_SWITCH, formats.AFTER_SWITCH])
+async def test_every_record_of_a_task_says_the_format_the_switch_says(
+    store: TableStateStore, writes: int
+) -> None:
+    store.formats.writes = writes
     await claimed(store, "o-1")
     live = await rows(store.table)
     records = {k: e for k, e in live.items() if e.get("Kind") in ("state", "input", "step", "index")}
     assert {e["Kind"] for e in records.values()} == {"state", "input", "step", "index"}
-    assert {k: e.get("Format") for k, e in records.items()} == dict.fromkeys(records, formats.RECORDS_WRITTEN)
+    assert {k: e.get("Format") for k, e in records.items()} == dict.fromkeys(records, writes)
+    loaded = await store.load("o-1")  # this release reads both
+    assert loaded is not None and loaded.state.order_id == "o-1"
+
+
+async def test_the_switch_is_kept_once_for_every_instance(store: TableStateStore) -> None:
+    assert await store.read_switch() is None and not await store.holds_tasks()
+    first = await formats.Formats.settle(store, NOW)
+    assert first.writes == formats.AFTER_SWITCH  # nothing stored: a new deployment
+    assert await store.write_switch(formats.Switch(formats.BEFORE_SWITCH)) is None  # set already
+    stale = formats.Switch(formats.BEFORE_SWITCH, None, first.etag)
+    held = await store.write_switch(stale)
+    assert held is not None and (await store.read_switch()) == held
+    assert await store.write_switch(stale) is None  # an ETag gone stale: refused
+    await claimed(store, "o-1")
+    assert await store.holds_tasks()
 
 
 async def test_a_save_keeps_every_property_a_later_release_stored(store: TableStateStore) -> None:

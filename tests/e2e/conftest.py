@@ -341,8 +341,10 @@ def start_stack(
     auth: str = "open",
     trust_principal_headers: bool = False,
     storefronts: tuple[str, ...] = (),
+    **launch_options: Any,
 ) -> LocalStack:
-    """Start orders-devhost on free ports and wait until its HTTP API answers.
+    """Start orders-devhost on free ports and wait until its HTTP API answers (``launch_options``: the
+    rest of :func:`devhost.launch.start`'s, e.g. another release's workers beside).
 
     With keys the devhost checks them; the stack's ``api`` client then sends the function key. With
     ``auth="roles"`` it enforces the API's roles; the ``api`` client then acts as the operator (its key),
@@ -359,6 +361,7 @@ def start_stack(
             auth=auth,
             trust_principal_headers=trust_principal_headers,
             storefronts=storefronts,
+            **launch_options,
         )
     except RuntimeError as exc:
         log = data_dir / "devhost.out"

@@ -137,3 +137,68 @@ async def test_a_record_the_handler_cannot_read_passes_the_message_over_too() ->
 
     await receive(SchedulerCommand, Inbound(body(**COMMAND), "scheduler", "m-1", 1), handle, engine)
     assert [(s.queue, s.message_id) for s in sender.take()] == [("scheduler", "m-1~p1")]
+
+
+class SwitchKept:
+    """A switch store in memory, with its ETag check (the table store's is tested on Azurite)."""
+
+    def __init__(self, tasks: bool) -> None:
+        self.tasks = tasks
+        self.switch: formats.Switch | None = None
+        self.writes = 0
+
+    async def read_switch(self) -> formats.Switch | None:
+        return self.switch
+
+    async def write_switch(self, switch: formats.Switch) -> formats.Switch | None:
+        current = self.switch.etag if self.switch is not None else None
+        if switch.etag != current:
+            return None  # another instance wrote it first
+        self.writes += 1
+        self.switch = formats.Switch(switch.writes, switch.flips_at, f"e{self.writes}")
+        return self.switch
+
+    async def holds_tasks(self) -> bool:
+        return self.tasks
+
+
+async def test_a_new_deployment_writes_its_own_formats_at_once() -> None:
+    kept = SwitchKept(tasks=False)
+    mine = formats.Formats(formats.BEFORE_SWITCH, kept)
+    await mine.refresh(ManualClock().now())
+    assert mine.writes == formats.AFTER_SWITCH and mine.seals
+
+
+async def test_an_upgrade_writes_the_previous_formats_until_the_switch_flips_by_itself() -> None:
+    kept, clock = SwitchKept(tasks=True), ManualClock()
+    first, second = formats.Formats(formats.AFTER_SWITCH, kept), formats.Formats(formats.AFTER_SWITCH, kept)
+    await first.refresh(clock.now())
+    await second.refresh(clock.now())  # the switch set once: the second instance reads the first's
+    assert (first.writes, second.writes, kept.writes) == (formats.BEFORE_SWITCH, formats.BEFORE_SWITCH, 1)
+    assert kept.switch is not None and kept.switch.flips_at == clock.now() + formats.SWITCH_AFTER
+    clock.advance(formats.SWITCH_REFRESH.total_seconds() - 1)
+    await first.refresh(clock.now())  # read again only now and then
+    clock.advance(formats.SWITCH_AFTER.total_seconds())
+    await first.refresh(clock.now())
+    assert first.writes == formats.AFTER_SWITCH and kept.writes == 2
+    await second.refresh(clock.now())
+    assert second.writes == formats.AFTER_SWITCH and kept.writes == 2  # flipped once
+
+
+async def test_a_held_switch_does_not_flip_by_itself() -> None:
+    kept, clock = SwitchKept(tasks=True), ManualClock()
+    await kept.write_switch(formats.Switch(formats.BEFORE_SWITCH, None))
+    mine = formats.Formats(formats.AFTER_SWITCH, kept)
+    clock.advance(formats.SWITCH_AFTER.total_seconds() * 10)
+    await mine.refresh(clock.now())
+    assert mine.writes == formats.BEFORE_SWITCH and not mine.seals
+
+
+async def test_a_switch_that_cannot_be_read_keeps_what_the_instance_wrote() -> None:
+    class Unreachable(SwitchKept):
+        async def read_switch(self) -> formats.Switch | None:
+            raise ConnectionError("the table service is unreachable")
+
+    mine = formats.Formats(formats.BEFORE_SWITCH, Unreachable(tasks=False))
+    await mine.refresh(ManualClock().now())
+    assert mine.writes == formats.BEFORE_SWITCH

@@ -14,7 +14,7 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from adapters.table_store import TableStateStore
-from engine import queues, sealing
+from engine import formats, queues, sealing
 from engine.calls import REDACTED
 from engine.clock import ManualClock
 from engine.errors import PermanentError
@@ -66,13 +66,18 @@ class Harness:
                 texts += [json.dumps(dict(e), default=str) async for e in table.list_entities()]
         return "\n".join(texts)
 
-    async def raw_input(self, order_id: str) -> dict[str, Any]:
-        """The order's input as its live entity holds it."""
+    async def input_entity(self, order_id: str) -> dict[str, Any]:
+        """The order's live input entity, raw."""
         async with self.service.get_table_client(self.names[0]) as table:
             async for e in table.list_entities():
                 if e.get("Kind") == "input" and e.get("OrderID") == order_id:
-                    return dict(json.loads("".join(e[f"Body{i}"] for i in range(e["BodyChunks"]))))
+                    return dict(e)
         raise AssertionError(f"no input entity for {order_id}")
+
+    async def raw_input(self, order_id: str) -> dict[str, Any]:
+        """The order's input as its live entity holds it."""
+        e = await self.input_entity(order_id)
+        return dict(json.loads("".join(e[f"Body{i}"] for i in range(e["BodyChunks"]))))
 
     async def run(self, outcome: Callable[[AgentRequest], tuple[ReplyOutcome, dict[str, Any]]]) -> list[str]:
         """Deliver what was sent until nothing is: commands to the Scheduler, requests answered by
@@ -123,6 +128,7 @@ async def h(azurite_connection_string: str) -> AsyncIterator[Harness]:
         parts = EngineParts(
             WorkflowCatalog.of(WORKFLOW), store, sender, ManualClock(), EngineSettings(input_keys=KEYS)
         )
+        store.formats = parts.formats  # as the runtime wires them: one switch
         tasks = TaskService(parts)
 
         async def get_tasks() -> TaskService:
@@ -280,6 +286,29 @@ async def test_the_same_body_resubmitted_is_the_same_order_whatever_hashed_it(
         json.dumps({"orderId": "o-4", **body, "currency": "USD"}).encode(), "application/json"
     )
     assert other.status == 409, other.body
+
+
+async def test_before_the_switch_the_token_is_kept_as_the_release_before_reads_it_and_sealed_after(
+    h: Harness,
+) -> None:
+    formats_now = h.scheduler.parts.formats
+    formats_now.writes = formats.BEFORE_SWITCH  # an upgrade under way: the release before still runs
+    token = f"tok-{uuid.uuid4().hex}"
+    body = order(token)
+    submitted = await h.api.submit(json.dumps({"orderId": "o-5", **body}).encode(), "application/json")
+    assert submitted.status == 202, submitted.body
+    stored = await h.raw_input("o-5")
+    assert stored["paymentToken"] == token  # what release 1.0.0 reads and charges with
+    entity = await h.input_entity("o-5")
+    plain = body_hash(order_document("o-5", order_input(WORKFLOW, body)))
+    assert (entity["BodyHash"], entity["Format"]) == (plain, formats.BEFORE_SWITCH)
+    # The switch flips: the order's next save seals the token and writes its records in the new format.
+    formats_now.writes = formats.AFTER_SWITCH
+    [start] = [m for m in h.sender.take() if isinstance(m.body, SchedulerCommand)]
+    await h.scheduler.handle_command(start.body)
+    stored = await h.raw_input("o-5")
+    assert sealing.is_sealed(stored["paymentToken"]) and token not in await h.stored_text()
+    assert (await h.input_entity("o-5"))["Format"] == formats.AFTER_SWITCH
 
 
 def test_a_charge_whose_token_does_not_open_fails_for_good_saying_why() -> None:
