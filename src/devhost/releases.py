@@ -22,8 +22,9 @@ class ReleaseUnavailable(RuntimeError):
 
 def checkout(version: str, dest: Path) -> Path:
     """Release ``version``'s files from this repository's history in ``dest``, ready to run: its function
-    app, its packages under ``src/`` and the message classes its devhost worker generates at install.
-    Runs on this checkout's virtual environment (a release's pins are the ones before it or fewer)."""
+    app, its packages under ``src/`` (its whole local stack with ``PYTHONPATH=<dest>/src``) and the message
+    classes its devhost worker generates at install. Runs on this checkout's virtual environment and npm
+    packages (a release's pins are the ones before it, or fewer)."""
     commit = RELEASES[version]
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit], cwd=REPO_ROOT, capture_output=True, check=False
@@ -33,6 +34,9 @@ def checkout(version: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
+    # Its local stack runs Azurite from npm: the packages this checkout installed (the same pins or newer).
+    if (REPO_ROOT / "node_modules").is_dir() and not (dest / "node_modules").exists():
+        (dest / "node_modules").symlink_to(REPO_ROOT / "node_modules", target_is_directory=True)
     subprocess.run(
         [
             sys.executable,

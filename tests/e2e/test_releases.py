@@ -1,6 +1,7 @@
 """Two releases on one local stack (docs/upgrading.md): the previous release's function workers beside
 this one's on the same storage, queues and services, under faults, lose nothing; and a rollback before
-the formats switch, the previous release's workers alone finishing what this one started, loses nothing.
+the formats switch, the previous release's whole local stack finishing on this one's data folder what this
+one started, loses nothing.
 The previous release runs its own code throughout (devhost.releases: its commit, from this history)."""
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ def test_a_rollback_before_the_switch_finishes_what_this_release_started(
         stack.wait_hung(LAST_STEP.call_agent, more_than=PER_WORKFLOW - 1)
     finally:
         stop_stack(stack)
-    rolled_back = start_stack(data_dir, workers=2, app_dir=previous)
+    # The previous release's whole local stack on this one's data folder: its devhost, simulators (the
+    # ledger this one wrote), emulator and workers.
+    rolled_back = start_stack(data_dir, workers=2, extra_env={"PYTHONPATH": str(previous / "src")})
+    assert "version" not in rolled_back.api.get("/api/health").json()  # 1.0.0 answers {"status": "ok"}
     try:
         lose_nothing(rolled_back, order_ids)
     finally:
