@@ -548,6 +548,7 @@ class TableStateStore:
         return {
             "PartitionKey": self._pk(state.order_id),
             "RowKey": state.order_id,
+            _FORMAT: self.formats.writes,
             "CompleteBy": state.complete_by,
         }
 
@@ -562,6 +563,7 @@ class TableStateStore:
         """A task's search entries: each carries what a search filters on besides its key."""
         carried: dict[str, Any] = {
             "PartitionKey": self._pk(state.order_id),
+            _FORMAT: self.formats.writes,
             "OrderID": state.order_id,
             "CreatedAt": state.created_at,
             "Workflow": state.workflow,
@@ -699,6 +701,7 @@ class TableStateStore:
             "PartitionKey": self._pk(order_id),
             "RowKey": f"{_audit_prefix(order_id)}{_stamp(entry.at)}|{n:02d}{self._unique()}",
             "Kind": "audit",
+            _FORMAT: self.formats.writes,
             "OrderID": order_id,
         }
         for alias, value in entry.model_dump(by_alias=True, mode="python").items():
@@ -995,11 +998,20 @@ class TableStateStore:
         """The task's audit entries, oldest first: one range query in the task's partition, of the live
         table or (``archived``) of the history."""
         table, name = (self._history(), HISTORY) if archived else (self.table, STATE)
-        return [self._to_audit(e) for e in await self._audit_rows(table, order_id, name)]
+        read = [self._readable_audit(e) for e in await self._audit_rows(table, order_id, name)]
+        return [entry for entry in read if entry is not None]  # what it cannot read: reported, passed over
 
     @staticmethod
     def _to_audit(entity: Mapping[str, Any]) -> AuditEntry:
         return AuditEntry.model_validate({a: entity[a] for a in _AUDIT_FIELDS if entity.get(a) is not None})
+
+    @classmethod
+    def _readable_audit(cls, entity: Mapping[str, Any]) -> AuditEntry | None:
+        try:
+            with _understood(entity):
+                return cls._to_audit(entity)
+        except NotUnderstood:
+            return None
 
     async def append_audit(self, order_id: str, entry: AuditEntry) -> None:
         """Add an entry to a task's audit trail on its own, for an action that changes no task record

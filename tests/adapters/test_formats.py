@@ -18,7 +18,7 @@ from engine.parts import EngineParts
 from engine.state import ProcessState
 from engine.supervisor import Supervisor
 from engine.workflow import WorkflowCatalog
-from tests.adapters.test_history import live_keys, rows
+from tests.adapters.test_history import archived, live_keys, rows
 from tests.adapters.test_table_store import NOW, SETTINGS, WORKFLOW, FixedClock, ctx, new_record, store
 from tests.engine.fakes import RecordingSender
 
@@ -54,6 +54,11 @@ async def test_every_record_of_a_task_says_the_format_the_switch_says(
     records = {k: e for k, e in live.items() if e.get("Kind") in ("state", "input", "step", "index")}
     assert {e["Kind"] for e in records.values()} == {"state", "input", "step", "index"}
     assert {k: e.get("Format") for k, e in records.items()} == dict.fromkeys(records, writes)
+    # So do its watch entry and its search entries.
+    assert [e.get("Format") for e in (await rows(store.watch)).values()] == [writes]
+    assert store.search is not None
+    found = (await rows(store.search)).values()
+    assert found and {e.get("Format") for e in found} == {writes}
     loaded = await store.load("o-1")  # this release reads both
     assert loaded is not None and loaded.state.order_id == "o-1"
 
@@ -139,3 +144,26 @@ async def test_a_record_of_a_later_format_or_corrupted_is_passed_over_and_report
     assert report.passed_over == 1 and report.retried + report.kicked + report.errored == 1, report
     loaded = await store.load("o-1")
     assert loaded is not None and loaded.state.failure_count == 1  # recovered as any order
+
+
+@pytest.mark.parametrize("written", [{"Format": LATER}, {"Steps0": "[{not json"}])
+async def test_a_finished_order_of_a_later_format_in_the_history_is_passed_over_and_reported(
+    store: TableStateStore, written: dict[str, Any]
+) -> None:
+    for order_id in ("o-1", "o-2"):
+        await archived(store, order_id)
+    history = store._history()
+    [entity] = [e async for e in history.query_entities("RowKey eq 'order|o-2'")]
+    await history.update_entity(
+        {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"], **written}, mode=UpdateMode.MERGE
+    )
+    index = [e async for e in history.query_entities("Kind eq 'index' and OrderID eq 'o-2'")]
+    for e in index:  # its listing entry is a copy of its summary, written with it
+        await history.update_entity(
+            {"PartitionKey": e["PartitionKey"], "RowKey": e["RowKey"], **written}, mode=UpdateMode.MERGE
+        )
+    with pytest.raises(NotUnderstood) as raised:
+        await store.load("o-2")
+    assert raised.value.order_id == "o-2"
+    listed = await store.list_by_state(ProcessState.PROCESSED, 10, None)
+    assert "o-1" in {t.order_id for t in listed.states}
