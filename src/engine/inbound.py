@@ -51,20 +51,11 @@ def parse[M: BaseModel](
     with a value a later release may send (a kind, an outcome), and :class:`PoisonMessage` with the reason
     for anything else that is not one. Fields it does not know are ignored: a later release may add them."""
     try:
-        raw = json.loads(body)
-    except ValueError:
-        raw = None
-    order_id = _order_id(raw)
-    if isinstance(raw, dict) and "format" in raw:
-        written = raw["format"]
-        if isinstance(written, int) and not isinstance(written, bool) and written > formats.MESSAGES_READ:
-            raise NotUnderstood(
-                f"a {model.__name__} of format {written}; this release reads up to {formats.MESSAGES_READ}",
-                order_id,
-            )
-    try:
-        return model.model_validate_json(body)
+        message = model.model_validate_json(body)
     except ValidationError as exc:
+        raw = _json(body)
+        order_id = _order_id(raw)
+        _refuse_later_format(model, raw, order_id)
         errors = exc.errors(include_url=False)
         reason = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}" for e in errors)
         if order_id is not None and all(_later_value(e) for e in errors):
@@ -77,6 +68,27 @@ def parse[M: BaseModel](
             reason=reason[:500],
         )
         raise PoisonMessage(queue, message_id, model.__name__, reason) from exc
+    # Read in one pass, as every message is: its format is checked once it is known to be one.
+    written = getattr(message, "format", 1)
+    if written > formats.MESSAGES_READ:
+        _refuse_later_format(model, {"format": written}, _order_id(_json(body)))
+    return message
+
+
+def _json(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _refuse_later_format(model: type[BaseModel], raw: object, order_id: str | None) -> None:
+    written = raw.get("format") if isinstance(raw, dict) else None
+    if isinstance(written, int) and not isinstance(written, bool) and written > formats.MESSAGES_READ:
+        raise NotUnderstood(
+            f"a {model.__name__} of format {written}; this release reads up to {formats.MESSAGES_READ}",
+            order_id,
+        )
 
 
 def _later_value(error: ErrorDetails) -> bool:
