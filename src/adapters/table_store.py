@@ -140,6 +140,8 @@ _DEAD_LETTER_FIELDS = [field.alias or name for name, field in DeadLetterAction.m
 DEAD_LETTER_PARTITION = "deadletters"
 # The deployment's formats switch (engine.formats): one entity of the state table, outside the shards.
 SWITCH_PARTITION, SWITCH_ROW = "release", "formats"
+# Beside it, each instance's word that it runs (engine.formats.Instance): ``instance|<instance id>``.
+INSTANCE_ROW = "instance|"
 # Entities per entity-group transaction (Azure's limit).
 _BATCH = 100
 # The states the history holds.
@@ -420,6 +422,35 @@ class TableStateStore:
         except (ResourceExistsError, ResourceModifiedError):
             return None
         return formats.Switch(switch.writes, switch.flips_at, written.get("etag"))
+
+    async def announce(self, instance: formats.Instance) -> None:
+        entity = {
+            "PartitionKey": SWITCH_PARTITION,
+            "RowKey": f"{INSTANCE_ROW}{instance.name}",
+            "Release": instance.release,
+            "Reads": instance.reads,
+            "SeenAt": instance.seen_at,
+        }
+        self.counter.add(table=STATE, entities=1)
+        await self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    async def instances(self) -> list[formats.Instance]:
+        found = []
+        async for e in self.table.query_entities(
+            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+            parameters={"pk": SWITCH_PARTITION, "lo": INSTANCE_ROW, "hi": INSTANCE_ROW[:-1] + "}"},
+        ):
+            self.counter.add(table=STATE, entities=1)
+            reads, seen_at = e.get("Reads"), e.get("SeenAt")
+            if isinstance(reads, int) and isinstance(seen_at, datetime):  # else not an instance's word
+                name = e["RowKey"].removeprefix(INSTANCE_ROW)
+                found.append(formats.Instance(name, str(e.get("Release", "")), reads, seen_at))
+        return found
+
+    async def forget(self, instance: formats.Instance) -> None:
+        self.counter.add(table=STATE, entities=1)
+        with contextlib.suppress(ResourceNotFoundError):
+            await self.table.delete_entity(SWITCH_PARTITION, f"{INSTANCE_ROW}{instance.name}")
 
     async def holds_tasks(self) -> bool:
         for table in (self.table, self.history):

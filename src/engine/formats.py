@@ -41,8 +41,12 @@ FORMAT_PROPERTY = "Format"
 # On an upgrade, how long this release runs before the switch flips by itself: longer than any rollout
 # takes to replace the previous release's instances (docs/upgrading.md). A rollback is safe until then.
 SWITCH_AFTER = timedelta(minutes=30)
-# How often an instance reads the switch again.
+# How often an instance reads the switch again, and says it runs (which formats it reads).
 SWITCH_REFRESH = timedelta(seconds=30)
+# The switch flips by itself only once no instance that reads no more than the previous formats has said
+# so for this long; an instance that said nothing for a day is forgotten.
+UNSEEN_FOR = timedelta(minutes=5)
+FORGOTTEN_AFTER = timedelta(days=1)
 
 __all__ = [
     "AFTER_SWITCH",
@@ -52,6 +56,7 @@ __all__ = [
     "MESSAGES_WRITTEN",
     "RECORDS_READ",
     "Formats",
+    "Instance",
     "NotUnderstood",
     "Switch",
     "SwitchStore",
@@ -88,19 +93,51 @@ class SwitchStore(Protocol):
         """Whether any task was ever stored (an upgrade, not a new deployment)."""
         ...
 
+    async def announce(self, instance: Instance) -> None:
+        """Say that ``instance`` runs now (written over its earlier word)."""
+        ...
+
+    async def instances(self) -> list[Instance]:
+        """Every instance that said it runs (release 1.0.0's never do)."""
+        ...
+
+    async def forget(self, instance: Instance) -> None:
+        """Forget an instance that has said nothing for long."""
+        ...
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An instance's word that it runs: its release, the newest record format it reads, and when."""
+
+    name: str
+    release: str
+    reads: int
+    seen_at: datetime
+
 
 class Formats:
     """Which record format this instance writes now, read from the switch and read again now and then.
 
     The first instance of this release on a store sets the switch: on a new deployment (no task stored) to
     this release's format at once; on an upgrade to the previous release's, flipping by itself
-    :data:`SWITCH_AFTER` later. An operator may flip it at once or hold it (``python -m orders.release``).
+    :data:`SWITCH_AFTER` later, once no instance that reads only the previous formats has said it runs for
+    :data:`UNSEEN_FOR` (each instance says so when it reads the switch). An operator may flip it at once or
+    hold it (``python -m orders.formats_switch``).
     Every instance reads both formats whatever the switch says, so instances that read it at different
     moments never disagree on what they can read."""
 
-    def __init__(self, writes: int = AFTER_SWITCH, store: SwitchStore | None = None) -> None:
+    def __init__(
+        self,
+        writes: int = AFTER_SWITCH,
+        store: SwitchStore | None = None,
+        instance: str = "",
+        release: str = "",
+    ) -> None:
         self.writes = writes
         self._store = store
+        self._instance = instance
+        self._release = release
         self._read_at: datetime | None = None
 
     @property
@@ -115,6 +152,8 @@ class Formats:
             return
         self._read_at = now
         try:
+            if self._instance:
+                await self._store.announce(Instance(self._instance, self._release, RECORDS_READ, now))
             switch = await self.settle(self._store, now)
         except Exception:  # the store unreachable: what it wrote so far, until the next read
             log.warning(
@@ -135,10 +174,23 @@ class Formats:
             else:
                 wanted = Switch(AFTER_SWITCH)
             switch = await store.write_switch(wanted) or await store.read_switch() or wanted
-        if switch.due(now):
+        older = await Formats._older_seen(store, now)  # and forgets the long silent
+        if switch.due(now) and not older:
             flipped = await store.write_switch(replace(switch, writes=AFTER_SWITCH, flips_at=None))
             switch = flipped or await store.read_switch() or switch
         return switch
+
+    @staticmethod
+    async def _older_seen(store: SwitchStore, now: datetime) -> bool:
+        """Whether an instance that cannot read this release's formats said it runs within
+        :data:`UNSEEN_FOR` (release 1.0.0's say nothing: the switch's delay covers them)."""
+        older = False
+        for instance in await store.instances():
+            if now - instance.seen_at > FORGOTTEN_AFTER:
+                await store.forget(instance)
+            elif instance.reads < AFTER_SWITCH and now - instance.seen_at <= UNSEEN_FOR:
+                older = True
+        return older
 
 
 def record_format(value: object) -> int:

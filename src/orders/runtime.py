@@ -34,6 +34,7 @@ from engine.supervisor import Supervisor
 from engine.tasks import TaskService
 from engine.workflow import WorkflowCatalog, WorkflowDefinition
 
+from . import release
 from .catalog import CATALOG, SERVICES
 from .deadletters import DeadLetterParts
 from .gauges import Gauges
@@ -147,7 +148,7 @@ async def build(settings: Settings) -> Runtime:
     opening = asyncio.create_task(sender.open(queues.all_queues(workflows.agents)))
     closers.insert(0, functools.partial(_cancel, opening))
     # What it writes: the previous release's formats until the switch says otherwise (engine.formats).
-    formats = Formats(BEFORE_SWITCH, store)
+    formats = Formats(BEFORE_SWITCH, store, instance, release.VERSION)
     store.formats = formats
     await formats.refresh(clock.now())
     parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers, formats=formats)

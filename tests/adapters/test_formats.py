@@ -167,3 +167,19 @@ async def test_a_finished_order_of_a_later_format_in_the_history_is_passed_over_
     assert raised.value.order_id == "o-2"
     listed = await store.list_by_state(ProcessState.PROCESSED, 10, None)
     assert "o-1" in {t.order_id for t in listed.states}
+
+
+async def test_instances_say_they_run_and_are_forgotten(store: TableStateStore) -> None:
+    one = formats.Instance("host:1:ab", "1.1.0", formats.RECORDS_READ, NOW)
+    await store.announce(one)
+    await store.announce(
+        formats.Instance("host:1:ab", "1.1.0", formats.RECORDS_READ, NOW + timedelta(seconds=30))
+    )
+    await store.announce(formats.Instance("host:2:cd", "1.2.0", formats.RECORDS_READ + 1, NOW))
+    seen = {i.name: i for i in await store.instances()}
+    assert set(seen) == {"host:1:ab", "host:2:cd"} and seen["host:1:ab"].seen_at == NOW + timedelta(
+        seconds=30
+    )
+    assert await store.read_switch() is None  # the switch's row is not an instance's word, nor the reverse
+    await store.forget(one)
+    assert [i.name for i in await store.instances()] == ["host:2:cd"]

@@ -146,6 +146,7 @@ class SwitchKept:
         self.tasks = tasks
         self.switch: formats.Switch | None = None
         self.writes = 0
+        self.seen: dict[str, formats.Instance] = {}
 
     async def read_switch(self) -> formats.Switch | None:
         return self.switch
@@ -160,6 +161,15 @@ class SwitchKept:
 
     async def holds_tasks(self) -> bool:
         return self.tasks
+
+    async def announce(self, instance: formats.Instance) -> None:
+        self.seen[instance.name] = instance
+
+    async def instances(self) -> list[formats.Instance]:
+        return list(self.seen.values())
+
+    async def forget(self, instance: formats.Instance) -> None:
+        del self.seen[instance.name]
 
 
 async def test_a_new_deployment_writes_its_own_formats_at_once() -> None:
@@ -183,6 +193,24 @@ async def test_an_upgrade_writes_the_previous_formats_until_the_switch_flips_by_
     assert first.writes == formats.AFTER_SWITCH and kept.writes == 2
     await second.refresh(clock.now())
     assert second.writes == formats.AFTER_SWITCH and kept.writes == 2  # flipped once
+
+
+async def test_the_switch_waits_while_an_instance_that_reads_only_the_previous_formats_runs() -> None:
+    kept, clock = SwitchKept(tasks=True), ManualClock()
+    mine = formats.Formats(formats.AFTER_SWITCH, kept, instance="new-1", release="1.1.0")
+    await mine.refresh(clock.now())
+    assert kept.seen["new-1"].reads == formats.RECORDS_READ  # it says it runs, and what it reads
+    # An instance of a release that reads only the previous formats still says it runs.
+    clock.advance(formats.SWITCH_AFTER.total_seconds())
+    await kept.announce(formats.Instance("old-1", "1.0.9", formats.BEFORE_SWITCH, clock.now()))
+    await mine.refresh(clock.now())
+    assert mine.writes == formats.BEFORE_SWITCH  # due, but the older instance was seen lately
+    clock.advance(formats.UNSEEN_FOR.total_seconds() + 1)
+    await mine.refresh(clock.now())
+    assert mine.writes == formats.AFTER_SWITCH  # not seen for UNSEEN_FOR: gone
+    clock.advance(formats.FORGOTTEN_AFTER.total_seconds())
+    await formats.Formats.settle(kept, clock.now())
+    assert set(kept.seen) == {"new-1"}  # silent for a day: forgotten (this one spoke at its last refresh)
 
 
 async def test_a_held_switch_does_not_flip_by_itself() -> None:
