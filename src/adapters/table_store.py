@@ -686,10 +686,7 @@ class TableStateStore:
     def _readable_state(cls, entity: Mapping[str, Any]) -> TaskState | None:
         """:meth:`_to_state`, or None for a record this release cannot read (reported; a listing, a search
         or a clean-up passes over it)."""
-        try:
-            return cls._to_state(entity)
-        except NotUnderstood:
-            return None
+        return _or_passed_over(cls._to_state, entity)
 
     @staticmethod
     def _to_step(entity: Mapping[str, Any]) -> StepState:
@@ -944,16 +941,13 @@ class TableStateStore:
         state = self._to_state(state_entity)
         steps = sorted((self._to_step(e) for e in entities if e.get("Kind") == "step"), key=lambda s: s.index)
         with _understood(input_entity):
-            formats.record_format(input_entity.get(_FORMAT))
             body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
             document = json.loads(body) if body else {}
         etags = {_state_key(order_id): _etag(state_entity), _input_key(order_id): _etag(input_entity)}
         kept = {}
         for e in entities:
-            known = {"state": _STATE_PROPERTIES, "input": _INPUT_PROPERTIES, "step": _STEP_PROPERTIES}
-            if (properties := known.get(e.get("Kind", ""))) is not None and (
-                unknown := _unknown(e, properties)
-            ):
+            properties = _LIVE_PROPERTIES.get(e.get("Kind", ""))
+            if properties is not None and (unknown := _unknown(e, properties)):
                 kept[e["RowKey"]] = unknown
             if e.get("Kind") == "step":
                 etags[e["RowKey"]] = _etag(e)
@@ -1029,20 +1023,15 @@ class TableStateStore:
         """The task's audit entries, oldest first: one range query in the task's partition, of the live
         table or (``archived``) of the history."""
         table, name = (self._history(), HISTORY) if archived else (self.table, STATE)
-        read = [self._readable_audit(e) for e in await self._audit_rows(table, order_id, name)]
+        read = [_or_passed_over(self._to_audit, e) for e in await self._audit_rows(table, order_id, name)]
         return [entry for entry in read if entry is not None]  # what it cannot read: reported, passed over
 
     @staticmethod
     def _to_audit(entity: Mapping[str, Any]) -> AuditEntry:
-        return AuditEntry.model_validate({a: entity[a] for a in _AUDIT_FIELDS if entity.get(a) is not None})
-
-    @classmethod
-    def _readable_audit(cls, entity: Mapping[str, Any]) -> AuditEntry | None:
-        try:
-            with _understood(entity):
-                return cls._to_audit(entity)
-        except NotUnderstood:
-            return None
+        with _understood(entity):
+            return AuditEntry.model_validate(
+                {a: entity[a] for a in _AUDIT_FIELDS if entity.get(a) is not None}
+            )
 
     async def append_audit(self, order_id: str, entry: AuditEntry) -> None:
         """Add an entry to a task's audit trail on its own, for an action that changes no task record
@@ -2402,6 +2391,14 @@ def _understood(entity: Mapping[str, Any]) -> Iterator[None]:
         raise _reported(entity, exc.what, order_id) from exc
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
         raise _reported(entity, f"it cannot be read: {exc}", order_id) from exc
+
+
+def _or_passed_over[T](read: Callable[[Mapping[str, Any]], T], entity: Mapping[str, Any]) -> T | None:
+    """What ``read`` makes of a stored record, or None for one this release cannot read (reported)."""
+    try:
+        return read(entity)
+    except NotUnderstood:
+        return None
 
 
 def _reported(entity: Mapping[str, Any], what: str, order_id: str | None) -> NotUnderstood:

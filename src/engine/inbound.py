@@ -55,7 +55,7 @@ def parse[M: BaseModel](
     except ValidationError as exc:
         raw = _json(body)
         order_id = _order_id(raw)
-        _refuse_later_format(model, raw, order_id)
+        _refuse_later_format(model, raw.get("format") if isinstance(raw, dict) else None, order_id)
         errors = exc.errors(include_url=False)
         reason = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}" for e in errors)
         if order_id is not None and all(_later_value(e) for e in errors):
@@ -71,7 +71,7 @@ def parse[M: BaseModel](
     # Read in one pass, as every message is: its format is checked once it is known to be one.
     written = getattr(message, "format", 1)
     if written > formats.MESSAGES_READ:
-        _refuse_later_format(model, {"format": written}, _order_id(_json(body)))
+        _refuse_later_format(model, written, _order_id(_json(body)))
     return message
 
 
@@ -82,8 +82,7 @@ def _json(body: bytes) -> object:
         return None
 
 
-def _refuse_later_format(model: type[BaseModel], raw: object, order_id: str | None) -> None:
-    written = raw.get("format") if isinstance(raw, dict) else None
+def _refuse_later_format(model: type[BaseModel], written: object, order_id: str | None) -> None:
     if isinstance(written, int) and not isinstance(written, bool) and written > formats.MESSAGES_READ:
         raise NotUnderstood(
             f"a {model.__name__} of format {written}; this release reads up to {formats.MESSAGES_READ}",

@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-
-from pydantic import ValidationError
 
 from engine import formats
 from engine.formats import Formats, Switch
 
 from . import release
 from .runtime import Closer, _store
-from .settings import Settings
+from .settings import Settings, store_settings
 
 
 async def run(settings: Settings, wanted: str | None, now: datetime) -> Switch:
@@ -69,12 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     action.add_argument("--hold", action="store_const", const="hold", dest="wanted")
     args = parser.parse_args(argv)
     try:
-        settings = Settings.model_validate(dict(os.environ))
-    except ValidationError as exc:
-        print(f"invalid settings:\n{exc}", file=sys.stderr)
-        return 2
-    if not settings.state_store_connection and not settings.state_store_endpoint:
-        print("set STATE_STORE_CONNECTION or STATE_STORE_ENDPOINT", file=sys.stderr)
+        settings = store_settings()
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
         return 2
     print(describe(asyncio.run(run(settings, args.wanted, datetime.now(UTC)))))
     return 0

@@ -19,18 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from adapters.table_store import TableStateStore
 
 from .runtime import _store
-from .settings import Settings
+from .settings import Settings, store_settings
 
 
 @dataclass
@@ -113,12 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 1 <= args.page_size <= 1000:
         parser.error("--page-size must be from 1 to 1000")
     try:
-        settings = Settings.model_validate(dict(os.environ))
-    except ValidationError as exc:
-        print(f"invalid settings:\n{exc}", file=sys.stderr)
-        return 2
-    if not settings.state_store_connection and not settings.state_store_endpoint:
-        print("set STATE_STORE_CONNECTION or STATE_STORE_ENDPOINT", file=sys.stderr)
+        settings = store_settings()
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
         return 2
     totals = asyncio.run(_run(settings, args.checkpoint, args.page_size))
     print(

@@ -191,6 +191,18 @@ def public_base_url(environ: Mapping[str, str] | None = None) -> str:
         raise RuntimeError(f"invalid app settings:\n{exc}") from exc
 
 
+def store_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings a tool of the deployment needs to reach the state store (the formats switch, the
+    backfills): no service URLs or keys; raise RuntimeError naming what is missing or wrong."""
+    try:
+        settings = Settings.model_validate(dict(os.environ if environ is None else environ))
+    except ValidationError as exc:
+        raise RuntimeError(f"invalid settings:\n{exc}") from exc
+    if not settings.state_store_connection and not settings.state_store_endpoint:
+        raise RuntimeError("set STATE_STORE_CONNECTION or STATE_STORE_ENDPOINT")
+    return settings
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read the settings; raise RuntimeError naming what is missing or wrong."""
     source = dict(os.environ if environ is None else environ)
