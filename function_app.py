@@ -353,6 +353,13 @@ async def retention(timer: func.TimerRequest) -> None:
     await (await runtime()).retention.run()
 
 
+@app.timer_trigger(arg_name="timer", schedule="%SUPERVISOR_SCHEDULE%", run_on_startup=False)
+async def backfill(timer: func.TimerRequest) -> None:
+    """Write what this release adds to orders stored before it, a bounded part per run, until done."""
+    parts = (await runtime()).tasks.parts
+    await parts.backfills.advance(parts.clock.now())
+
+
 # ---- Remote-service simulators, for a deployment with no real remote services (ENABLE_SIMULATORS=true) ----
 # Two functions with different keys: the services' calls need SIMULATORS_KEY (the agents send it; the
 # simulators check it), the controls (faults, ledger, stats, health) the host's master key. Their

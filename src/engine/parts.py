@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .backfill import Backfills
 from .clock import Clock
 from .formats import Formats
 from .ports import BreakerStore, MessageSender, StateStore
@@ -30,6 +31,8 @@ class EngineParts:
     new_id: Callable[[], str] = random_id
     # The record format written now (engine.formats): the previous release's until the switch.
     formats: Formats = field(default_factory=Formats)
+    # What this release adds to orders stored before it, and which answers may miss orders meanwhile.
+    backfills: Backfills = field(default_factory=Backfills)
 
     def context(self, instance_id: str = "", record: TaskRecord | None = None) -> Context:
         """What a transition needs, as of now on this engine's clock: with a record, the definition of

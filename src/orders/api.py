@@ -369,11 +369,12 @@ class OrdersApi:
         return Reply(200, AuditPage(items=[audit_view(e) for e in entries]).wire())
 
     @staticmethod
-    def _page(page: Page, scope: Scope) -> Reply:
+    def _page(page: Page, scope: Scope, backfilling: list[str]) -> Reply:
         """A page of orders as the caller's scope shows them: those it sees (a listing answers readers
         only, who see every order; a narrower scope would get its own orders and no other)."""
         items = [summary(s, scope.storefront) for s in page.states if scope.sees(s.submitter)]
-        return Reply(200, OrderPage(items=items, continuation_token=page.continuation).wire())
+        body = OrderPage(items=items, continuation_token=page.continuation, backfilling=backfilling)
+        return Reply(200, body.wire())
 
     async def list_by_state(self, query: Mapping[str, str], scope: Scope = NO_STOREFRONT) -> Reply:
         """``GET /api/orders?processState=X[&pageSize=N][&continuationToken=T]``, or a search when the query
@@ -409,7 +410,7 @@ class OrdersApi:
             page = await tasks.list_by_state(ProcessState(wanted), page_size, token, waiting_for, storefront)
         except EngineError as exc:
             return engine_error(exc)
-        return self._page(page, scope)
+        return self._page(page, scope, tasks.parts.backfills.incomplete("listing"))
 
     async def _search(
         self, tasks: TaskService, wanted: SearchQuery, query: Mapping[str, str], scope: Scope
@@ -423,17 +424,24 @@ class OrdersApi:
             page = await tasks.search(wanted, page_size, query.get("continuationToken") or None)
         except EngineError as exc:
             return engine_error(exc)
-        return self._page(page, scope)
+        return self._page(page, scope, tasks.parts.backfills.incomplete("search"))
 
     async def counts(self) -> Reply:
         """``GET /api/order-counts``: how many orders each ProcessState holds, up to :data:`COUNT_LIMIT`."""
         try:
-            found = await (await self._tasks()).count_by_state(COUNT_LIMIT)
+            tasks = await self._tasks()
+            found = await tasks.count_by_state(COUNT_LIMIT)
         except EngineError as exc:
             return engine_error(exc)
         items = [StateCount(process_state=s, count=found.counts.get(s, 0)) for s in ProcessState]
         waiting = [WaitCount(waiting_for=kind, count=found.waiting.get(kind, 0)) for kind in WAIT_KINDS]
-        return Reply(200, OrderCounts(items=items, waiting=waiting, at_least=not found.complete).wire())
+        counts = OrderCounts(
+            items=items,
+            waiting=waiting,
+            at_least=not found.complete,
+            backfilling=tasks.parts.backfills.incomplete("listing"),
+        )
+        return Reply(200, counts.wire())
 
     async def resubmit(self, order_id: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""

@@ -152,6 +152,11 @@ class OrderPage(_View):
 
     items: list[OrderSummary]
     continuation_token: str | None = Field(alias="continuationToken")
+    backfilling: list[str] = Field(
+        default_factory=list,
+        description="the backfills this answer depends on that have not finished (docs/upgrading.md): until "
+        "they have, it may miss orders stored before the release that added them; empty when complete",
+    )
 
 
 class StateCount(_View):
@@ -180,6 +185,11 @@ class OrderCounts(_View):
     waiting: list[WaitCount] = Field(description="the Waiting orders by what they wait for")
     at_least: bool = Field(
         alias="atLeast", description="true when counting stopped at its limit: every count is a lower bound"
+    )
+    backfilling: list[str] = Field(
+        default_factory=list,
+        description="the backfills this answer depends on that have not finished (docs/upgrading.md): until "
+        "they have, it may miss orders stored before the release that added them; empty when complete",
     )
 
 

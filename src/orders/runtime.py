@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from azure.data.tables.aio import TableServiceClient
 
+from adapters.backfills import TableBackfillProgress
+from adapters.backfills import declared as declared_backfills
 from adapters.breaker_store import TableBreakerStore
 from adapters.deadletters import ServiceBusDeadLetters
 from adapters.queue_depth import ServiceBusQueueDepth
@@ -24,6 +26,7 @@ from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore, env_settings_in_use
 from engine import queues
 from engine.agent import Agent
+from engine.backfill import Backfills
 from engine.clock import SystemClock
 from engine.formats import BEFORE_SWITCH, Formats
 from engine.parts import EngineParts
@@ -151,7 +154,12 @@ async def build(settings: Settings) -> Runtime:
     formats = Formats(BEFORE_SWITCH, store, instance, release.VERSION)
     store.formats = formats
     await formats.refresh(clock.now())
-    parts = EngineParts(workflows, store, sender, clock, engine_settings, breakers, formats=formats)
+    # What this release adds to orders stored before it: written by the backfill function's runs.
+    backfills = Backfills(declared_backfills(store), TableBackfillProgress(store))
+    await backfills.refresh(clock.now())
+    parts = EngineParts(
+        workflows, store, sender, clock, engine_settings, breakers, formats=formats, backfills=backfills
+    )
     scheduler = Scheduler(parts, instance)
     # A submission writes its new task claimed here and dispatches the first step: no kick, no second write.
     tasks = TaskService(parts, scheduler)
@@ -204,7 +212,10 @@ async def runtime() -> Runtime:
         building = loop.create_task(_build_and_keep(), name="orders-runtime")
         _runtimes[loop] = building
     built = await asyncio.shield(building)
-    await built.tasks.parts.formats.refresh(built.tasks.parts.clock.now())  # now and then: the switch
+    parts = built.tasks.parts
+    now = parts.clock.now()
+    await parts.formats.refresh(now)  # now and then: the switch
+    await parts.backfills.refresh(now)  # until every backfill has finished
     return built
 
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +21,6 @@ from engine.ports import CreateOutcome
 from engine.state import ProcessState, StepStatus, TaskRecord
 from engine.supervisor import Supervisor
 from engine.workflow import WorkflowCatalog
-from orders.reindex import reindex
 from tests.adapters.test_table_store import NOW, SETTINGS, WORKFLOW, FixedClock, _entry, ctx, new_record
 from tests.engine.fakes import RecordingSender
 
@@ -449,62 +446,6 @@ async def test_many_audit_entries_are_moved_and_purged_in_several_transactions(
     assert await live_keys(store, "busy") == []
     assert (await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged == 1
     assert not [k for k in await rows(store.history) if k.startswith("audit|")]
-
-
-# ---- building the listing of a store written before it ---------------------------------------------------
-async def _as_before_the_listing(store: TableStateStore) -> None:
-    """Remove every listing entry and ``IndexKey``, as a store written by the previous version has none."""
-    for key, entity in (await rows(store.table)).items():
-        if key.startswith("index|"):
-            await store.table.delete_entity(entity["PartitionKey"], key)
-        elif "IndexKey" in entity:
-            del entity["IndexKey"]
-            await store.table.upsert_entity(entity, mode="replace")  # type: ignore[arg-type]
-
-
-async def test_reindexing_an_older_store_is_idempotent_and_resumes_from_its_checkpoint(
-    store: TableStateStore, tmp_path: Path
-) -> None:
-    for i in range(5):
-        await store.create(new_record(f"p-{i}"))
-    for i in range(3):
-        await finished(store, f"done-{i}")
-        (entry,) = [e async for e in store.expired(NOW + DAY) if e.order_id == f"done-{i}"]
-        await store.unwatch(entry)  # the previous version dropped finished orders' entries, nothing more
-    await _as_before_the_listing(store)
-    assert counts(await store.count_by_state(100)) == {}  # nothing listed yet
-    checkpoint = tmp_path / "reindex.json"
-
-    def crash_after_the_first_page(shard: int, totals: Any) -> None:
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        await reindex(store, checkpoint, page_size=2, progress=crash_after_the_first_page)
-    assert json.loads(checkpoint.read_text()) != {"shard": 0, "continuation": None}  # one page on
-    totals = await reindex(store, checkpoint, page_size=2)
-    assert counts(await store.count_by_state(100)) == {"Pending": 5, "Processed": 3}
-    assert totals.archived + totals.indexed <= 8
-    for i in range(3):
-        assert (await store.load(f"done-{i}")).archived  # type: ignore[union-attr]
-    again = await reindex(store, None, page_size=2)  # from scratch: nothing left to do
-    assert (again.indexed, again.archived) == (0, 0) and again.read == 5
-    # A task indexed this way moves its entry with its next change like any other.
-    record = await store.load("p-0")
-    assert record is not None and record.listed is not None
-    transitions.claim(record, ctx())
-    await store.save(record)
-    assert counts(await store.count_by_state(100)) == {"Pending": 4, "Processing": 1, "Processed": 3}
-
-
-async def test_an_order_saved_before_reindexing_gets_its_entry_from_that_save(store: TableStateStore) -> None:
-    await store.create(new_record("o-1"))
-    await _as_before_the_listing(store)
-    record = await store.load("o-1")
-    assert record is not None and record.listed is None
-    transitions.claim(record, ctx())
-    await store.save(record)
-    assert counts(await store.count_by_state(100)) == {"Processing": 1}
-    assert (await reindex(store)).indexed == 0
 
 
 async def test_a_step_failure_is_listed_under_error_only_in_the_transaction_that_sets_it(

@@ -24,7 +24,7 @@ FUNCTIONS = {
     **{queues.agent_queue(service.name): service.function_name for service in catalog.SERVICES},
 }
 # Status polling, health probes and the timer run whatever the orders do.
-NOT_PER_ORDER = {"get_order", "health", "supervisor", "retention"}
+NOT_PER_ORDER = {"get_order", "health", "supervisor", "retention", "backfill"}
 # The gauges peek at every queue after a sweep now and then (orders.gauges), whatever the orders do.
 NOT_PER_ORDER_OPERATIONS = {"peek-message"}
 

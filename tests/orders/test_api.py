@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.backfill import BackfillPage, Backfills, Progress
 from engine.clock import ManualClock
 from engine.errors import ConcurrencyError, InvalidState, NotFound, NotUnderstood
 from engine.parts import EngineParts
@@ -347,6 +348,46 @@ async def test_counts_give_every_state_and_say_when_they_are_lower_bounds(
     monkeypatch.setattr("orders.api.COUNT_LIMIT", 2)
     capped = await h.api.counts()
     assert capped.body["atLeast"] is True and sum(i["count"] for i in capped.body["items"]) == 2
+
+
+class _Progress:
+    """The backfills' progress, in memory: enough for the API's answers."""
+
+    shards = 1
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Progress] = {}
+
+    async def holds_tasks(self) -> bool:
+        return True
+
+    async def read_progress(self, name: str) -> Progress | None:
+        return self.kept.get(name)
+
+    async def write_progress(self, progress: Progress) -> Progress | None:
+        self.kept[progress.name] = progress.model_copy(update={"etag": str(len(self.kept))})
+        return self.kept[progress.name]
+
+
+class _OnePage:
+    name = "listing-entries"
+    answers = frozenset({"listing"})
+
+    async def page(self, shard: int, continuation: str | None, size: int) -> BackfillPage:
+        return BackfillPage(read=0, changed=0, skipped=0, continuation=None)
+
+
+async def test_listings_and_counts_say_which_backfill_they_wait_for_until_it_has_finished(h: Harness) -> None:
+    backfills = Backfills([_OnePage()], _Progress())
+    object.__setattr__(h.tasks.parts, "backfills", backfills)
+    await backfills.refresh(h.tasks.parts.clock.now())
+    listing = await h.api.list_by_state({"processState": "Pending"})
+    counts = await h.api.counts()
+    assert listing.body["backfilling"] == counts.body["backfilling"] == ["listing-entries"]
+    await backfills.advance(h.tasks.parts.clock.now())
+    listing = await h.api.list_by_state({"processState": "Pending"})
+    counts = await h.api.counts()
+    assert listing.body["backfilling"] == counts.body["backfilling"] == []
 
 
 @pytest.mark.parametrize(
