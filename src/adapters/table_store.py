@@ -135,6 +135,9 @@ _WHOLE_PROPERTIES = frozenset(
     - {"Watched", "Parking"}
 )
 _CHUNK = re.compile(r"(Body|Steps)\d+$")
+# A task in one entity (parked, or in the history) carries what a later release stored on its input and
+# step records under these prefixes, so bringing it back writes them again: a save drops no property.
+_KEPT_INPUT, _KEPT_STEP = "KeptInput_", re.compile(r"KeptStep(\d+)_(.+)$")
 _DEAD_LETTER_FIELDS = [field.alias or name for name, field in DeadLetterAction.model_fields.items()]
 # The partition of dead-letter actions that name no known task (outside the s00.. shards).
 DEAD_LETTER_PARTITION = "deadletters"
@@ -250,8 +253,12 @@ def _input_key(order_id: str) -> str:
     return f"order|{order_id}|input"
 
 
+def _step_prefix(order_id: str) -> str:
+    return f"order|{order_id}|step|"
+
+
 def _step_key(order_id: str, index: int) -> str:
-    return f"order|{order_id}|step|{index:02d}"
+    return f"{_step_prefix(order_id)}{index:02d}"
 
 
 def _audit_prefix(order_id: str) -> str:
@@ -663,6 +670,12 @@ class TableStateStore:
             "Kind": kind,
             "BodyHash": record.input_hash,
         }
+        for row, properties in record.kept.items():
+            if row == _input_key(state.order_id):
+                whole.update({f"{_KEPT_INPUT}{name}": v for name, v in properties.items()})
+            elif row.startswith(_step_prefix(state.order_id)):
+                index = int(row.rsplit("|", 1)[1])
+                whole.update({f"KeptStep{index:02d}_{name}": v for name, v in properties.items()})
         for prefix, text in (("Steps", steps), ("Body", body)):
             chunks = _chunks(text)
             whole[f"{prefix}Chunks"] = len(chunks)
@@ -708,13 +721,12 @@ class TableStateStore:
             body = _joined(entity, "Body")
             document = json.loads(body) if body else {}
         parked = entity.get("Kind") == "parked"
-        kept = _unknown(entity, _WHOLE_PROPERTIES)
         return TaskRecord(
             state=state,
             steps=steps,
             input=document,
             input_hash=entity["BodyHash"],
-            kept={_state_key(state.order_id): kept} if kept else {},
+            kept=_kept_rows(state.order_id, _unknown(entity, _WHOLE_PROPERTIES)),
             etags={_archive_key(entity["OrderID"]): _etag(entity)},
             archived=not parked,
             parked=parked,
@@ -1741,7 +1753,10 @@ class TableStateStore:
         operations: list[Any] = [
             ("create", self._input_entity(record)),
             ("create", state_entity),
-            *(("create", self._step_entity(order_id, s)) for s in record.steps),
+            *(
+                ("create", self._step_entity(order_id, s, record.kept.get(_step_key(order_id, s.index), {})))
+                for s in record.steps
+            ),
             ("create", entry),
         ]
         audits: list[dict[str, Any]] = [dict(e) for e in trail] + [
@@ -2405,6 +2420,20 @@ def _reported(entity: Mapping[str, Any], what: str, order_id: str | None) -> Not
     row = entity.get("RowKey")
     telemetry.emit_event(telemetry.NOT_UNDERSTOOD, orderId=order_id, record=row, what=what[:500])
     return NotUnderstood(f"its record {row}: {what}", order_id)
+
+
+def _kept_rows(order_id: str, unknown: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The later release's properties of a task kept in one entity, back on the records they came from."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, value in unknown.items():
+        if name.startswith(_KEPT_INPUT):
+            row, name = _input_key(order_id), name.removeprefix(_KEPT_INPUT)
+        elif match := _KEPT_STEP.match(name):
+            row, name = _step_key(order_id, int(match[1])), match[2]
+        else:
+            row = _state_key(order_id)
+        rows.setdefault(row, {})[name] = value
+    return rows
 
 
 def _unknown(entity: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from engine.supervisor import Supervisor
 from engine.tasks import Action, TaskService
 from engine.transitions import Context
 from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
+from tests.adapters.test_formats import merge
 from tests.adapters.test_history import live_keys, rows
 from tests.adapters.test_table_store import NOW, FixedClock
 from tests.engine.fakes import RecordingSender
@@ -389,3 +390,23 @@ async def test_a_returned_order_s_marker_is_written_over_when_it_is_parked_again
     assert kept is not None and kept.archived
     counts = await store.count_by_state(1000)
     assert counts.counts[ProcessState.PROCESSED] == 1 and counts.counts[ProcessState.WAITING] == 0
+
+
+async def test_what_a_later_release_stored_on_an_order_s_records_survives_its_parking_and_return(
+    store: TableStateStore,
+) -> None:
+    engine = Engine(store)
+    await waiting(store, "a-1", REVIEW)
+    await merge(store, "a-1", "|state", Priority="high")
+    await merge(store, "a-1", "|step|00", Carrier="dhl", Parcels=2)
+    await merge(store, "a-1", "|input", Locale="de")
+    engine.at(11)
+    assert (await engine.supervisor.sweep()).parked == 1
+    version = (await engine.tasks.get("a-1")).version
+    engine.at(100)
+    await engine.tasks.approve("a-1", "review", Action(actor="ada", note="ok", version=version))
+    live = await rows(store.table)
+    state, step, body = (live[f"order|a-1|{row}"] for row in ("state", "step|00", "input"))
+    assert (state["Priority"], step["Carrier"], step["Parcels"], body["Locale"]) == ("high", "dhl", 2, "de")
+    # Each on the record it came from, no other.
+    assert "Carrier" not in state and "Locale" not in step and "Priority" not in body
