@@ -34,6 +34,13 @@ def holds(orders: dict[str, dict[str, Any]], what: str) -> bool:
         return o["steps"].count("Running")
 
     found = {
+        # A submission is written claimed, its first step sent (1.0.0 on): nothing else started yet.
+        "submitted": any(
+            o["processState"] == "Processing"
+            and o["steps"][0] == "Running"
+            and set(o["steps"][1:]) == {"NotStarted"}
+            for o in orders.values()
+        ),
         "mid-step": any(o["processState"] == "Processing" and running(o) for o in orders.values()),
         "in a group": any(running(o) > 1 for o in orders.values()),
         "waiting for an approval, parked": any(
@@ -56,6 +63,7 @@ def test_this_release_finishes_every_order_a_release_left_mid_run(tmp_path: Path
     manifest = json.loads((release / corpus.MANIFEST).read_text(encoding="utf-8"))
     orders: dict[str, dict[str, Any]] = manifest["orders"]
     wanted = (
+        "submitted",
         "mid-step",
         "in a group",
         "waiting for an approval, parked",
