@@ -1,12 +1,13 @@
-# azd `predeploy` hook on Windows (azure.yaml): the same as predeploy.sh. Makes sure the Function App has
-# its submission key, the app setting SUBMISSION_KEY with which a storefront submits and reads orders
-# (the API's submitter role, and only that), each storefront's key (STOREFRONT_<NAME>_KEY) and each
+# azd `predeploy` hook on Windows (azure.yaml): the same as predeploy.sh. Sets the Function App's site
+# update strategy, and makes sure it has its submission key, the app setting SUBMISSION_KEY with which a
+# storefront submits and reads orders (the API's submitter role, and only that), each storefront's key (STOREFRONT_<NAME>_KEY) and each
 # callback secret (<SERVICE>_CALLBACK_SECRET), once: the site module keeps the settings it does not set
 # (retainCurrentAppSettings), so a key survives every deployment, and no deployment parameter, output or
 # azd variable ever holds it.
 #
 # azd hands the environment's values to hooks as variables (AZURE_RESOURCE_GROUP, AZURE_FUNCTION_APP_NAME).
 #   SUBMISSION_KEY_SETUP=skip   leave the app's settings alone (azd env set SUBMISSION_KEY_SETUP skip)
+#   SITE_UPDATE_STRATEGY        Recreate (default), RollingUpdate, or skip to leave it as it is
 $ErrorActionPreference = 'Stop'
 
 function Fail([string] $message) {
@@ -14,15 +15,36 @@ function Fail([string] $message) {
     exit 1
 }
 
+function Assert-App([string] $what, [string] $skip) {
+    if (-not (Get-Command az -ErrorAction SilentlyContinue)) {
+        Fail "the Azure CLI (az) ${what}: install it, or set $skip=skip"
+    }
+    if (-not $env:AZURE_RESOURCE_GROUP) { Fail 'AZURE_RESOURCE_GROUP is not set: run azd provision first' }
+    if (-not $env:AZURE_FUNCTION_APP_NAME) { Fail 'AZURE_FUNCTION_APP_NAME is not set: run azd provision first' }
+}
+
+# The site update strategy, set on purpose before every deployment (docs/upgrading.md); here, not in the
+# Bicep: no API version of Microsoft.Web/sites in Bicep's types has the property yet.
+$strategy = if ($env:SITE_UPDATE_STRATEGY) { $env:SITE_UPDATE_STRATEGY } else { 'Recreate' }
+if ($strategy -eq 'skip') {
+    Write-Host 'predeploy: SITE_UPDATE_STRATEGY is skip, the site update strategy is left alone'
+} elseif ($strategy -ceq 'Recreate' -or $strategy -ceq 'RollingUpdate') {
+    Assert-App 'sets the site update strategy' 'SITE_UPDATE_STRATEGY'
+    az functionapp update-strategy config set --resource-group $env:AZURE_RESOURCE_GROUP `
+        --name $env:AZURE_FUNCTION_APP_NAME --type $strategy -o none
+    if ($LASTEXITCODE -ne 0) {
+        Fail "could not set the site update strategy of $env:AZURE_FUNCTION_APP_NAME to $strategy (an Azure CLI older than update-strategy? update it, or set SITE_UPDATE_STRATEGY=skip)"
+    }
+    Write-Host "predeploy: the site update strategy of $env:AZURE_FUNCTION_APP_NAME is $strategy"
+} else {
+    Fail "SITE_UPDATE_STRATEGY holds ${strategy}: Recreate, RollingUpdate or skip"
+}
+
 if ($env:SUBMISSION_KEY_SETUP -eq 'skip') {
     Write-Host 'predeploy: SUBMISSION_KEY_SETUP is skip, the submission key is left alone'
     exit 0
 }
-if (-not (Get-Command az -ErrorAction SilentlyContinue)) {
-    Fail 'the Azure CLI (az) makes the submission key: install it, or set SUBMISSION_KEY_SETUP=skip'
-}
-if (-not $env:AZURE_RESOURCE_GROUP) { Fail 'AZURE_RESOURCE_GROUP is not set: run azd provision first' }
-if (-not $env:AZURE_FUNCTION_APP_NAME) { Fail 'AZURE_FUNCTION_APP_NAME is not set: run azd provision first' }
+Assert-App 'makes the submission key' 'SUBMISSION_KEY_SETUP'
 $app = $env:AZURE_FUNCTION_APP_NAME
 
 # One setting at a time: read it, and make it only if the app has none. The submission key, then the

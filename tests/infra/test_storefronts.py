@@ -286,7 +286,14 @@ def predeploy(bin_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess
         capture_output=True,
         text=True,
         timeout=60,
-        env={**base, "PATH": f"{bin_dir}:{os.environ['PATH']}", **AZD_OUTPUTS, **env},
+        # The keys only: the site update strategy has its own tests (tests/smoke/test_access_hooks.py).
+        env={
+            **base,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            **AZD_OUTPUTS,
+            "SITE_UPDATE_STRATEGY": "skip",
+            **env,
+        },
         cwd=ROOT,
         check=False,
     )

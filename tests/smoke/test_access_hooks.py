@@ -31,7 +31,7 @@ def run(script: Path, bin_dir: Path, env: dict[str, str], *args: str) -> subproc
     base = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("AZURE_", "SERVICE_API", "SUBMISSION_KEY", "AUTH_APP"))
+        if not k.startswith(("AZURE_", "SERVICE_API", "SUBMISSION_KEY", "AUTH_APP", "SITE_UPDATE"))
     }
     return subprocess.run(
         ["sh", str(script), *args],
@@ -75,6 +75,9 @@ def test_the_windows_variants_do_the_same_steps() -> None:
         "[System.Security.Cryptography.RandomNumberGenerator]::GetBytes(32)",
         'az functionapp config appsettings set -g $env:AZURE_RESOURCE_GROUP -n $app --settings "@$settings"',
         "Remove-Item -Force $settings",
+        "az functionapp update-strategy config set --resource-group $env:AZURE_RESOURCE_GROUP `",
+        "--name $env:AZURE_FUNCTION_APP_NAME --type $strategy -o none",
+        "$strategy -ceq 'Recreate' -or $strategy -ceq 'RollingUpdate'",
     ):
         assert needle in predeploy, needle
     registration = (HOOKS / "create-app-registration.ps1").read_text()
@@ -99,11 +102,40 @@ def test_the_windows_variants_do_the_same_steps() -> None:
 
 # ---- the predeploy hook ------------------------------------------------------------------------------------
 AZD_OUTPUTS = {"AZURE_RESOURCE_GROUP": "rg-test", "AZURE_FUNCTION_APP_NAME": "func-test"}
+# The keys' tests leave the site update strategy alone (its own tests below).
+KEYS_ONLY = {**AZD_OUTPUTS, "SITE_UPDATE_STRATEGY": "skip"}
+STRATEGY = "functionapp update-strategy config set --resource-group rg-test --name func-test --type"
+
+
+@pytest.mark.parametrize(("chosen", "expected"), [(None, "Recreate"), ("RollingUpdate", "RollingUpdate")])
+def test_every_deployment_sets_the_site_update_strategy_on_purpose(
+    tmp_path: Path, chosen: str | None, expected: str
+) -> None:
+    az = fake_cli(tmp_path, "az", [("appsettings list", "existing-key", 0), ("update-strategy", "", 0)])
+    env = {**AZD_OUTPUTS, "SUBMISSION_KEY_SETUP": "skip"}
+    result = run(PREDEPLOY, tmp_path, env if chosen is None else {**env, "SITE_UPDATE_STRATEGY": chosen})
+    assert result.returncode == 0, result.stderr
+    assert calls(az) == [f"{STRATEGY} {expected} -o none"]
+    assert f"the site update strategy of func-test is {expected}" in result.stdout
+
+
+def test_a_strategy_it_cannot_set_or_does_not_know_fails_the_deployment_and_skip_leaves_it(
+    tmp_path: Path,
+) -> None:
+    az = fake_cli(tmp_path, "az", [("update-strategy", "", 2), ("appsettings list", "existing-key", 0)])
+    refused = run(PREDEPLOY, tmp_path, AZD_OUTPUTS)
+    assert refused.returncode == 1 and "could not set the site update strategy of func-test" in refused.stderr
+    assert calls(az) == [f"{STRATEGY} Recreate -o none"], "no key is made after it"
+    unknown = run(PREDEPLOY, tmp_path, {**AZD_OUTPUTS, "SITE_UPDATE_STRATEGY": "recreate"})
+    assert unknown.returncode == 1 and "Recreate, RollingUpdate or skip" in unknown.stderr
+    assert len(calls(az)) == 1, "refused before any call"
+    left = run(PREDEPLOY, tmp_path, KEYS_ONLY)
+    assert left.returncode == 0 and not [c for c in calls(az) if "update-strategy" in c][1:]
 
 
 def test_an_app_with_a_key_keeps_it(tmp_path: Path) -> None:
     az = fake_cli(tmp_path, "az", [("appsettings list", "existing-key", 0)])
-    result = run(PREDEPLOY, tmp_path, AZD_OUTPUTS)
+    result = run(PREDEPLOY, tmp_path, KEYS_ONLY)
     assert result.returncode == 0, result.stderr
     assert calls(az) == [
         "functionapp config appsettings list -g rg-test -n func-test "
@@ -129,7 +161,7 @@ def test_an_app_without_one_gets_a_random_key_through_a_private_file(tmp_path: P
             1,
         )
     )
-    result = run(PREDEPLOY, tmp_path, AZD_OUTPUTS)
+    result = run(PREDEPLOY, tmp_path, KEYS_ONLY)
     assert result.returncode == 0, result.stderr
     [_, set_call] = calls(tmp_path / "az-calls.txt")
     assert set_call.startswith("functionapp config appsettings set -g rg-test -n func-test --settings @")
@@ -140,7 +172,7 @@ def test_an_app_without_one_gets_a_random_key_through_a_private_file(tmp_path: P
     temporary = set_call.split("--settings @", 1)[1].split(" ", 1)[0]
     assert not Path(temporary).exists(), "the settings file is removed"
     assert setting["value"] not in result.stdout + result.stderr
-    again = run(PREDEPLOY, tmp_path, AZD_OUTPUTS)  # a second key each time: drawn at random
+    again = run(PREDEPLOY, tmp_path, KEYS_ONLY)  # a second key each time: drawn at random
     assert again.returncode == 0
     assert json.loads(copy.read_text())[0]["value"] != setting["value"]
 
@@ -156,7 +188,7 @@ def test_each_callback_secret_is_made_once_like_the_key(tmp_path: Path) -> None:
             ("appsettings set", "", 0),
         ],
     )
-    env = {**AZD_OUTPUTS, "CALLBACK_SECRET_SETTINGS": "PAYMENT_CALLBACK_SECRET,SHOP_CALLBACK_SECRET"}
+    env = {**KEYS_ONLY, "CALLBACK_SECRET_SETTINGS": "PAYMENT_CALLBACK_SECRET,SHOP_CALLBACK_SECRET"}
     result = run(PREDEPLOY, tmp_path, env)
     assert result.returncode == 0, result.stderr
     made = calls(az)
@@ -165,15 +197,15 @@ def test_each_callback_secret_is_made_once_like_the_key(tmp_path: Path) -> None:
         "has its SHOP_CALLBACK_SECRET" in result.stdout
         and "made the PAYMENT_CALLBACK_SECRET" in result.stdout
     )
-    bad = run(PREDEPLOY, tmp_path, {**AZD_OUTPUTS, "CALLBACK_SECRET_SETTINGS": "x;rm"})
+    bad = run(PREDEPLOY, tmp_path, {**KEYS_ONLY, "CALLBACK_SECRET_SETTINGS": "x;rm"})
     assert bad.returncode == 1 and "not a setting name" in bad.stderr
 
 
 def test_skip_and_failures(tmp_path: Path) -> None:
     az = fake_cli(tmp_path, "az", [("appsettings list", "", 3)])
-    skipped = run(PREDEPLOY, tmp_path, {**AZD_OUTPUTS, "SUBMISSION_KEY_SETUP": "skip"})
+    skipped = run(PREDEPLOY, tmp_path, {**KEYS_ONLY, "SUBMISSION_KEY_SETUP": "skip"})
     assert skipped.returncode == 0 and not calls(az)
-    failed = run(PREDEPLOY, tmp_path, AZD_OUTPUTS)
+    failed = run(PREDEPLOY, tmp_path, KEYS_ONLY)
     assert failed.returncode == 1 and "could not read the app settings of func-test" in failed.stderr
     unprovisioned = run(PREDEPLOY, tmp_path, {"AZURE_RESOURCE_GROUP": "rg-test"})
     assert unprovisioned.returncode == 1 and "AZURE_FUNCTION_APP_NAME is not set" in unprovisioned.stderr
