@@ -70,7 +70,7 @@ test: install lint check-infra
 # The deterministic simulation of the engine (docs/simulation.md): the fixed seeds make test runs, or one
 # seed, e.g. make simulate SEED=42 (a failing seed's report names its ORDERS too).
 simulate: $(STAMP)
-	$(BIN)/python -m simulation $(if $(SEED),--seed $(SEED)) $(if $(ORDERS),--orders $(ORDERS))
+	$(BIN)/python -m simulation $(if $(SEED),--seed $(SEED)) $(if $(ORDERS),--orders $(ORDERS)) $(if $(BESIDE),--beside $(BESIDE))
 
 # Consecutive seeds from a random start (or START=n) for SECONDS (default 600), printing every failing seed.
 # A new seed for a regression whose seed drifted (BUG=<name>; without it, the list of regressions).

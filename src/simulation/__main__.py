@@ -5,6 +5,7 @@
     python -m simulation --seed 42 --orders 300   # the same seed with 300 orders (as a report names it)
     python -m simulation --seconds 600     # seeds from a random start for ten minutes
     python -m simulation --seeds 100-199   # a range of seeds
+    python -m simulation --beside 1.0.0    # BESIDE_SEEDS, half the processes on release 1.0.0's code
 
 Exits 1 if any seed broke an invariant, printing each failing seed (``make simulate SEED=n`` reproduces it).
 """
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from .run import Result, run
-from .seeds import FIXED_MAX_ORDERS, FIXED_SEEDS
+from .seeds import BESIDE_SEEDS, FIXED_MAX_ORDERS, FIXED_SEEDS
 
 
 def _seeds(args: argparse.Namespace) -> Iterator[int]:
@@ -35,7 +36,7 @@ def _seeds(args: argparse.Namespace) -> Iterator[int]:
             yield seed
             seed += 1
     else:
-        yield from FIXED_SEEDS
+        yield from BESIDE_SEEDS if args.beside else FIXED_SEEDS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, help="with --seconds: the first seed (default: random)")
     parser.add_argument("--orders", type=int, help="orders per seed (default: drawn from the seed)")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing seed")
+    parser.add_argument(
+        "--beside",
+        metavar="VERSION",
+        help="run half the processes on this earlier release's engine and adapters (simulation.beside)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     results: list[Result] = []
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.seconds is not None and time.perf_counter() - started >= args.seconds:
             break
         fixed = args.seed is None and not args.seeds and args.seconds is None
-        result = run(seed, args.orders, max_orders=FIXED_MAX_ORDERS if fixed else None)
+        result = run(seed, args.orders, max_orders=FIXED_MAX_ORDERS if fixed else None, beside=args.beside)
         results.append(result)
         verbose = args.seed is not None or not result.ok
         print(result.report() if verbose else result.report().splitlines()[0], flush=True)

@@ -11,6 +11,8 @@ classes. The host around them does what the Functions host and ``function_app.py
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +25,7 @@ from adapters.servicebus import ServiceBusSender
 from engine import queues, tracing
 from engine.agent import Agent
 from engine.errors import EngineError
+from engine.formats import BEFORE_SWITCH, Formats
 from engine.inbound import Inbound, receive
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.parts import EngineParts
@@ -35,6 +38,7 @@ from engine.tasks import Action, TaskService
 from engine.workflow import WorkflowDefinition
 from orders.callbacks import Callbacks
 
+from .beside import THIS
 from .bus import Message
 from .oracle import OPERATOR_NOTE
 from .search import FIELD
@@ -55,10 +59,19 @@ class Host:
     retention: Retention
     agents: dict[str, Agent]
     callbacks: Callbacks  # the callback route's own object (function_app.py's service_callback)
+    # Beside another release (simulation.beside): which one this process runs ("": this one, alone), what it
+    # did, and how its functions take a message (None: this release's, :func:`consume`).
+    release: str = ""
+    work: Counter[str] | None = None
+    consume: Callable[[Worker, Message], Awaitable[None]] | None = None
 
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
-    """The engine as a process of the Function App builds it, on the simulated ports."""
+    """The engine as a process of the Function App builds it, on the simulated ports (beside another
+    release, the process may be one of that release's: :mod:`simulation.beside`)."""
+    beside = sim.beside
+    if beside is not None and beside.runs(worker):
+        return beside.build_host(worker)
     store = sim.storage.state_store(sim.world, marks=sim.submit_as_app, search=sim.storefronts)
     # The adapter's sender, one per process as in the Function App; or the broker itself, as the regression
     # seeds were found (see Simulation).
@@ -68,6 +81,11 @@ def build_host(sim: Simulation, worker: Worker) -> Host:
     parts = EngineParts(
         sim.catalog, store, sender, sim.clock, sim.settings, sim.breakers, new_id=sim.world.new_id
     )
+    if beside is not None:
+        # Beside the release before, the switch is held (orders-devhost --hold-formats): this release writes
+        # the formats that release reads, and seals nothing.
+        store.formats = Formats(BEFORE_SWITCH)
+        parts = dataclasses.replace(parts, formats=store.formats)
     agents = {
         name: Agent.for_catalog(
             sim.catalog,
@@ -101,6 +119,8 @@ def build_host(sim: Simulation, worker: Worker) -> Host:
         agents=agents,
         # As function_app.py builds it: the declared services, the secrets the run sets, this process's tasks.
         callbacks=Callbacks(sim.service_definitions, sim.webhooks.secrets, task_service, sim.webhooks.now),
+        release=THIS if beside is not None else "",
+        work=beside.work[THIS] if beside is not None else None,
     )
 
 
@@ -116,6 +136,25 @@ _SPANS = {queues.SCHEDULER_QUEUE: tracing.SCHEDULER_COMMAND, queues.REPLY_QUEUE:
 async def consume(worker: Worker, message: Message) -> None:
     """A Service Bus-triggered function, as ``function_app.py`` binds it (in a span, under the sender's)."""
     host: Host = worker.host
+    try:
+        if host.consume is not None:
+            await host.consume(worker, message)
+        else:
+            await _consume(host, message)
+    except Exception as exc:
+        if host.work is not None:  # beside another release: what each release's functions raised
+            host.work[f"failed: {type(exc).__name__}"] += 1
+        raise
+    if host.work is not None:
+        host.work[_WORK.get(message.queue, "agent requests")] += 1
+        if message.origin and message.origin != host.release:  # written by the other release's process
+            host.work["messages the other release sent"] += 1
+
+
+_WORK = {queues.SCHEDULER_QUEUE: "commands", queues.REPLY_QUEUE: "replies"}
+
+
+async def _consume(host: Host, message: Message) -> None:
     body = message.body
     queue = message.queue
     with tracing.span(
@@ -153,7 +192,10 @@ async def _submit(
 ) -> tuple[bool, TaskRecord]:
     """``POST /api/orders``, as ``function_app.py`` binds it: the order's trace starts here."""
     with tracing.span(tracing.ORDER_SUBMIT, SpanKind.SERVER):
-        return await host.tasks.submit(order_id, document, identity, workflow, storefront)
+        done = await host.tasks.submit(order_id, document, identity, workflow, storefront)
+    if host.work is not None:
+        host.work["submissions"] += 1
+    return done
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -408,11 +450,11 @@ class Timers:
             self.running[what] += 1
             host: Host = worker.host
             job = host.supervisor.sweep() if what == "sweep" else host.retention.run()
-            task = sim.world.run_in(worker, self._run(what, job))
+            task = sim.world.run_in(worker, self._run(what, job, host))
             task.add_done_callback(_retrieve)
         sim.loop.call_later(sim.profile.sweep_seconds, self._tick)
 
-    async def _run(self, what: str, job: Awaitable[Any]) -> None:
+    async def _run(self, what: str, job: Awaitable[Any], host: Host) -> None:
         started = self.sim.loop.time()
         if what == "sweep":
             self.sim.oracle.sweep_started(started)
@@ -420,6 +462,8 @@ class Timers:
             report = await job
             if what == "sweep":
                 self.sweeps += 1
+                if host.work is not None:
+                    host.work["sweeps"] += 1
                 self.parked += report.parked
                 self.promoted += report.promoted
                 self.sim.oracle.swept(started, None)

@@ -61,6 +61,8 @@ class Message:
     running: bool = False
     reason: str = ""
     traceparent: str | None = None  # the span context it was sent from (engine.tracing)
+    wire: bytes | None = None  # the JSON its sender sent (through the adapter): what another release reads
+    origin: str = ""  # beside another release (simulation.beside): the release of the process that sent it
 
 
 class BusObserver(Protocol):
@@ -130,6 +132,8 @@ class Bus:
         time_to_live_seconds: float | None = None,
         scheduled_at: datetime | None = None,
         traceparent: str | None = None,
+        wire: bytes | None = None,
+        origin: str = "",
     ) -> Message | None:
         """Put a message on a queue now (None: dropped as a duplicate)."""
         now = self.loop.time()
@@ -145,6 +149,8 @@ class Bus:
         visible = max(at_seconds(scheduled_at), now) if scheduled_at is not None else now
         message = Message(len(self.messages), queue, body, message_id, correlation_id, now, visible + ttl)
         message.traceparent = traceparent
+        message.wire = wire
+        message.origin = origin
         self.messages.append(message)
         self.observer.sent(message)
         if queue not in self.consumed:

@@ -42,8 +42,11 @@ def _route(
 ) -> Callable[[Host], Awaitable[Taken | Refused]]:
     """One request to a process's callback route."""
 
-    def receive(host: Host) -> Awaitable[Taken | Refused]:
-        return host.callbacks.receive(service, headers, body)
+    async def receive(host: Host) -> Taken | Refused:
+        answer = await host.callbacks.receive(service, headers, body)
+        if host.work is not None:  # beside another release: which release's route answered
+            host.work["callbacks"] += 1
+        return answer
 
     return receive
 

@@ -23,6 +23,7 @@ from orders.services.declaration import ServiceDefinition
 
 from . import checks
 from .actors import Approver, Client, Operator, Timers, build_host, consume
+from .beside import Beside
 from .bus import Bus
 from .callbacks import Webhooks
 from .liveness import Limits
@@ -77,7 +78,8 @@ def _catalog(base: WorkflowCatalog, profile: Profile) -> WorkflowCatalog:
         )
         return workflow.model_copy(update={"steps": steps})
 
-    return WorkflowCatalog(workflows=tuple(adjust(w) for w in base.workflows))
+    # The catalog's own class: a release's beside this one (simulation.beside) keeps its own.
+    return type(base)(workflows=tuple(adjust(w) for w in base.workflows))
 
 
 def _wait_seconds(catalog: WorkflowCatalog, profile: Profile) -> dict[str, float]:
@@ -127,6 +129,7 @@ class Result:
     digest: str
     stats: dict[str, Any] = field(default_factory=dict)
     traces: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    beside: str | None = None  # the earlier release half the processes ran (Simulation's ``beside``)
 
     @property
     def ok(self) -> bool:
@@ -155,7 +158,8 @@ class Result:
                     shown += 1
                     lines.append(f"  trace of {order}:")
                     lines += [f"    {t:10.3f} {what}" for t, what in self.traces[order][-60:]]
-            lines.append(f"  reproduce: make simulate SEED={self.seed} ORDERS={self.orders}")
+            beside = f" BESIDE={self.beside}" if self.beside else ""
+            lines.append(f"  reproduce: make simulate SEED={self.seed} ORDERS={self.orders}{beside}")
         return "\n".join(lines)
 
 
@@ -187,8 +191,13 @@ class Simulation:
         submit_as_app: bool = True,
         storefronts: bool | None = None,
         first_violation: bool = False,
+        beside: str | None = None,
     ) -> None:
-        """``first_violation``: end the run at its first violation, unchecked further (what a planted
+        """``beside``: a previous release (``"1.0.0"``) whose engine and adapters run half the processes,
+        beside this release's (:mod:`simulation.beside`; on the declared catalog, through the Service Bus
+        adapter). Raises ``devhost.releases.ReleaseUnavailable`` where this clone's history lacks it.
+
+        ``first_violation``: end the run at its first violation, unchecked further (what a planted
         bug's test needs: the run up to it is the same).
 
         ``servicebus``: the processes send through ``adapters.servicebus`` (False: straight to the broker,
@@ -280,6 +289,9 @@ class Simulation:
         self.outstanding = 0  # client, application and operator actions not finished yet
         self.quiet_at = 0.0
         self.bound = 0.0
+        self.beside: Beside | None = None
+        if beside is not None:
+            self.beside = Beside(self, beside, _BreakerRequests(self.world, self.oracle))
         self.world.on_restart = self._host
         self.world.workers = [self._built(Worker(slot, 0)) for slot in range(profile.workers)]
 
@@ -560,12 +572,13 @@ class Simulation:
             wall_seconds=time.perf_counter() - started,
             cpu_seconds=time.process_time() - cpu,
             digest=self.digest(),
-            stats=checks.stats(self),
+            stats={**checks.stats(self), **(self.beside.stats() if self.beside is not None else {})},
             traces={
                 order: self.oracle.trace(order)
                 for order in {o for o, _ in self.oracle.violations}
                 if order in self.oracle.orders
             },
+            beside=self.beside.version if self.beside is not None else None,
         )
 
     def _drain(self) -> None:
@@ -625,10 +638,11 @@ def run(
     submit_as_app: bool = True,
     storefronts: bool | None = None,
     first_violation: bool = False,
+    beside: str | None = None,
 ) -> Result:
     """Run one seed (``orders`` replaces the seed's number of orders, ``max_orders`` caps it; ``servicebus``,
-    ``catalog``, ``services``, ``submit_as_app``, ``storefronts`` and ``first_violation``: see
-    :class:`Simulation`)."""
+    ``catalog``, ``services``, ``submit_as_app``, ``storefronts``, ``first_violation`` and ``beside``:
+    see :class:`Simulation`)."""
     simulation = Simulation(
         seed,
         orders,
@@ -639,5 +653,6 @@ def run(
         submit_as_app=submit_as_app,
         storefronts=storefronts,
         first_violation=first_violation,
+        beside=beside,
     )
     return simulation.run()

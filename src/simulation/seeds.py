@@ -12,3 +12,7 @@ from __future__ import annotations
 # Every seed of this range, each with at most FIXED_MAX_ORDERS orders (a seed draws 200 to 1,500).
 FIXED_SEEDS = range(100)
 FIXED_MAX_ORDERS = 300
+
+# The share of the fixed seeds ``make test`` also runs with release 1.0.0's engine and adapters on half the
+# processes (``python -m simulation --beside 1.0.0``; tests/simulation/test_beside.py).
+BESIDE_SEEDS = (0, 1, 2, 3)

@@ -24,6 +24,7 @@ from engine import tracing
 from engine.messages import AgentReply, AgentRequest, SchedulerCommand, StatusMessage
 
 from .bus import Bus
+from .world import CURRENT
 
 # Service Bus Standard: a message, and a batch, of at most 256 KB.
 MAX_BATCH_BYTES = 256 * 1024
@@ -84,6 +85,8 @@ class SimQueueSender:
     async def _request(self, messages: list[ServiceBusMessage], scheduled_at: datetime | None) -> None:
         world = self.bus.world
         await world.before("bus.send")
+        worker = CURRENT.get()
+        origin = str(getattr(worker.host, "release", "")) if worker is not None else ""
         for message in messages:
             body = _body(message)
             if len(body) > MAX_BATCH_BYTES:
@@ -98,6 +101,8 @@ class SimQueueSender:
                 ttl.total_seconds() if ttl is not None else None,
                 scheduled_at,
                 tracing.from_properties(message.application_properties),
+                wire=body,
+                origin=origin,
             )
         world.after("bus.send")
 

@@ -142,25 +142,29 @@ class Storage:
         """One process's store (its own cache of the history's tallies, as the adapter has); ``marks``: see
         :class:`adapters.table_store.TableStateStore`; ``search``: with the search table, as the app's
         (without it, orders are written with no search entries)."""
-        live, watch, history = (
-            cast(TableClient, SimTableClient(self.live, io, "live")),
-            cast(TableClient, SimTableClient(self.watch, io, "watch", answers_refusals=True)),
-            cast(TableClient, SimTableClient(self.history, io, "history")),
-        )
-        return TableStateStore(
-            live,
-            watch,
-            self.shards,
-            history=history,
-            transact=lambda table, operations: table.submit_transaction(operations),
-            unique=self._tail,
-            marks=marks,
-            search=cast(TableClient, SimTableClient(self.search, io, "search")) if search else None,
-        )
+        return TableStateStore(**self.store_arguments(io, marks, search))
+
+    def store_arguments(self, io: Requests, marks: bool = True, search: bool = False) -> dict[str, Any]:
+        """What a process's ``TableStateStore`` is built with, this release's or an earlier one's
+        (``Simulation(beside=...)``): its clients of the simulated tables, and the rest."""
+        return {
+            "table": cast(TableClient, SimTableClient(self.live, io, "live")),
+            "watch": cast(TableClient, SimTableClient(self.watch, io, "watch", answers_refusals=True)),
+            "shards": self.shards,
+            "history": cast(TableClient, SimTableClient(self.history, io, "history")),
+            "transact": lambda table, operations: table.submit_transaction(operations),
+            "unique": self._tail,
+            "marks": marks,
+            "search": cast(TableClient, SimTableClient(self.search, io, "search")) if search else None,
+        }
 
     def breaker_store(self, io: Requests) -> TableBreakerStore:
         """The breakers' store (its requests are named ``breaker.<operation>``)."""
-        return TableBreakerStore(cast(TableClient, SimTableClient(self.live, io, "breaker")))
+        return TableBreakerStore(self.breaker_client(io))
+
+    def breaker_client(self, io: Requests) -> TableClient:
+        """The client the breakers' store is built on (this release's or an earlier one's)."""
+        return cast(TableClient, SimTableClient(self.live, io, "breaker"))
 
     def pk(self, order_id: str) -> str:
         """The partition of an order's records."""

@@ -26,7 +26,7 @@ class Job:
     """One run: a seed, its orders (``orders`` replaces the seed's number, ``max_orders`` caps it) and the
     bug to put back (``("plant", name)``, ``("regression", name)`` or None); ``servicebus``: through the
     Service Bus adapter (see :class:`simulation.run.Simulation`); ``catalog``: a pinned catalog's name
-    (None: the declared one); ``submit_as_app``, ``first_violation``: see
+    (None: the declared one); ``submit_as_app``, ``first_violation``, ``beside``: see
     :class:`simulation.run.Simulation`."""
 
     seed: int
@@ -37,6 +37,7 @@ class Job:
     catalog: str | None = None
     submit_as_app: bool = True
     first_violation: bool = False  # end the run at its first violation (a planted bug's)
+    beside: str | None = None  # an earlier release running half the processes (simulation.beside)
 
 
 def _run(job: Job) -> Result:
@@ -61,6 +62,7 @@ def _run(job: Job) -> Result:
             services=services,
             submit_as_app=job.submit_as_app,
             first_violation=job.first_violation,
+            beside=job.beside,
         )
 
 
