@@ -3,29 +3,21 @@ them, resumed after a crash, idempotent, raced by a second instance, and said in
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from azure.data.tables.aio import TableServiceClient
 
 from adapters.backfills import BACKFILL_ROW, ListingEntries, TableBackfillProgress
 from adapters.table_store import SWITCH_PARTITION, TableStateStore
 from engine import transitions
 from engine.backfill import BackfillPage, Backfills
-from tests.adapters.test_history import DAY, SHARDS, counts, finished, rows
+from tests.adapters.test_history import DAY, SHARDS, counts, finished, rows, store
 from tests.adapters.test_table_store import NOW, ctx, new_record
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def store(azurite_connection_string: str) -> AsyncIterator[TableStateStore]:
-    async with TableServiceClient.from_connection_string(azurite_connection_string) as service:
-        store = await TableStateStore.from_service(service, "t" + uuid.uuid4().hex[:16], shards=SHARDS)
-        yield store
-        await store.close()
+__all__ = ["store"]  # the fixture, used by name
 
 
 async def _as_before_the_listing(store: TableStateStore) -> None:
