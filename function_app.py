@@ -30,7 +30,7 @@ from engine.messages import AgentReply, AgentRequest, SchedulerCommand
 from engine.parts import EngineParts
 from engine.ports import BreakerStore
 from engine.tasks import TaskService
-from orders import access
+from orders import access, routes
 from orders.access import AccessSettings, Caller, Role
 from orders.api import Call, OrdersApi, Reply, error
 from orders.breakers import BreakersApi
@@ -95,44 +95,44 @@ def _call(req: func.HttpRequest, caller: Caller) -> Call:
 
 
 Handler = Callable[[func.HttpRequest, Caller], Awaitable[func.HttpResponse]]
-# (METHOD, /api/route) -> the function the host calls, behind its check: one per route of access.ROUTES.
+# (METHOD, /api/route) -> the function the host calls, behind its check: one per route of orders.routes.
 ROUTED: dict[tuple[str, str], Callable[[func.HttpRequest], Awaitable[func.HttpResponse]]] = {}
 
 
-def _api(route: str, method: str) -> Callable[[Handler], object]:
-    """Register an API route behind the role check of orders.access.ROUTES (KeyError: it has no rule)."""
-    allowed = access.rule(method, f"/api/{route}")
+def _api(handler: Handler) -> object:
+    """Serve ``handler`` at the route orders.routes declares for it by name (its method, its path, who may
+    call it); KeyError for a function no route names."""
+    declared = routes.named(handler.__name__)
+    method, path = declared.key
+    route = declared.binding
 
-    def register(handler: Handler) -> object:
-        async def guarded(req: func.HttpRequest) -> func.HttpResponse:
-            if method == "GET":  # reads change nothing: no span of their own
-                return await checked(req)
-            # A change has a span (under the caller's, when it sends one): what it starts is traced from it.
-            parent = req.headers.get(tracing.TRACEPARENT)
-            with tracing.span(f"{method} /api/{route}", SpanKind.SERVER, parent=parent) as span:
-                response = await checked(req)
-                span.set_attribute("http.response.status_code", response.status_code)
-                return response
+    async def guarded(req: func.HttpRequest) -> func.HttpResponse:
+        if method == "GET":  # reads change nothing: no span of their own
+            return await checked(req)
+        # A change has a span (under the caller's, when it sends one): what it starts is traced from it.
+        parent = req.headers.get(tracing.TRACEPARENT)
+        with tracing.span(f"{method} {path}", SpanKind.SERVER, parent=parent) as span:
+            response = await checked(req)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
 
-        async def checked(req: func.HttpRequest) -> func.HttpResponse:
-            caller = access.authenticate(_headers(req), ACCESS)
-            refusal = access.check(allowed, caller)
-            if refusal is not None:
-                if refusal.status == 401 and route == "console":
-                    return _page(SIGN_IN.status, SIGN_IN.body, SIGN_IN.headers)
-                reply = error(refusal.status, refusal.code, refusal.message)
-                if refusal.status == 401:
-                    reply.headers["WWW-Authenticate"] = 'Bearer realm="orders"'
-                return _respond(reply)
-            return await handler(req, caller or Caller(frozenset(), "anonymous"))
+    async def checked(req: func.HttpRequest) -> func.HttpResponse:
+        caller = access.authenticate(_headers(req), ACCESS)
+        refusal = access.check(declared.allowed, caller)
+        if refusal is not None:
+            if refusal.status == 401 and route == "console":
+                return _page(SIGN_IN.status, SIGN_IN.body, SIGN_IN.headers)
+            reply = error(refusal.status, refusal.code, refusal.message)
+            if refusal.status == 401:
+                reply.headers["WWW-Authenticate"] = 'Bearer realm="orders"'
+            return _respond(reply)
+        return await handler(req, caller or Caller(frozenset(), "anonymous"))
 
-        # The host knows a function by its name and its one parameter, req.
-        guarded.__name__ = guarded.__qualname__ = handler.__name__
-        guarded.__doc__ = handler.__doc__
-        ROUTED[(method, f"/api/{route}")] = guarded
-        return app.route(route=route, methods=[method], auth_level=func.AuthLevel.ANONYMOUS)(guarded)
-
-    return register
+    # The host knows a function by its name and its one parameter, req.
+    guarded.__name__ = guarded.__qualname__ = handler.__name__
+    guarded.__doc__ = handler.__doc__
+    ROUTED[(method, path)] = guarded
+    return app.route(route=route, methods=[method], auth_level=func.AuthLevel.ANONYMOUS)(guarded)
 
 
 def _handling(span: str, msg: func.ServiceBusMessage, queue: str) -> AbstractContextManager[object]:
@@ -146,129 +146,129 @@ def _page(status: int, body: bytes, headers: dict[str, str]) -> func.HttpRespons
 
 
 # ---- HTTP API ---------------------------------------------------------------------------------------
-@_api("orders", "POST")
+@_api
 async def submit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Accept an order: 202 with its status URL. Its trace starts here (or under the caller's)."""
     with tracing.span(tracing.ORDER_SUBMIT):
         return _respond(await api.submit(req.get_body(), req.headers.get("content-type"), caller.storefront))
 
 
-@_api("orders", "GET")
+@_api
 async def list_orders(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """List orders in one ProcessState, or find orders (orders.search_params), paged."""
     return _respond(await api.list_by_state(dict(req.params), caller.scope))
 
 
-@_api("order-counts", "GET")
+@_api
 async def order_counts(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """How many orders each ProcessState holds."""
     return _respond(await api.counts())
 
 
-@_api("orders/{orderId}", "GET")
+@_api
 async def get_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """An order's state and steps."""
     return _respond(await api.get(req.route_params["orderId"], caller.scope))
 
 
-@_api("orders/{orderId}/audit", "GET")
+@_api
 async def order_audit(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Who did what to an order: operator actions and automatic errors, oldest first."""
     return _respond(await api.audit(req.route_params["orderId"], caller.scope))
 
 
-@_api("orders/{orderId}/resubmit", "POST")
+@_api
 async def resubmit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: send an order in Error back to Pending (If-Match)."""
     return _respond(await api.resubmit(req.route_params["orderId"], _call(req, caller)))
 
 
-@_api("orders/{orderId}/cancel", "POST")
+@_api
 async def cancel_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Compensate an order that is not terminal (If-Match)."""
     return _respond(await api.cancel(req.route_params["orderId"], _call(req, caller)))
 
 
-@_api("orders/{orderId}/steps/{step}/retry", "POST")
+@_api
 async def retry_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: re-dispatch the order's current step now (If-Match)."""
     p = req.route_params
     return _respond(await api.retry_step(p["orderId"], p["step"], _call(req, caller)))
 
 
-@_api("orders/{orderId}/steps/{step}/extend", "POST")
+@_api
 async def extend_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: push the running step's CompleteBy (If-Match)."""
     p = req.route_params
     return _respond(await api.extend_step(p["orderId"], p["step"], _call(req, caller)))
 
 
-@_api("orders/{orderId}/steps/{step}/skip", "POST")
+@_api
 async def skip_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: mark the current step done by hand and continue (If-Match)."""
     p = req.route_params
     return _respond(await api.skip_step(p["orderId"], p["step"], _call(req, caller)))
 
 
-@_api("orders/{orderId}/steps/{step}/approve", "POST")
+@_api
 async def approve_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Approver or operator: approve the step's waiting approval; the order goes on (If-Match)."""
     p = req.route_params
     return _respond(await api.approve(p["orderId"], p["step"], _call(req, caller)))
 
 
-@_api("orders/{orderId}/steps/{step}/reject", "POST")
+@_api
 async def reject_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Approver or operator: reject the step's waiting approval; the order is undone (If-Match)."""
     p = req.route_params
     return _respond(await api.reject(p["orderId"], p["step"], _call(req, caller)))
 
 
-@_api("deadletters", "GET")
+@_api
 async def dead_letter_counts(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """How many dead-lettered messages each queue holds."""
     return _respond(await dead_letters.counts())
 
 
-@_api("deadletters/{queue}", "GET")
+@_api
 async def list_dead_letters(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """One queue's dead-lettered messages, a page at a time."""
     return _respond(await dead_letters.list(req.route_params["queue"], dict(req.params)))
 
 
-@_api("deadletters/{queue}/audit", "GET")
+@_api
 async def dead_letter_audit(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Replays and purges on a queue that named no known order."""
     return _respond(await dead_letters.audit(req.route_params["queue"]))
 
 
-@_api("deadletters/{queue}/{sequenceNumber}/replay", "POST")
+@_api
 async def replay_dead_letter(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: send a copy of a dead-lettered message to its queue, then drop it."""
     p = req.route_params
     return _respond(await dead_letters.replay(p["queue"], p["sequenceNumber"], _call(req, caller)))
 
 
-@_api("deadletters/{queue}/{sequenceNumber}/purge", "POST")
+@_api
 async def purge_dead_letter(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Operator: drop a dead-lettered message."""
     p = req.route_params
     return _respond(await dead_letters.purge(p["queue"], p["sequenceNumber"], _call(req, caller)))
 
 
-@_api("breakers", "GET")
+@_api
 async def list_breakers(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Every agent's shared circuit breaker."""
     return _respond(await breakers.list())
 
 
-@_api("openapi.json", "GET")
+@_api
 async def openapi(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """The OpenAPI 3.1 document of this API, generated from its models."""
     return _respond(Reply(200, document()))
 
 
-@_api("console", "GET")
+@_api
 async def console(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """The operator console: one HTML page over this API, with action buttons for an operator only."""
     roles = caller.roles
@@ -276,7 +276,7 @@ async def console(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     return _page(page.status, page.body, page.headers)
 
 
-@_api("callbacks/{service}", "POST")
+@_api
 async def service_callback(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """A service that took a call to answer later sends the outcome (signed with its callback secret)."""
     taken = await callbacks.receive(req.route_params["service"], _headers(req), req.get_body())
@@ -285,7 +285,7 @@ async def service_callback(req: func.HttpRequest, caller: Caller) -> func.HttpRe
     return _respond(Reply(202, {"accepted": True, "outcome": taken.reply.outcome.value}))
 
 
-@_api("health", "GET")
+@_api
 async def health(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
     """Liveness."""
     return _respond(api.health())

@@ -1,13 +1,12 @@
-"""Who may do what: the roles, the one mapping from route to roles, and the check every route goes through.
+"""Who may do what: the roles, who is asking, and the check every route goes through.
 
 Four roles. A storefront is a ``submitter``: it submits orders and reads an order by its id (the status
 URL it was given). A ``reader`` reads everything (orders, counts, audit, breakers, dead letters, the
 document, the console without its action buttons). An ``approver`` reads as a reader does and approves or
 rejects the steps that wait for an approval, and nothing else. An ``operator`` does everything, the
 actions included.
-:data:`ROUTES` names the roles of every route; ``function_app.py`` registers each HTTP route through it
-(a route it does not name cannot be registered) and a test holds it equal to the OpenAPI document's
-routes.
+Each route says which of them may call it where it is declared (orders.routes), from the rules here
+(:data:`READ`, :data:`OPERATE`, ...).
 
 Who is asking, in the order checked:
 
@@ -78,42 +77,12 @@ ANYONE: Final = "anyone"  # no credential needed (liveness only)
 SIGNED: Final = "signed"
 Rule = frozenset[Role] | Literal["anyone", "signed"]
 
-_SUBMIT = frozenset({Role.SUBMITTER, Role.OPERATOR})
-_STOREFRONT_READ = frozenset({Role.SUBMITTER, Role.READER, Role.APPROVER, Role.OPERATOR})
-_READ = frozenset({Role.READER, Role.APPROVER, Role.OPERATOR})
-_APPROVE = frozenset({Role.APPROVER, Role.OPERATOR})
-_OPERATE = frozenset({Role.OPERATOR})
-
-# (METHOD, path as in the OpenAPI document) -> who may call it. The one place roles are given to routes.
-ROUTES: Final[dict[tuple[str, str], Rule]] = {
-    ("POST", "/api/orders"): _SUBMIT,
-    ("GET", "/api/orders/{orderId}"): _STOREFRONT_READ,
-    ("GET", "/api/orders"): _READ,
-    ("GET", "/api/order-counts"): _READ,
-    ("GET", "/api/orders/{orderId}/audit"): _READ,
-    ("POST", "/api/orders/{orderId}/resubmit"): _OPERATE,
-    ("POST", "/api/orders/{orderId}/cancel"): _OPERATE,
-    ("POST", "/api/orders/{orderId}/steps/{step}/retry"): _OPERATE,
-    ("POST", "/api/orders/{orderId}/steps/{step}/extend"): _OPERATE,
-    ("POST", "/api/orders/{orderId}/steps/{step}/skip"): _OPERATE,
-    ("POST", "/api/orders/{orderId}/steps/{step}/approve"): _APPROVE,
-    ("POST", "/api/orders/{orderId}/steps/{step}/reject"): _APPROVE,
-    ("GET", "/api/deadletters"): _READ,
-    ("GET", "/api/deadletters/{queue}"): _READ,
-    ("GET", "/api/deadletters/{queue}/audit"): _READ,
-    ("POST", "/api/deadletters/{queue}/{sequenceNumber}/replay"): _OPERATE,
-    ("POST", "/api/deadletters/{queue}/{sequenceNumber}/purge"): _OPERATE,
-    ("GET", "/api/breakers"): _READ,
-    ("GET", "/api/openapi.json"): _READ,
-    ("GET", "/api/console"): _READ,
-    ("GET", "/api/health"): ANYONE,
-    ("POST", "/api/callbacks/{service}"): SIGNED,
-}
-
-
-def rule(method: str, path: str) -> Rule:
-    """Who may call ``METHOD path``; KeyError for a route with no rule (it must not be served)."""
-    return ROUTES[(method.upper(), path)]
+# Who may call a route: each route's rule is given where the route is declared (orders.routes).
+SUBMIT: Final = frozenset({Role.SUBMITTER, Role.OPERATOR})
+STOREFRONT_READ: Final = frozenset({Role.SUBMITTER, Role.READER, Role.APPROVER, Role.OPERATOR})
+READ: Final = frozenset({Role.READER, Role.APPROVER, Role.OPERATOR})
+APPROVE: Final = frozenset({Role.APPROVER, Role.OPERATOR})
+OPERATE: Final = frozenset({Role.OPERATOR})
 
 
 STOREFRONT_NAME = re.compile(rf"^{queues.SUBMITTER_PATTERN}$")
@@ -185,7 +154,7 @@ class Caller:
         """The orders it may see, whatever the route: the one rule (see :class:`Scope`)."""
         if self.storefront is not None:
             return Scope(storefront=self.storefront)
-        if self.roles & _READ:
+        if self.roles & READ:
             return EVERY_ORDER
         return NO_STOREFRONT
 
@@ -274,15 +243,3 @@ def check(allowed: Rule, caller: Caller | None) -> Refusal | None:
     needed = " or ".join(sorted(allowed))
     held = ", ".join(sorted(caller.roles)) or "no role of this app"
     return Refusal(403, "Forbidden", f"this needs the role {needed}; you have {held}")
-
-
-def roles_table() -> list[tuple[str, str, str]]:
-    """(METHOD, path, roles) per route, for the documentation."""
-    return [
-        (
-            method,
-            path,
-            allowed if isinstance(allowed, str) else ", ".join(r for r in Role if r in allowed),
-        )
-        for (method, path), allowed in ROUTES.items()
-    ]

@@ -2,7 +2,7 @@
 Storage store on Azurite (dead letters in memory: the broker is not what is tried here).
 
 First the inputs that were 500s (each a 4xx with a JSON error now), then a property: for every route of
-``access.ROUTES``, requests generated from its OpenAPI operation (schemathesis: valid and invalid path
+``orders.routes``, requests generated from its OpenAPI operation (schemathesis: valid and invalid path
 and query parameters, headers and bodies), with forged continuation tokens, odd order ids, every kind
 of caller and signed callbacks mixed in, are answered below 500, and every error with the JSON error
 shape. A route added to the table is tried with no change here.
@@ -35,7 +35,7 @@ from engine.clock import SystemClock
 from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.tasks import TaskService
-from orders import access, openapi
+from orders import openapi, routes
 from orders.access import AccessSettings
 from orders.api import OrdersApi
 from orders.breakers import BreakersApi
@@ -309,7 +309,7 @@ BASE_PATH = {
 }
 
 
-@pytest.mark.parametrize("route", sorted(access.ROUTES), ids=lambda r: f"{r[0]} {r[1]}")
+@pytest.mark.parametrize("route", sorted(routes.keys()), ids=lambda r: f"{r[0]} {r[1]}")
 def test_every_parameter_of_every_route_at_its_edges(app: App, route: tuple[str, str]) -> None:
     method, path = route
     base_path = {k: v for k, v in BASE_PATH.items() if f"{{{k}}}" in path}
@@ -341,6 +341,6 @@ def holds(app: App, route: tuple[str, str]) -> Callable[[], None]:
     return run
 
 
-@pytest.mark.parametrize("route", sorted(access.ROUTES), ids=lambda r: f"{r[0]} {r[1]}")
+@pytest.mark.parametrize("route", sorted(routes.keys()), ids=lambda r: f"{r[0]} {r[1]}")
 def test_no_request_to_any_route_is_answered_with_a_fault(app: App, route: tuple[str, str]) -> None:
     holds(app, route)()
