@@ -154,9 +154,9 @@ async def build(settings: Settings) -> Runtime:
     formats = Formats(BEFORE_SWITCH, store, instance, release.VERSION)
     store.formats = formats
     await formats.refresh(clock.now())
-    # What this release adds to orders stored before it: written by the backfill function's runs.
+    # What this release adds to orders stored before it: written by the backfill function's runs; runtime()
+    # reads their progress right after the build, and now and then until they have finished.
     backfills = Backfills(declared_backfills(store), TableBackfillProgress(store))
-    await backfills.refresh(clock.now())
     parts = EngineParts(
         workflows, store, sender, clock, engine_settings, breakers, formats=formats, backfills=backfills
     )

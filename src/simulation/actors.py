@@ -65,6 +65,16 @@ class Host:
     work: Counter[str] | None = None
     consume: Callable[[Worker, Message], Awaitable[None]] | None = None
 
+    async def dispatch(self, queue: str, body: Any) -> None:
+        """Hand a parsed message to the function bound to its queue, as ``function_app.py`` binds them (the
+        Scheduler's commands and replies, or the Agent of the service the queue serves)."""
+        if queue == queues.SCHEDULER_QUEUE:
+            await self.scheduler.handle_command(body)
+        elif queue == queues.REPLY_QUEUE:
+            await self.scheduler.handle_reply(body)
+        else:
+            await self.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+
 
 def build_host(sim: Simulation, worker: Worker) -> Host:
     """The engine as a process of the Function App builds it, on the simulated ports (beside another
@@ -165,12 +175,7 @@ async def _consume(host: Host, message: Message) -> None:
     ):
 
         async def handle(parsed: Any) -> None:
-            if queue == queues.SCHEDULER_QUEUE:
-                await host.scheduler.handle_command(parsed)
-            elif queue == queues.REPLY_QUEUE:
-                await host.scheduler.handle_reply(parsed)
-            else:
-                await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(parsed)
+            await host.dispatch(queue, parsed)
 
         async def parts() -> EngineParts:
             return host.tasks.parts

@@ -296,12 +296,7 @@ class Beside:
             }
             model = models.get(queue, release.messages.AgentRequest)
             body = release.inbound.parse(model, wire, queue, message.message_id, message.deliveries)
-            if queue == queues.SCHEDULER_QUEUE:
-                await host.scheduler.handle_command(body)
-            elif queue == queues.REPLY_QUEUE:
-                await host.scheduler.handle_reply(body)
-            else:
-                await host.agents[queue.removeprefix(queues.AGENT_QUEUE_PREFIX)].handle(body)
+            await host.dispatch(queue, body)
 
     def stats(self) -> dict[str, int]:
         """What each release's processes did (``<release> processes: <what>``)."""

@@ -379,7 +379,7 @@ class _OnePage:
 
 async def test_listings_and_counts_say_which_backfill_they_wait_for_until_it_has_finished(h: Harness) -> None:
     backfills = Backfills([_OnePage()], _Progress())
-    object.__setattr__(h.tasks.parts, "backfills", backfills)
+    h.tasks = TaskService(replace(h.tasks.parts, backfills=backfills))
     await backfills.refresh(h.tasks.parts.clock.now())
     listing = await h.api.list_by_state({"processState": "Pending"})
     counts = await h.api.counts()
