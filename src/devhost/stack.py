@@ -39,9 +39,7 @@ from typing import IO
 import httpx
 
 from adapters.otlp_file import spans_path
-from engine import queues
-from engine.sealing import InputKey
-from engine.workflow import Timer, wait_seconds
+from engine import InputKey, Timer, queues, wait_seconds
 from orders.access import storefront_key_setting, storefronts
 from orders.catalog import CATALOG
 from orders.settings import CALLBACK_SECRET_SETTINGS, SERVICE_URL_SETTINGS
@@ -50,6 +48,7 @@ from servicebus_emulator import launcher as servicebus
 
 from . import azurite
 from .counts import SERVICEBUS_STATS
+from .timer_host import LOCKS_SETTING
 
 log = logging.getLogger("devhost")
 
@@ -219,6 +218,9 @@ class Stack:
         self.data_dir: Path = args.data_dir.resolve()
         self.log_dir = self.data_dir / "logs"
         self.stats_dir = self.data_dir / "stats"
+        self.timer_locks = (
+            self.data_dir / "timers"
+        )  # each timer function on one worker at a time, as in Azure
         self.telemetry_dir = spans_path(self.data_dir).parent  # where orders-trace reads
         self.azurite: subprocess.Popen[bytes] | None = None
         self.servicebus: subprocess.Popen[bytes] | None = None
@@ -240,6 +242,7 @@ class Stack:
         """Bring everything up, in dependency order, and wait until the HTTP API answers."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.stats_dir.mkdir(parents=True, exist_ok=True)
+        self.timer_locks.mkdir(exist_ok=True)
         a = self.args
         with (self.log_dir / "azurite.log").open("ab") as out:
             self.azurite = azurite.launch(self.data_dir / "azurite", a.azurite_port, log=out)
@@ -335,6 +338,7 @@ class Stack:
             "PUBLIC_BASE_URL": f"http://127.0.0.1:{a.port}",
             # The workers' spans and metrics (orders-trace reads them); an empty value turns them off.
             TELEMETRY_DIR: str(self.telemetry_dir),
+            LOCKS_SETTING: str(self.timer_locks),
         }
         settings.update(os.environ)
         settings.update(self.callback_secrets)

@@ -1,4 +1,10 @@
-"""Timer triggers: six-field NCRONTAB schedules (seconds first) or TimeSpan intervals, in every worker.
+"""Timer triggers: six-field NCRONTAB schedules (seconds first) or TimeSpan intervals.
+
+As in Azure, each timer function runs on one worker at a time: Azure's host holds a lease per function;
+here the workers of one stack share a folder (``DEVHOST_TIMER_LOCKS``) with a file per function, and the
+worker holding its lock fires it. The lock is held until the worker ends, so a worker that dies (or is
+killed) hands its timers to another at that one's next occurrence. Without the setting every worker fires
+every timer.
 
 Schedules are evaluated in UTC, or in ``WEBSITE_TIME_ZONE`` if that app setting names an IANA zone.
 One function's runs never overlap: the next occurrence is computed after a run ends, so occurrences that
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -31,6 +38,7 @@ from devhost.protos import function_rpc_pb2 as protos
 log = logging.getLogger("devhost.timer")
 
 PAST_DUE_TOLERANCE = timedelta(seconds=1)
+LOCKS_SETTING = "DEVHOST_TIMER_LOCKS"
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
 
@@ -103,6 +111,28 @@ class _Timer:
     last: datetime | None = None
 
 
+class SingletonLocks:
+    """One exclusive lock file per timer function in a folder the stack's workers share: ``held`` takes the
+    function's lock if it is free and keeps it (the kernel frees it when this process ends, however)."""
+
+    def __init__(self, folder: str) -> None:
+        self._folder = folder
+        self._held: dict[str, int] = {}
+
+    def held(self, name: str) -> bool:
+        if name in self._held:
+            return True
+        fd = os.open(os.path.join(self._folder, f"{name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._held[name] = fd
+        log.info("Functions.%s: this worker holds its timer", name)
+        return True
+
+
 class TimerHost:
     """Runs the app's timer-triggered functions on their schedules."""
 
@@ -110,6 +140,8 @@ class TimerHost:
         self, specs: Sequence[FunctionSpec], worker: LanguageWorker, environ: Mapping[str, str]
     ) -> None:
         self._worker = worker
+        folder = environ.get(LOCKS_SETTING, "")
+        self._locks = SingletonLocks(folder) if folder else None
         self._timers = [
             _Timer(spec, parse_schedule(spec.schedule or "", environ, f"function {spec.name}: schedule"))
             for spec in specs
@@ -155,6 +187,9 @@ class TimerHost:
             )
 
     async def _fire(self, timer: _Timer, scheduled: datetime, next_at: datetime) -> None:
+        if self._locks is not None and not self._locks.held(timer.spec.name):
+            timer.last = scheduled
+            return  # another worker of the stack runs this timer
         now = datetime.now(UTC)
         info = {
             "Schedule": {"AdjustForDST": True},

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -15,7 +17,7 @@ import pytest
 from devhost import ConfigurationError
 from devhost.functions import describe
 from devhost.language_worker import LanguageWorker
-from devhost.timer_host import TimerHost, parse_schedule
+from devhost.timer_host import SingletonLocks, TimerHost, parse_schedule
 from tests.devhost import inline_app
 
 
@@ -115,3 +117,31 @@ def test_runs_never_overlap_and_a_failure_keeps_the_schedule(tmp_path: Path) -> 
     assert first.schedule == {"AdjustForDST": True}
     status = {key: datetime.fromisoformat(value) for key, value in first.schedule_status.items()}
     assert status["Last"] < status["Next"]
+
+
+def test_each_timer_runs_on_one_worker_until_that_worker_ends(tmp_path: Path) -> None:
+    """Azure runs a timer function on one instance at a time: the stack's workers share a lock per function,
+    kept by the first to take it and freed when its process ends, however it ends."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from devhost.timer_host import SingletonLocks; "
+            f"assert SingletonLocks({str(tmp_path)!r}).held('supervisor'); print('held', flush=True); "
+            "time.sleep(300)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        here = SingletonLocks(str(tmp_path))
+        assert not here.held("supervisor")  # the other worker's
+        assert here.held("retention")  # each function's lock is its own
+        holder.kill()
+        holder.wait(timeout=10)
+        assert here.held("supervisor")  # freed with the process that held it
+        assert not SingletonLocks(str(tmp_path)).held("retention")
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
