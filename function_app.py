@@ -24,12 +24,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))  # the app's pa
 import azure.functions as func
 from opentelemetry.trace import SpanKind
 
-from engine import queues, tracing
-from engine.inbound import Inbound, receive
-from engine.messages import AgentReply, AgentRequest, SchedulerCommand
-from engine.parts import EngineParts
-from engine.ports import BreakerStore
-from engine.tasks import TaskService
+from engine import (
+    AgentReply,
+    AgentRequest,
+    BreakerStore,
+    EngineParts,
+    Inbound,
+    SchedulerCommand,
+    TaskService,
+    queues,
+    receive,
+    tracing,
+)
 from orders import access, routes
 from orders.access import AccessSettings, Caller, Role
 from orders.api import Call, OrdersApi, Reply, error

@@ -34,3 +34,90 @@ def test_a_layer_imports_only_those_below_it(layer: str) -> None:
         if (found := imported(path)) - ALLOWED[layer]
     }
     assert wrong == {}, f"{layer} imports what it must not: {wrong}"
+
+
+# The engine's face (src/engine/__init__.py): the app, the adapters and the local runtime import the engine
+# from there, by the names it lists. The workshop that plants bugs in the engine's parts (the simulation,
+# the benchmarks) and the tests may reach into its modules.
+FACE_HELD = ("orders", "adapters", "devhost", "simulators", "servicebus_emulator")
+ROOT = SRC.parent
+
+
+def _outside_uses() -> dict[str, list[str]]:
+    """Each module held to the face, with what it takes from the engine other than through it."""
+    import engine
+
+    paths = [path for layer in FACE_HELD for path in sorted((SRC / layer).rglob("*.py"))]
+    found: dict[str, list[str]] = {}
+    for path in [*paths, ROOT / "function_app.py"]:
+        wrong: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                wrong += [alias.name for alias in node.names if alias.name.split(".")[0] == "engine"]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.startswith("engine."):
+                    wrong.append(node.module)
+                elif node.module == "engine":
+                    wrong += [f"engine.{a.name}" for a in node.names if a.name not in engine.__all__]
+        if wrong:
+            found[str(path.relative_to(ROOT))] = wrong
+    return found
+
+
+def test_outside_code_uses_the_engine_through_its_face_only() -> None:
+    assert _outside_uses() == {}, (
+        "import these from engine, and list them in engine.__all__ if they are public"
+    )
+
+
+def test_the_face_names_what_it_holds_and_nothing_it_does_not() -> None:
+    import engine
+
+    assert len(set(engine.__all__)) == len(engine.__all__)
+    missing = [name for name in engine.__all__ if not hasattr(engine, name)]
+    assert missing == []
+    # Every name listed is used outside the engine: the face is no wider than what is used.
+    used: set[str] = set()
+    for path in [
+        *(p for layer in OURS - {"engine"} for p in (SRC / layer).rglob("*.py")),
+        ROOT / "function_app.py",
+    ]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "engine":
+                used |= {alias.name for alias in node.names}
+    assert sorted(set(engine.__all__) - used) == []
+
+
+def test_the_engine_s_modules_never_import_its_face_nor_form_a_circle() -> None:
+    graph: dict[str, set[str]] = {}
+    modules = {path.stem for path in (SRC / "engine").glob("*.py")} - {"__init__"}
+    for path in sorted((SRC / "engine").glob("*.py")):
+        name = path.stem
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and name != "__init__":
+                if node.module is not None:
+                    deps.add(node.module)
+                    continue
+                taken = {alias.name for alias in node.names}
+                assert taken <= modules, f"engine/{path.name} imports the face: {sorted(taken - modules)}"
+                deps |= taken
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "engine":
+                raise AssertionError(f"engine/{path.name} imports the face")
+        graph[name] = deps
+    graph.pop("__init__")
+    # Depth-first: a module met again while still on the path closes a circle.
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == 1:
+                raise AssertionError(f"import circle: {' -> '.join([*path, module, dep])}")
+            if dep not in state:
+                visit(dep, [*path, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])

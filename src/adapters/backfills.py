@@ -14,7 +14,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, Re
 from azure.data.tables import UpdateMode
 from pydantic import ValidationError
 
-from engine.backfill import Answer, Backfill, BackfillPage, Progress
+from engine import Answer, Backfill, BackfillPage, Progress
 
 from .table_store import STATE, SWITCH_PARTITION, TableStateStore
 

@@ -19,8 +19,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, Re
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient
 
-from engine.breaker import BreakerRecord, BreakerState
-from engine.errors import BreakerConflict
+from engine import BreakerConflict, BreakerRecord, BreakerState
 
 from .table_store import OperationCounter
 
@@ -45,7 +44,7 @@ def _utc(value: Any) -> datetime | None:
 
 
 class TableBreakerStore:
-    """:class:`engine.ports.BreakerStore` on the state table."""
+    """:class:`engine.breaker.BreakerStore` on the state table."""
 
     def __init__(self, table: TableClient, counter: OperationCounter | None = None) -> None:
         self.table = table

@@ -27,7 +27,7 @@ from typing import Any
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
-from engine.deadletters import (
+from engine import (
     DeadLetter,
     DeadLetterCount,
     DeadLetterNotFound,

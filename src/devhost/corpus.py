@@ -41,8 +41,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMess
 
 from adapters.table_store import TableStateStore
 from devhost import azurite, releases
-from engine import queues
-from engine.state import ProcessState
+from engine import ProcessState, queues
 from orders.catalog import CATALOG
 from servicebus_emulator.launcher import connection_string, free_port
 

@@ -42,7 +42,7 @@ from rich.table import Table
 from adapters.otlp_file import read_spans, spans_path
 from devhost import launch, trace_check, trace_cli
 from devhost.stack import local_wait_settings
-from engine.workflow import WorkflowDefinition
+from engine import WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from simulators.ledger_check import ledger_report
 

@@ -49,8 +49,7 @@ from adapters.otlp_file import (
     read_spans,
     spans_path,
 )
-from engine import metrics, telemetry, tracing
-from engine.state import ProcessState
+from engine import ProcessState, metrics, telemetry, tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKBOOK = ROOT / "infra" / "app" / "workbook.json"

@@ -23,11 +23,11 @@ from tenacity import (
 )
 
 from . import calls, metrics, queues, telemetry, tracing
-from .breaker import CircuitBreaker, MemoryBreakerStore, Permit
+from .breaker import BreakerStore, CircuitBreaker, MemoryBreakerStore, Permit
 from .clock import Clock
 from .errors import Accepted, CircuitOpenError, DeadlineReached, PermanentError, TransientError
 from .messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id
-from .ports import BreakerStore, MessageSender
+from .ports import MessageSender
 from .workflow import RetryPolicy, WorkflowCatalog, WorkflowDefinition
 
 __all__ = ["Action", "Agent", "DeadlineReached", "PermanentError", "TransientError"]

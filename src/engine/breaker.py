@@ -1,5 +1,5 @@
 """Circuit breakers shared by every instance of an Agent, one record per remote service in a
-:class:`~engine.ports.BreakerStore`.
+:class:`~engine.breaker.BreakerStore`.
 
 Every instance stops calling a service that is down, and every instance sees it come back:
 
@@ -39,14 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import metrics
 from .errors import BreakerConflict, CircuitOpenError
 
-if TYPE_CHECKING:  # the port names this module's record: import it for the types only
+if TYPE_CHECKING:
     from .clock import Clock
-    from .ports import BreakerStore
 
 log = logging.getLogger("engine.breaker")
 
@@ -75,6 +74,26 @@ class BreakerRecord:
     probe_by: datetime | None = None  # after this, another instance may take the probe
     updated_at: datetime | None = None
     etag: str | None = None
+
+
+class BreakerStore(Protocol):
+    """The circuit breakers' records, one per service, with conditional (ETag) writes."""
+
+    async def load_all(self) -> list[BreakerRecord]:
+        """Every stored record (one request: the Supervisor reads them once per sweep)."""
+        ...
+
+    async def load(self, service: str) -> BreakerRecord | None:
+        """One service's record, or None if none was written yet."""
+        ...
+
+    async def save(self, record: BreakerRecord) -> BreakerRecord:
+        """Write the record if it is unchanged since it was read (``etag``; None: only if there is none)
+        and return it with its new ETag.
+
+        Raises :class:`engine.errors.BreakerConflict` if it changed (or appeared) meanwhile.
+        """
+        ...
 
 
 class Admission(StrEnum):
@@ -165,7 +184,7 @@ def hold_until(record: BreakerRecord | None, now: datetime) -> datetime | None:
 
 # ---- a process-local store ---------------------------------------------------------------------------
 class MemoryBreakerStore:
-    """:class:`~engine.ports.BreakerStore` in one process's memory: breakers that are not shared (one
+    """:class:`~engine.breaker.BreakerStore` in one process's memory: breakers that are not shared (one
     process, or tests). Writes are ETag-conditional like the table's."""
 
     def __init__(self) -> None:

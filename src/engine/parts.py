@@ -6,9 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .backfill import Backfills
+from .breaker import BreakerStore
 from .clock import Clock
 from .formats import Formats
-from .ports import BreakerStore, MessageSender, StateStore
+from .ports import MessageSender, StateStore
 from .settings import EngineSettings
 from .state import TaskRecord
 from .transitions import Context, random_id

@@ -13,7 +13,6 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from .breaker import BreakerRecord
 from .search import SearchQuery
 from .state import AuditEntry, ProcessState, TaskRecord, TaskState
 
@@ -177,26 +176,6 @@ class StateStore(Protocol):
     async def count_by_state(self, limit: int) -> StateCounts:
         """How many tasks are in each ProcessState (see :class:`StateCounts`), reading at most ``limit``
         entries per shard, at a cost that does not grow with the history."""
-        ...
-
-
-class BreakerStore(Protocol):
-    """The circuit breakers' records, one per service, with conditional (ETag) writes."""
-
-    async def load_all(self) -> list[BreakerRecord]:
-        """Every stored record (one request: the Supervisor reads them once per sweep)."""
-        ...
-
-    async def load(self, service: str) -> BreakerRecord | None:
-        """One service's record, or None if none was written yet."""
-        ...
-
-    async def save(self, record: BreakerRecord) -> BreakerRecord:
-        """Write the record if it is unchanged since it was read (``etag``; None: only if there is none)
-        and return it with its new ETag.
-
-        Raises :class:`engine.errors.BreakerConflict` if it changed (or appeared) meanwhile.
-        """
         ...
 
 

@@ -39,7 +39,7 @@ _RETRIES_ON_RACE = 5
 
 
 @dataclass(frozen=True)
-class Action:
+class Caller:
     """Who asks for a change, why, and which version of the task they decided on.
 
     ``version`` is :attr:`TaskRecord.version` as the caller read it; None changes whatever is current
@@ -211,15 +211,15 @@ class TaskService:
         record = await self.get(order_id)
         return await self.parts.store.audit(order_id, archived=record.archived or record.parked)
 
-    async def resubmit(self, order_id: str, action: Action | None = None) -> TaskRecord:
+    async def resubmit(self, order_id: str, action: Caller | None = None) -> TaskRecord:
         """Operator: an order in Error goes back to Pending with FailureCount reset."""
         return await self._change(order_id, Operation.RESUBMIT, transitions.resubmit, "resubmit", action)
 
-    async def cancel(self, order_id: str, action: Action | None = None) -> TaskRecord:
+    async def cancel(self, order_id: str, action: Caller | None = None) -> TaskRecord:
         """Compensate a task that is not terminal (a task already compensating is left as it is)."""
         return await self._change(order_id, Operation.CANCEL, transitions.cancel, "cancel", action)
 
-    async def retry_step(self, order_id: str, step: str, action: Action | None = None) -> TaskRecord:
+    async def retry_step(self, order_id: str, step: str, action: Caller | None = None) -> TaskRecord:
         """Operator: re-dispatch the current step (or its undo) now."""
         index = await self._step_index(order_id, step)
         return await self._change(
@@ -232,7 +232,7 @@ class TaskService:
         )
 
     async def extend_step(
-        self, order_id: str, step: str, seconds: float, action: Action | None = None
+        self, order_id: str, step: str, seconds: float, action: Caller | None = None
     ) -> TaskRecord:
         """Operator: push the running step's CompleteBy by ``seconds``."""
         index = await self._step_index(order_id, step)
@@ -247,7 +247,7 @@ class TaskService:
         )
 
     async def skip_step(
-        self, order_id: str, step: str, note: str, action: Action | None = None
+        self, order_id: str, step: str, note: str, action: Caller | None = None
     ) -> TaskRecord:
         """Operator: mark the current step done by hand, then continue."""
         index = await self._step_index(order_id, step)
@@ -260,7 +260,7 @@ class TaskService:
             index,
         )
 
-    async def approve(self, order_id: str, step: str, action: Action | None = None) -> TaskRecord:
+    async def approve(self, order_id: str, step: str, action: Caller | None = None) -> TaskRecord:
         """A person approves the step's waiting approval: the order goes on (out of Error too, when the
         approval's deadline put it there)."""
         index = await self._step_index(order_id, step)
@@ -273,7 +273,7 @@ class TaskService:
             index,
         )
 
-    async def reject(self, order_id: str, step: str, action: Action | None = None) -> TaskRecord:
+    async def reject(self, order_id: str, step: str, action: Caller | None = None) -> TaskRecord:
         """A person rejects the step's waiting approval: what the order did is undone."""
         index = await self._step_index(order_id, step)
         note = (action.note if action else None) or ""
@@ -299,7 +299,7 @@ class TaskService:
         operation: Operation,
         change: Callable[[TaskRecord, Context], Decision],
         what: str,
-        action: Action | None,
+        action: Caller | None,
         index: int | None = None,
         detail: str | None = None,
     ) -> TaskRecord:
@@ -310,7 +310,7 @@ class TaskService:
         and so does losing a race while saving: the caller decided on what it saw. Without one, a lost
         race is retried on the fresh record.
         """
-        action = action or Action()
+        action = action or Caller()
         allowed = [s.value for s in machine.sources(operation)]
         for _ in range(_RETRIES_ON_RACE):
             record = await self.get(order_id)

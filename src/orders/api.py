@@ -22,23 +22,25 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine import queues
-from engine.errors import (
+from engine import (
+    Caller,
     Conflict,
     EngineError,
     InvalidContinuation,
     InvalidState,
     NotFound,
     NotUnderstood,
+    Page,
     PreconditionFailed,
+    ProcessState,
+    Purged,
+    SearchQuery,
+    TaskRecord,
+    TaskService,
     UnknownStep,
     UnknownWorkflow,
+    queues,
 )
-from engine.ports import Page
-from engine.retention import Purged
-from engine.search import SearchQuery
-from engine.state import ProcessState, TaskRecord
-from engine.tasks import Action, TaskService
 
 from . import release, search_params
 from .access import NO_STOREFRONT, STOREFRONT_NAME, Scope
@@ -465,7 +467,7 @@ class OrdersApi:
         """``POST /api/orders/{orderId}/steps/{step}/extend``: push the running step's CompleteBy."""
 
         def extend(
-            tasks: TaskService, task: str, action: Action, body: ActionRequest
+            tasks: TaskService, task: str, action: Caller, body: ActionRequest
         ) -> Awaitable[TaskRecord]:
             assert isinstance(body, ExtendRequest)
             return tasks.extend_step(task, step, body.seconds, action)
@@ -475,7 +477,7 @@ class OrdersApi:
     async def skip_step(self, order_id: str, step: str, call: Call) -> Reply:
         """``POST /api/orders/{orderId}/steps/{step}/skip``: mark the current step done by hand."""
 
-        def skip(tasks: TaskService, task: str, action: Action, body: ActionRequest) -> Awaitable[TaskRecord]:
+        def skip(tasks: TaskService, task: str, action: Caller, body: ActionRequest) -> Awaitable[TaskRecord]:
             assert isinstance(body, SkipRequest)
             return tasks.skip_step(task, step, body.note, action)
 
@@ -498,7 +500,7 @@ class OrdersApi:
         order_id: str,
         call: Call,
         model: type[ActionRequest],
-        change: Callable[[TaskService, str, Action, ActionRequest], Awaitable[TaskRecord]],
+        change: Callable[[TaskService, str, Caller, ActionRequest], Awaitable[TaskRecord]],
         required: bool,
     ) -> Reply:
         """An operator action on an order of the caller's scope (``change`` gets its task id): validate,
@@ -527,7 +529,7 @@ class OrdersApi:
                 version = (await tasks.get(task)).version
                 if version not in tags:
                     raise PreconditionFailed(order_id)
-            action = Action(actor=call.actor, note=body.note, version=version)
+            action = Caller(actor=call.actor, note=body.note, version=version)
             record = await change(tasks, task, action, body)
         except EngineError as exc:
             return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from adapters.backfills import TableBackfillProgress, declared
-from engine.backfill import Backfills, Progress
+from engine import Backfills, Progress
 
 from .runtime import Closer, _store
 from .settings import Settings, store_settings

@@ -13,8 +13,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from engine.breaker import BreakerRecord, BreakerState
-from engine.ports import BreakerStore
+from engine import BreakerRecord, BreakerState, BreakerStore
 
 from .api import Reply
 from .models import _View

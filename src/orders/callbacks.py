@@ -36,13 +36,24 @@ from typing import Any, Literal
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine import queues, tracing, transitions
-from engine.calls import AgentCall
-from engine.errors import EngineError, NotFound, PermanentError
-from engine.messages import AgentReply, ReplyOutcome, parse_callback_context, request_message_id
-from engine.ports import MessageSender
-from engine.state import Phase, ProcessState, StepStatus
-from engine.tasks import TaskService
+from engine import (
+    AgentCall,
+    AgentReply,
+    EngineError,
+    MessageSender,
+    NotFound,
+    PermanentError,
+    Phase,
+    ProcessState,
+    ReplyOutcome,
+    StepStatus,
+    TaskService,
+    awaits,
+    parse_callback_context,
+    queues,
+    request_message_id,
+    tracing,
+)
 
 from .api import Reply, parse_body
 from .models import FieldError
@@ -173,7 +184,7 @@ class Callbacks:
         )
         current = (
             step is not None
-            and transitions.awaits(record, tasks.parts.context(record=record), index, compensating, attempt)
+            and awaits(record, tasks.parts.context(record=record), index, compensating, attempt)
             and (state.phase is Phase.COMPENSATE) == compensating
             and step.status in awaited
             and state.process_state in working

@@ -13,8 +13,7 @@ it (``docs/customizing.md``). An order whose version is no longer declared goes 
 
 from __future__ import annotations
 
-from engine.conditions import Test
-from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
+from engine import Approval, StepDefinition, Test, Timer, WorkflowCatalog, WorkflowDefinition
 
 from .inputs import FulfilmentOrder, ReturnOrder
 from .services import inventory, notifications, payment, shipping

@@ -19,8 +19,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from engine import queues
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine import StepDefinition, WorkflowCatalog, WorkflowDefinition, queues
 
 from .services.declaration import Resource, ServiceDefinition
 

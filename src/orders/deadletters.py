@@ -21,17 +21,17 @@ from typing import Protocol
 
 from pydantic import Field
 
-from engine import queues
-from engine.deadletters import (
+from engine import (
+    AuditEntry,
     DeadLetter,
     DeadLetterAction,
     DeadLetterNotFound,
     DeadLetters,
     DeadLetterUnreachable,
+    NotFound,
+    TaskService,
+    queues,
 )
-from engine.errors import NotFound
-from engine.state import AuditEntry
-from engine.tasks import TaskService
 
 from .api import MAX_PAGE_SIZE, Call, Reply, error, parse_body
 from .models import ActionRequest, _View

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from engine import formats
-from engine.formats import Formats, Switch
+from engine import Formats, Switch, formats
 
 from . import release
 from .runtime import Closer, _store

@@ -21,11 +21,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from adapters.queue_depth import QueueDepth, ServiceBusQueueDepth
-from engine import metrics
-from engine.clock import Clock
-from engine.ports import StateCounts
-from engine.tasks import TaskService
-from engine.transitions import APPROVAL, CALLBACK, TIMER
+from engine import APPROVAL, CALLBACK, TIMER, Clock, StateCounts, TaskService, metrics
 
 log = logging.getLogger("orders.gauges")
 

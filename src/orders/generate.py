@@ -31,8 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine import queues
-from engine.workflow import Approval, WorkflowCatalog, wait_seconds
+from engine import Approval, WorkflowCatalog, queues, wait_seconds
 
 from . import catalog_docs
 from .catalog import CATALOG, SERVICES

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, computed_field
 
-from engine.workflow import sensitive
+from engine import sensitive
 
 
 def _whole(value: Any) -> Any:

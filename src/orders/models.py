@@ -9,10 +9,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine import queues, sealing, tracing
-from engine.calls import CallEntry
-from engine.state import AuditEntry, ProcessState, StepStatus, TaskRecord, TaskState
-from engine.workflow import WorkflowDefinition
+from engine import (
+    AuditEntry,
+    CallEntry,
+    ProcessState,
+    StepStatus,
+    TaskRecord,
+    TaskState,
+    WorkflowDefinition,
+    queues,
+    sealing,
+    tracing,
+)
 
 from .catalog import CATALOG
 from .inputs import WholeNumber

@@ -20,7 +20,7 @@ from typing import Any, cast
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from engine.workflow import WorkflowCatalog, WorkflowDefinition
+from engine import WorkflowCatalog, WorkflowDefinition
 
 from .access import ANYONE, SIGNED, Role
 from .catalog import CATALOG

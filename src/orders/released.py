@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.workflow import WorkflowCatalog, WorkflowDefinition
+from engine import WorkflowCatalog, WorkflowDefinition
 
 from .catalog import CATALOG
 

@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine import queues
-from engine.state import ProcessState
+from engine import ProcessState, queues
 
 from .access import ANYONE, APPROVE, OPERATE, READ, SIGNED, STOREFRONT_READ, SUBMIT, Rule
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_JSON_DEPTH, MAX_PAGE_SIZE

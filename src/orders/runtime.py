@@ -24,18 +24,23 @@ from adapters.deadletters import ServiceBusDeadLetters
 from adapters.queue_depth import ServiceBusQueueDepth
 from adapters.servicebus import ServiceBusSender, client_from_settings
 from adapters.table_store import TableStateStore, env_settings_in_use
-from engine import queues
-from engine.agent import Agent
-from engine.backfill import Backfills
-from engine.clock import SystemClock
-from engine.formats import BEFORE_SWITCH, Formats
-from engine.parts import EngineParts
-from engine.ports import BreakerStore
-from engine.retention import Retention
-from engine.scheduler import Scheduler, instance_id
-from engine.supervisor import Supervisor
-from engine.tasks import TaskService
-from engine.workflow import WorkflowCatalog, WorkflowDefinition
+from engine import (
+    BEFORE_SWITCH,
+    Agent,
+    Backfills,
+    BreakerStore,
+    EngineParts,
+    Formats,
+    Retention,
+    Scheduler,
+    Supervisor,
+    SystemClock,
+    TaskService,
+    WorkflowCatalog,
+    WorkflowDefinition,
+    instance_id,
+    queues,
+)
 
 from . import release
 from .catalog import CATALOG, SERVICES

@@ -6,9 +6,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from engine.search import SearchQuery
-from engine.state import ProcessState
-from engine.workflow import WorkflowCatalog
+from engine import ProcessState, SearchQuery, WorkflowCatalog
 
 from .access import STOREFRONT_NAME
 from .models import WAIT_KINDS

@@ -9,9 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator
 
-from engine.retention import RetentionPolicy, parse_retention
-from engine.sealing import InputKey, Keyring
-from engine.settings import EngineSettings
+from engine import EngineSettings, InputKey, Keyring, RetentionPolicy, parse_retention
 
 from .catalog import CATALOG, SERVICES
 

@@ -34,7 +34,7 @@ from engine.retention import Retention, RetentionPolicy
 from engine.scheduler import Scheduler
 from engine.state import TaskRecord
 from engine.supervisor import Supervisor
-from engine.tasks import Action, TaskService
+from engine.tasks import Caller, TaskService
 from engine.workflow import WorkflowDefinition
 from orders.callbacks import Callbacks
 
@@ -350,7 +350,7 @@ class Operator:
         if rng.random() < 0.1:  # another step than the current one: refused
             name = record.steps[rng.randrange(len(record.steps))].name
         seconds = rng.uniform(0.5, sim.profile.complete_by_seconds * 2)
-        calls: dict[str, Callable[[Host, Action], Awaitable[Any]]] = {
+        calls: dict[str, Callable[[Host, Caller], Awaitable[Any]]] = {
             "resubmit": lambda host, a: host.tasks.resubmit(order_id, a),
             "retry": lambda host, a: host.tasks.retry_step(order_id, name, a),
             "skip": lambda host, a: host.tasks.skip_step(order_id, name, "done by hand", a),
@@ -368,7 +368,7 @@ class Operator:
         self,
         order_id: str,
         what: str,
-        call: Callable[[Host, Action], Awaitable[Any]],
+        call: Callable[[Host, Caller], Awaitable[Any]],
         version: str | None = None,
         step: str | None = None,
         seconds: float | None = None,
@@ -381,7 +381,7 @@ class Operator:
         if truth is None:
             return
         token = sim.oracle.operator_asked(order_id, what, step, seconds)
-        action = Action(actor=actor, note=f"{OPERATOR_NOTE}{token}", version=version)
+        action = Caller(actor=actor, note=f"{OPERATOR_NOTE}{token}", version=version)
         try:
             await in_process(sim, lambda host: call(host, action))
         except (Crash, StoreUnavailable):
@@ -419,7 +419,7 @@ class Approver:
             except (Crash, StoreUnavailable, EngineError):
                 return
             version = record.version
-        calls: dict[str, Callable[[Host, Action], Awaitable[Any]]] = {
+        calls: dict[str, Callable[[Host, Caller], Awaitable[Any]]] = {
             "approve": lambda host, a: host.tasks.approve(order_id, step, a),
             "reject": lambda host, a: host.tasks.reject(order_id, step, a),
         }

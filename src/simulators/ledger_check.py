@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine import StepDefinition, WorkflowCatalog, WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from orders.services.declaration import ServiceDefinition
 

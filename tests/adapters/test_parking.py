@@ -24,7 +24,7 @@ from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
 from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
 from engine.supervisor import Supervisor
-from engine.tasks import Action, TaskService
+from engine.tasks import Caller, TaskService
 from engine.transitions import Context
 from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 from tests.adapters.test_formats import merge
@@ -159,7 +159,7 @@ async def test_an_approval_brings_a_parked_order_back_to_the_live_records_watche
     engine = await parked(store, "a-1", REVIEW)
     version = (await engine.tasks.get("a-1")).version
     engine.at(100)
-    record = await engine.tasks.approve("a-1", "review", Action(actor="ada", note="ok", version=version))
+    record = await engine.tasks.approve("a-1", "review", Caller(actor="ada", note="ok", version=version))
     assert record.state.process_state is ProcessState.PENDING and not record.parked
     loaded = await store.load("a-1")
     assert loaded is not None and not loaded.parked and loaded.version == record.version
@@ -208,7 +208,7 @@ async def test_a_park_that_loses_a_race_leaves_the_order_live_and_nothing_parked
     engine.at(11)
     stale = await store.load("a-1")
     [entry] = [e async for e in store.expired(engine.clock.at)]
-    await engine.tasks.approve("a-1", "review", Action(actor="ada"))
+    await engine.tasks.approve("a-1", "review", Caller(actor="ada"))
     assert stale is not None and not await store.park(stale, entry)
     record = await store.load("a-1")
     assert record is not None and not record.parked and record.state.process_state is ProcessState.PENDING
@@ -257,7 +257,7 @@ async def test_a_crash_half_way_back_leaves_a_stale_copy_that_the_move_to_the_hi
 
     monkeypatch.setattr(store, "_remove_parked", crash)
     with pytest.raises(RuntimeError):
-        await engine.tasks.approve("a-1", "review", Action(actor="ada"))
+        await engine.tasks.approve("a-1", "review", Caller(actor="ada"))
     monkeypatch.undo()
     record = await store.load("a-1")
     assert record is not None and not record.parked and record.state.process_state is ProcessState.PENDING
@@ -404,7 +404,7 @@ async def test_what_a_later_release_stored_on_an_order_s_records_survives_its_pa
     assert (await engine.supervisor.sweep()).parked == 1
     version = (await engine.tasks.get("a-1")).version
     engine.at(100)
-    await engine.tasks.approve("a-1", "review", Action(actor="ada", note="ok", version=version))
+    await engine.tasks.approve("a-1", "review", Caller(actor="ada", note="ok", version=version))
     live = await rows(store.table)
     state, step, body = (live[f"order|a-1|{row}"] for row in ("state", "step|00", "input"))
     assert (state["Priority"], step["Carrier"], step["Parcels"], body["Locale"]) == ("high", "dhl", 2, "de")

@@ -12,6 +12,7 @@ from engine.breaker import (
     Admission,
     BreakerRecord,
     BreakerState,
+    BreakerStore,
     CircuitBreaker,
     CircuitOpenError,
     MemoryBreakerStore,
@@ -23,7 +24,6 @@ from engine.breaker import (
     probe_ended,
 )
 from engine.clock import ManualClock
-from engine.ports import BreakerStore
 
 pytestmark = pytest.mark.anyio
 

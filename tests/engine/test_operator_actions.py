@@ -12,7 +12,7 @@ from engine.decisions import Outcome
 from engine.errors import InvalidState, NotFound, PreconditionFailed, UnknownStep
 from engine.messages import AgentRequest, ReplyOutcome, SchedulerCommand
 from engine.state import Phase, ProcessState, StepStatus
-from engine.tasks import Action
+from engine.tasks import Caller
 from tests.engine.test_state_machine import SETTINGS, World
 from tests.engine.test_transitions import ctx, new_record
 
@@ -89,7 +89,7 @@ async def test_retry_redispatches_the_running_step_and_fences_the_old_attempt() 
     world = World()
     old = await running(world)
     record = await world.tasks.get("o-1")
-    saved = await world.tasks.retry_step("o-1", "first", Action("ops", "service is back", record.version))
+    saved = await world.tasks.retry_step("o-1", "first", Caller("ops", "service is back", record.version))
     assert saved.state.process_state is ProcessState.PENDING and saved.state.failure_count == 0
     await world.kick()
     new = world.take_request()
@@ -103,7 +103,7 @@ async def test_retry_from_error_resets_failure_count_and_runs_the_step() -> None
     world = World()
     await errored(world)
     record = await world.tasks.get("o-1")
-    await world.tasks.retry_step("o-1", "first", Action("ops", None, record.version))
+    await world.tasks.retry_step("o-1", "first", Caller("ops", None, record.version))
     stored = world.store.state("o-1").state
     assert (stored.process_state, stored.failure_count) == (ProcessState.PENDING, 0)
     await world.kick()
@@ -120,7 +120,7 @@ async def test_retry_of_a_failed_undo_resumes_compensation() -> None:
     await world.reply(undo, ReplyOutcome.FAILED, error="cannot undo")
     assert world.store.state("o-1").state.process_state is ProcessState.ERROR
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.retry_step("o-1", "second", Action("ops", None, version))
+    await world.tasks.retry_step("o-1", "second", Caller("ops", None, version))
     assert world.store.state("o-1").state.process_state is ProcessState.COMPENSATING
     await world.kick()
     again = world.take_request()
@@ -131,7 +131,7 @@ async def test_extend_pushes_complete_by_and_resends_the_same_attempt_with_the_n
     world = World()
     old = await running(world)
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.extend_step("o-1", "first", 60, Action("ops", "slow today", version))
+    await world.tasks.extend_step("o-1", "first", 60, Caller("ops", "slow today", version))
     resent = [s for s in world.sender.sent if isinstance(s.body, AgentRequest)]
     assert len(resent) == 1
     body = resent[0].body
@@ -151,7 +151,7 @@ async def test_skip_marks_the_step_done_by_hand_and_continues() -> None:
     world = World()
     await running(world)
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.skip_step("o-1", "first", "reserved by phone", Action("ops", None, version))
+    await world.tasks.skip_step("o-1", "first", "reserved by phone", Caller("ops", None, version))
     assert world.statuses() == ["step-completed"]
     await world.kick()
     nxt = world.take_request()
@@ -168,7 +168,7 @@ async def test_the_undo_of_a_step_skipped_while_running_waits_for_its_call_to_se
     first = await running(world)
     world.clock.advance(2)
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.skip_step("o-1", "first", "reserved by phone", Action("ops", None, version))
+    await world.tasks.skip_step("o-1", "first", "reserved by phone", Caller("ops", None, version))
     await world.kick()
     second = world.take_request()
     world.statuses()
@@ -204,7 +204,7 @@ async def test_a_step_skipped_after_its_deadline_is_undone_at_once() -> None:
     world = World()
     await errored(world)  # the first step's last call stopped at its CompleteBy, long ago
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.skip_step("o-1", "first", "done by hand", Action("ops", None, version))
+    await world.tasks.skip_step("o-1", "first", "done by hand", Caller("ops", None, version))
     assert world.store.state("o-1").steps[0].undo_not_before is None
     await world.kick()
     second = world.take_request()
@@ -217,25 +217,25 @@ async def test_a_stale_version_changes_nothing_and_a_wrong_state_says_why() -> N
     world = World()
     await running(world)
     stale = (await world.tasks.get("o-1")).version
-    await world.tasks.extend_step("o-1", "first", 5, Action("ops", None, stale))
+    await world.tasks.extend_step("o-1", "first", 5, Caller("ops", None, stale))
     before = world.store.state("o-1").model_dump()
     audits = len(await world.store.audit("o-1"))
     world.sender.sent.clear()
     with pytest.raises(PreconditionFailed):
-        await world.tasks.retry_step("o-1", "first", Action("ops", None, stale))
+        await world.tasks.retry_step("o-1", "first", Caller("ops", None, stale))
     with pytest.raises(PreconditionFailed):
-        await world.tasks.cancel("o-1", Action("ops", None, stale))
+        await world.tasks.cancel("o-1", Caller("ops", None, stale))
     assert world.store.state("o-1").model_dump() == before and not world.sender.sent
     assert len(await world.store.audit("o-1")) == audits
     current = (await world.tasks.get("o-1")).version
     with pytest.raises(InvalidState, match="second is not the current step"):
-        await world.tasks.skip_step("o-1", "second", "n", Action("ops", None, current))
+        await world.tasks.skip_step("o-1", "second", "n", Caller("ops", None, current))
     with pytest.raises(InvalidState, match="needs"):
-        await world.tasks.resubmit("o-1", Action("ops", None, current))
+        await world.tasks.resubmit("o-1", Caller("ops", None, current))
     with pytest.raises(UnknownStep):
-        await world.tasks.retry_step("o-1", "nope", Action("ops", None, current))
+        await world.tasks.retry_step("o-1", "nope", Caller("ops", None, current))
     with pytest.raises(NotFound):
-        await world.tasks.retry_step("o-2", "nope", Action("ops", None, current))
+        await world.tasks.retry_step("o-2", "nope", Caller("ops", None, current))
     assert world.store.state("o-1").model_dump() == before
 
 
@@ -243,12 +243,12 @@ async def test_every_action_and_the_automatic_error_are_audited_in_order() -> No
     world = World()
     await errored(world)
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.resubmit("o-1", Action("user:ann", "fixed the cause", version))
+    await world.tasks.resubmit("o-1", Caller("user:ann", "fixed the cause", version))
     await world.kick()
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.extend_step("o-1", "first", 30, Action("key:abc", None, version))
+    await world.tasks.extend_step("o-1", "first", 30, Caller("key:abc", None, version))
     version = (await world.tasks.get("o-1")).version
-    await world.tasks.cancel("o-1", Action("local", "customer asked", version))
+    await world.tasks.cancel("o-1", Caller("local", "customer asked", version))
     entries = await world.tasks.audit("o-1")
     assert [(e.action, e.actor) for e in entries] == [
         ("error", "supervisor"),

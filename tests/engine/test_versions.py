@@ -17,7 +17,7 @@ from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
 from engine.state import ProcessState
 from engine.supervisor import Supervisor
-from engine.tasks import Action, TaskService
+from engine.tasks import Caller, TaskService
 from engine.workflow import RetryPolicy, StepDefinition, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
 
@@ -159,7 +159,7 @@ async def test_a_reply_for_an_order_whose_version_is_gone_sets_error_with_the_re
     assert (audit.action, audit.actor) == ("error", "scheduler:sched")
     # Operators cannot run it on another definition either.
     with pytest.raises(InvalidState, match="not deployed"):
-        await new.tasks.resubmit("o-1", Action())
+        await new.tasks.resubmit("o-1", Caller())
 
 
 async def test_a_pending_order_and_an_expired_one_whose_version_is_gone_go_to_error() -> None:

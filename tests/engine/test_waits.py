@@ -27,7 +27,7 @@ from engine.scheduler import Scheduler
 from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.supervisor import Supervisor
-from engine.tasks import Action, TaskService
+from engine.tasks import Caller, TaskService
 from engine.transitions import Context
 from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
 from tests.engine.fakes import MemoryStore, RecordingSender
@@ -372,20 +372,20 @@ async def test_the_supervisor_applies_an_approval_s_deadline_and_says_it_was_ove
     assert (event.orderId, event.step, event.processState) == ("o-1", "review", "Compensating")
     assert [c.kind for c in actors.taken(SchedulerCommand)] == [CommandKind.RESUME]
     with pytest.raises(InvalidState, match="approve needs Waiting or Error with an approval that waits"):
-        await actors.tasks.approve("o-1", "review", Action(actor="ada", note="sorry, late"))
+        await actors.tasks.approve("o-1", "review", Caller(actor="ada", note="sorry, late"))
 
 
 @pytest.mark.anyio
 async def test_an_approval_is_audited_with_who_and_why() -> None:
     actors = Actors(workflow(REVIEW))
     await actors.to_the_wait()
-    record = await actors.tasks.approve("o-1", "review", Action(actor="ada", note="called the customer"))
+    record = await actors.tasks.approve("o-1", "review", Caller(actor="ada", note="called the customer"))
     assert record.state.process_state is ProcessState.PENDING
     (entry,) = [e for e in await actors.store.audit("o-1") if e.action == "approve"]
     assert (entry.actor, entry.note, entry.step) == ("ada", "called the customer", "review")
     assert (entry.step_state_before, entry.step_state_after) == (StepStatus.WAITING, StepStatus.COMPLETED)
     with pytest.raises(InvalidState):
-        await actors.tasks.reject("o-1", "review", Action(actor="bob"))
+        await actors.tasks.reject("o-1", "review", Caller(actor="bob"))
 
 
 # ---- a service that answers later (202 Accepted, then a callback) --------------------------------------
@@ -482,4 +482,4 @@ async def test_a_late_approval_is_refused_saying_why() -> None:
     await actors.to_the_wait()
     actors.clock.advance(61)
     with pytest.raises(InvalidState, match="is past its deadline"):
-        await actors.tasks.approve("o-1", "review", Action(actor="ada"))
+        await actors.tasks.approve("o-1", "review", Caller(actor="ada"))

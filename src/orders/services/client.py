@@ -20,11 +20,18 @@ from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 from yarl import URL
 
-from engine import calls, sealing, tracing
-from engine.agent import Action
-from engine.errors import Accepted, PermanentError, TransientError
-from engine.messages import AgentRequest, callback_context
-from engine.sealing import Keyring
+from engine import (
+    Accepted,
+    Action,
+    AgentRequest,
+    Keyring,
+    PermanentError,
+    TransientError,
+    callback_context,
+    calls,
+    sealing,
+    tracing,
+)
 
 from .declaration import Document, Resource, ServiceDefinition
 

@@ -19,8 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from engine.conditions import Declared, refuse_unknown
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine import Declared, StepDefinition, WorkflowCatalog, WorkflowDefinition, refuse_unknown
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 NAME = r"^[a-z][a-z0-9-]{0,40}$"
