@@ -183,51 +183,22 @@ async def order_audit(req: func.HttpRequest, caller: Caller) -> func.HttpRespons
     return _respond(await api.audit(req.route_params["orderId"], caller.scope))
 
 
-@_api
-async def resubmit_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Operator: send an order in Error back to Pending (If-Match)."""
-    return _respond(await api.resubmit(req.route_params["orderId"], _call(req, caller)))
+# ---- Operator actions: one function per route of an action of engine.operator_actions ----------------
+def _register_action(route: routes.Route) -> None:
+    action = route.action
+    assert action is not None
+
+    async def act(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
+        p = req.route_params
+        return _respond(await api.act(action, p["orderId"], p.get("step"), _call(req, caller)))
+
+    act.__name__ = act.__qualname__ = route.operation_id
+    act.__doc__ = f"{route.summary} (If-Match)."
+    _api(act)
 
 
-@_api
-async def cancel_order(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Compensate an order that is not terminal (If-Match)."""
-    return _respond(await api.cancel(req.route_params["orderId"], _call(req, caller)))
-
-
-@_api
-async def retry_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Operator: re-dispatch the order's current step now (If-Match)."""
-    p = req.route_params
-    return _respond(await api.retry_step(p["orderId"], p["step"], _call(req, caller)))
-
-
-@_api
-async def extend_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Operator: push the running step's CompleteBy (If-Match)."""
-    p = req.route_params
-    return _respond(await api.extend_step(p["orderId"], p["step"], _call(req, caller)))
-
-
-@_api
-async def skip_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Operator: mark the current step done by hand and continue (If-Match)."""
-    p = req.route_params
-    return _respond(await api.skip_step(p["orderId"], p["step"], _call(req, caller)))
-
-
-@_api
-async def approve_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Approver or operator: approve the step's waiting approval; the order goes on (If-Match)."""
-    p = req.route_params
-    return _respond(await api.approve(p["orderId"], p["step"], _call(req, caller)))
-
-
-@_api
-async def reject_step(req: func.HttpRequest, caller: Caller) -> func.HttpResponse:
-    """Approver or operator: reject the step's waiting approval; the order is undone (If-Match)."""
-    p = req.route_params
-    return _respond(await api.reject(p["orderId"], p["step"], _call(req, caller)))
+for _route in routes.ACTIONS:
+    _register_action(_route)
 
 
 @_api

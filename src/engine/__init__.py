@@ -6,11 +6,11 @@ This module is the engine's face: what the app (``orders``, ``function_app.py``)
 runtime may use, imported from here (``from engine import TaskService``). The submodules are the engine's
 own: they import one another, never this face, and only the engine's tests and the workshop that plants
 bugs in them (the simulation, the benchmarks) reach into them. ``tests/test_layers.py`` holds outside code
-to ``__all__``. Five submodules are public as namespaces of names (queues, span and event names, metrics,
-the formats switch, the input's sealing) and of the call history's helpers.
+to ``__all__``. Some submodules are public as namespaces: of names (queues, span and event names,
+metrics, the formats switch), the operator actions' table, the input's sealing, the call history's helpers.
 """
 
-from . import calls, formats, metrics, queues, sealing, telemetry, tracing
+from . import calls, formats, metrics, operator_actions, queues, sealing, telemetry, tracing
 from .agent import Action, Agent
 from .backfill import Answer, Backfill, BackfillPage, Backfills, Progress
 from .breaker import BreakerRecord, BreakerState, BreakerStore
@@ -54,6 +54,7 @@ from .messages import (
     parse_callback_context,
     request_message_id,
 )
+from .operator_actions import OperatorAction
 from .parts import EngineParts
 from .ports import CreateOutcome, ExpiredEntry, MessageSender, Page, PurgeReport, StateCounts, StateStore
 from .retention import Purged, Retention, RetentionPolicy, parse_retention
@@ -124,6 +125,7 @@ __all__ = [
     "MessageSender",
     "NotFound",
     "NotUnderstood",
+    "OperatorAction",
     "Page",
     "PermanentError",
     "Phase",
@@ -162,6 +164,7 @@ __all__ = [
     "formats",
     "instance_id",
     "metrics",
+    "operator_actions",
     "order_id_of",
     "parse_callback_context",
     "parse_retention",

@@ -8,7 +8,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import machine, metrics, queues, saved_task, sealing, search, telemetry, tracing, transitions
+from . import (
+    machine,
+    metrics,
+    operator_actions,
+    queues,
+    saved_task,
+    sealing,
+    search,
+    telemetry,
+    tracing,
+    transitions,
+)
 from .decisions import Decision, Outcome
 from .errors import (
     ConcurrencyError,
@@ -21,6 +32,7 @@ from .errors import (
 )
 from .machine import Operation
 from .messages import CommandKind
+from .operator_actions import Given, OperatorAction
 from .outbox import carry_out, deliver
 from .parts import EngineParts
 from .ports import CreateOutcome, Page, StateCounts
@@ -211,80 +223,65 @@ class TaskService:
         record = await self.get(order_id)
         return await self.parts.store.audit(order_id, archived=record.archived or record.parked)
 
+    async def act(
+        self,
+        order_id: str,
+        action: OperatorAction,
+        caller: Caller | None = None,
+        step: str | None = None,
+        seconds: float = 0.0,
+        note: str | None = None,
+    ) -> TaskRecord:
+        """Carry out an operator action (engine.operator_actions) on the order, on its ``step`` if the action
+        acts on one; the move is told ``note`` if given, else the caller's note (the audit entry's)."""
+        caller = caller or Caller()
+        index: int | None = None
+        if action.on_step:
+            index = await self._step_index(order_id, step or "")
+        given = Given(step=index or 0, seconds=seconds, note=caller.note or "" if note is None else note)
+        return await self._change(
+            order_id,
+            action.operation,
+            lambda r, c: action.move(r, c, given),
+            action.name,
+            caller,
+            index,
+            detail=action.detail(given),
+        )
+
+    # Each action by name, for code that names one.
     async def resubmit(self, order_id: str, action: Caller | None = None) -> TaskRecord:
         """Operator: an order in Error goes back to Pending with FailureCount reset."""
-        return await self._change(order_id, Operation.RESUBMIT, transitions.resubmit, "resubmit", action)
+        return await self.act(order_id, operator_actions.RESUBMIT, action)
 
     async def cancel(self, order_id: str, action: Caller | None = None) -> TaskRecord:
         """Compensate a task that is not terminal (a task already compensating is left as it is)."""
-        return await self._change(order_id, Operation.CANCEL, transitions.cancel, "cancel", action)
+        return await self.act(order_id, operator_actions.CANCEL, action)
 
     async def retry_step(self, order_id: str, step: str, action: Caller | None = None) -> TaskRecord:
         """Operator: re-dispatch the current step (or its undo) now."""
-        index = await self._step_index(order_id, step)
-        return await self._change(
-            order_id,
-            Operation.RETRY_STEP,
-            lambda r, c: transitions.retry_step(r, c, index),
-            "retry",
-            action,
-            index,
-        )
+        return await self.act(order_id, operator_actions.RETRY, action, step)
 
     async def extend_step(
         self, order_id: str, step: str, seconds: float, action: Caller | None = None
     ) -> TaskRecord:
         """Operator: push the running step's CompleteBy by ``seconds``."""
-        index = await self._step_index(order_id, step)
-        return await self._change(
-            order_id,
-            Operation.EXTEND_STEP,
-            lambda r, c: transitions.extend_step(r, c, index, seconds),
-            "extend",
-            action,
-            index,
-            detail=f"CompleteBy pushed by {seconds:g} s",
-        )
+        return await self.act(order_id, operator_actions.EXTEND, action, step, seconds)
 
     async def skip_step(
         self, order_id: str, step: str, note: str, action: Caller | None = None
     ) -> TaskRecord:
-        """Operator: mark the current step done by hand, then continue."""
-        index = await self._step_index(order_id, step)
-        return await self._change(
-            order_id,
-            Operation.SKIP_STEP,
-            lambda r, c: transitions.skip_step(r, c, index, note),
-            "skip",
-            action,
-            index,
-        )
+        """Operator: mark the current step done by hand, then continue (``note``: why)."""
+        return await self.act(order_id, operator_actions.SKIP, action, step, note=note)
 
     async def approve(self, order_id: str, step: str, action: Caller | None = None) -> TaskRecord:
         """A person approves the step's waiting approval: the order goes on (out of Error too, when the
         approval's deadline put it there)."""
-        index = await self._step_index(order_id, step)
-        return await self._change(
-            order_id,
-            Operation.APPROVE,
-            lambda r, c: transitions.approve(r, c, index),
-            "approve",
-            action,
-            index,
-        )
+        return await self.act(order_id, operator_actions.APPROVE, action, step)
 
     async def reject(self, order_id: str, step: str, action: Caller | None = None) -> TaskRecord:
         """A person rejects the step's waiting approval: what the order did is undone."""
-        index = await self._step_index(order_id, step)
-        note = (action.note if action else None) or ""
-        return await self._change(
-            order_id,
-            Operation.REJECT,
-            lambda r, c: transitions.reject(r, c, index, note),
-            "reject",
-            action,
-            index,
-        )
+        return await self.act(order_id, operator_actions.REJECT, action, step)
 
     async def _step_index(self, order_id: str, step: str) -> int:
         # The steps of the version the order runs, as recorded with it.

@@ -30,6 +30,7 @@ from engine import (
     InvalidState,
     NotFound,
     NotUnderstood,
+    OperatorAction,
     Page,
     PreconditionFailed,
     ProcessState,
@@ -57,9 +58,9 @@ from .models import (
     OrderCounts,
     OrderPage,
     OrderRequest,
-    SkipRequest,
     StateCount,
     WaitCount,
+    action_body,
     audit_view,
     body_hash,
     order_document,
@@ -445,55 +446,16 @@ class OrdersApi:
         )
         return Reply(200, counts.wire())
 
-    async def resubmit(self, order_id: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/resubmit``: an order in Error goes back to Pending."""
-        return await self._act(
-            order_id, call, ActionRequest, lambda t, i, a, _: t.resubmit(i, a), required=False
-        )
+    async def act(self, action: OperatorAction, order_id: str, step: str | None, call: Call) -> Reply:
+        """``POST /api/orders/{orderId}[/steps/{step}]/{action}``: an operator action (its route and body
+        follow from engine.operator_actions)."""
+        model, required = action_body(action)
 
-    async def cancel(self, order_id: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/cancel``: compensate an order that is not terminal."""
-        return await self._act(
-            order_id, call, ActionRequest, lambda t, i, a, _: t.cancel(i, a), required=False
-        )
+        def change(tasks: TaskService, task: str, by: Caller, body: ActionRequest) -> Awaitable[TaskRecord]:
+            seconds = body.seconds if isinstance(body, ExtendRequest) else 0.0
+            return tasks.act(task, action, by, step, seconds)
 
-    async def retry_step(self, order_id: str, step: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/steps/{step}/retry``: re-dispatch the current step now."""
-        return await self._act(
-            order_id, call, ActionRequest, lambda t, i, a, _: t.retry_step(i, step, a), required=False
-        )
-
-    async def extend_step(self, order_id: str, step: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/steps/{step}/extend``: push the running step's CompleteBy."""
-
-        def extend(
-            tasks: TaskService, task: str, action: Caller, body: ActionRequest
-        ) -> Awaitable[TaskRecord]:
-            assert isinstance(body, ExtendRequest)
-            return tasks.extend_step(task, step, body.seconds, action)
-
-        return await self._act(order_id, call, ExtendRequest, extend, required=True)
-
-    async def skip_step(self, order_id: str, step: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/steps/{step}/skip``: mark the current step done by hand."""
-
-        def skip(tasks: TaskService, task: str, action: Caller, body: ActionRequest) -> Awaitable[TaskRecord]:
-            assert isinstance(body, SkipRequest)
-            return tasks.skip_step(task, step, body.note, action)
-
-        return await self._act(order_id, call, SkipRequest, skip, required=True)
-
-    async def approve(self, order_id: str, step: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/steps/{step}/approve``: approve the step's waiting approval."""
-        return await self._act(
-            order_id, call, ActionRequest, lambda t, i, a, _: t.approve(i, step, a), required=False
-        )
-
-    async def reject(self, order_id: str, step: str, call: Call) -> Reply:
-        """``POST /api/orders/{orderId}/steps/{step}/reject``: reject the step's waiting approval (undo)."""
-        return await self._act(
-            order_id, call, ActionRequest, lambda t, i, a, _: t.reject(i, step, a), required=False
-        )
+        return await self._act(order_id, call, model, change, required)
 
     async def _act(
         self,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from engine import (
     AuditEntry,
     CallEntry,
+    OperatorAction,
     ProcessState,
     StepStatus,
     TaskRecord,
@@ -275,6 +276,15 @@ class SkipRequest(ActionRequest):
     """The body of ``.../skip``: why the step is done by hand (required)."""
 
     note: Note
+
+
+def action_body(action: OperatorAction) -> tuple[type[ActionRequest], bool]:
+    """The body an operator action's route takes, and whether it is required."""
+    if action.takes_seconds:
+        return ExtendRequest, True
+    if action.note_required:
+        return SkipRequest, True
+    return ActionRequest, False
 
 
 def summary(state: TaskState, storefront: str | None = None) -> OrderSummary:

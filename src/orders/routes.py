@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine import ProcessState, queues
+from engine import OperatorAction, ProcessState, operator_actions, queues
 
 from .access import ANYONE, APPROVE, OPERATE, READ, SIGNED, STOREFRONT_READ, SUBMIT, Rule
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_JSON_DEPTH, MAX_PAGE_SIZE
@@ -31,14 +31,13 @@ from .models import (
     ActionRequest,
     AuditPage,
     ErrorBody,
-    ExtendRequest,
     Health,
     OrderAccepted,
     OrderCounts,
     OrderPage,
     OrderRequest,
     OrderStatus,
-    SkipRequest,
+    action_body,
 )
 from .search_params import searchable_fields
 
@@ -85,6 +84,7 @@ class Route:
     body_required: bool = False
     answers: dict[int, Answer] = field(default_factory=dict)
     description: str = ""
+    action: OperatorAction | None = None  # the operator action it carries out (engine.operator_actions)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -134,26 +134,22 @@ _ACTION_ERRORS = {
 _CHANGED = Answer("accepted: the order as changed, with its new ETag", OrderStatus, ("ETag",))
 
 
-def _action(
-    path: str,
-    operation_id: str,
-    allowed: Rule,
-    summary: str,
-    body: type[BaseModel],
-    required: bool,
-    step: bool,
-) -> Route:
+def _action(action: OperatorAction, operation_id: str, allowed: Rule, summary: str) -> Route:
+    """An operator action's route: its path, parameters and body follow from the action's declaration."""
+    on_step = "/steps/{step}" if action.on_step else ""
+    body, required = action_body(action)
     return Route(
         "post",
-        path,
+        f"/orders/{{orderId}}{on_step}/{action.name}",
         operation_id,
         allowed,
         summary,
         "operator",
-        (ORDER_ID, *((STEP,) if step else ()), IF_MATCH),
+        (ORDER_ID, *((STEP,) if action.on_step else ()), IF_MATCH),
         body,
         required,
         {202: _CHANGED, **_ACTION_ERRORS},
+        action=action,
     )
 
 
@@ -354,68 +350,22 @@ ROUTES: tuple[Route, ...] = (
         (ORDER_ID,),
         answers={200: Answer("the audit trail", AuditPage), 404: _error("no such order")},
     ),
+    _action(operator_actions.RESUBMIT, "resubmit_order", OPERATE, "Send an order in Error back"),
+    _action(operator_actions.CANCEL, "cancel_order", OPERATE, "Compensate an order in flight"),
+    _action(operator_actions.RETRY, "retry_step", OPERATE, "Re-dispatch the current step now"),
+    _action(operator_actions.EXTEND, "extend_step", OPERATE, "Push a running step's CompleteBy"),
+    _action(operator_actions.SKIP, "skip_step", OPERATE, "Mark the current step done by hand"),
     _action(
-        "/orders/{orderId}/resubmit",
-        "resubmit_order",
-        OPERATE,
-        "Send an order in Error back",
-        ActionRequest,
-        False,
-        False,
-    ),
-    _action(
-        "/orders/{orderId}/cancel",
-        "cancel_order",
-        OPERATE,
-        "Compensate an order in flight",
-        ActionRequest,
-        False,
-        False,
-    ),
-    _action(
-        "/orders/{orderId}/steps/{step}/retry",
-        "retry_step",
-        OPERATE,
-        "Re-dispatch the current step now",
-        ActionRequest,
-        False,
-        True,
-    ),
-    _action(
-        "/orders/{orderId}/steps/{step}/extend",
-        "extend_step",
-        OPERATE,
-        "Push a running step's CompleteBy",
-        ExtendRequest,
-        True,
-        True,
-    ),
-    _action(
-        "/orders/{orderId}/steps/{step}/skip",
-        "skip_step",
-        OPERATE,
-        "Mark the current step done by hand",
-        SkipRequest,
-        True,
-        True,
-    ),
-    _action(
-        "/orders/{orderId}/steps/{step}/approve",
+        operator_actions.APPROVE,
         "approve_step",
         APPROVE,
         "Approve a step that waits for an approval: the order goes on",
-        ActionRequest,
-        False,
-        True,
     ),
     _action(
-        "/orders/{orderId}/steps/{step}/reject",
+        operator_actions.REJECT,
         "reject_step",
         APPROVE,
         "Reject a step that waits for an approval: what the order did is undone",
-        ActionRequest,
-        False,
-        True,
     ),
     Route(
         "get",
@@ -579,6 +529,8 @@ def keys() -> set[tuple[str, str]]:
     return set(_RULES)
 
 
+# The routes of the operator actions (engine.operator_actions), each served by a function of its own.
+ACTIONS = tuple(route for route in ROUTES if route.action is not None)
 _RULES = {route.key: route.allowed for route in ROUTES}
 _NAMED = {route.operation_id: route for route in ROUTES}
 if len(_RULES) != len(ROUTES) or len(_NAMED) != len(ROUTES):

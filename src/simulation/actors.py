@@ -22,7 +22,7 @@ from azure.servicebus.aio import ServiceBusClient
 from opentelemetry.trace import SpanKind
 
 from adapters.servicebus import ServiceBusSender
-from engine import queues, tracing
+from engine import OperatorAction, operator_actions, queues, tracing
 from engine.agent import Agent
 from engine.errors import EngineError
 from engine.formats import BEFORE_SWITCH, Formats
@@ -314,9 +314,7 @@ class Operator:
 
     async def cancel(self, order_id: str) -> None:
         """The application cancels the order (no version: whatever is current)."""
-        await self.send(
-            order_id, "cancel", lambda host, a: host.tasks.cancel(order_id, a), actor="application"
-        )
+        await self.send(order_id, operator_actions.CANCEL, actor="application")
 
     async def act(self, order_id: str) -> None:
         sim = self.sim
@@ -350,40 +348,32 @@ class Operator:
         if rng.random() < 0.1:  # another step than the current one: refused
             name = record.steps[rng.randrange(len(record.steps))].name
         seconds = rng.uniform(0.5, sim.profile.complete_by_seconds * 2)
-        calls: dict[str, Callable[[Host, Caller], Awaitable[Any]]] = {
-            "resubmit": lambda host, a: host.tasks.resubmit(order_id, a),
-            "retry": lambda host, a: host.tasks.retry_step(order_id, name, a),
-            "skip": lambda host, a: host.tasks.skip_step(order_id, name, "done by hand", a),
-            "extend": lambda host, a: host.tasks.extend_step(order_id, name, seconds, a),
-            "cancel": lambda host, a: host.tasks.cancel(order_id, a),
-            "approve": lambda host, a: host.tasks.approve(order_id, name, a),
-            "reject": lambda host, a: host.tasks.reject(order_id, name, a),
-        }
-        named = name if choice in ("retry", "skip", "extend", "approve", "reject") else None
-        await self.send(
-            order_id, choice, calls[choice], version, named, seconds if choice == "extend" else None
-        )
+        await self.send(order_id, operator_actions.BY_NAME[choice], version, name, seconds)
 
     async def send(
         self,
         order_id: str,
-        what: str,
-        call: Callable[[Host, Caller], Awaitable[Any]],
+        action: OperatorAction,
         version: str | None = None,
         step: str | None = None,
-        seconds: float | None = None,
+        seconds: float = 0.0,
         actor: str = "operator:simulated",
     ) -> None:
-        """Send the action; the oracle learns what was asked (its token rides in the audit entry's note),
-        and whether it was answered as done."""
+        """Send the action (on ``step`` if it acts on one; ``seconds`` if it takes them); the oracle learns
+        what was asked (its token rides in the audit entry's note), and whether it was answered as done."""
         sim = self.sim
         truth = sim.oracle.orders.get(order_id)
         if truth is None:
             return
-        token = sim.oracle.operator_asked(order_id, what, step, seconds)
-        action = Caller(actor=actor, note=f"{OPERATOR_NOTE}{token}", version=version)
+        what = action.name
+        step = step if action.on_step else None
+        given = seconds if action.takes_seconds else None
+        token = sim.oracle.operator_asked(order_id, what, step, given)
+        caller = Caller(actor=actor, note=f"{OPERATOR_NOTE}{token}", version=version)
+        # An action that needs a reason is told one of its own; the audit entry keeps the token.
+        note = "done by hand" if action.note_required else None
         try:
-            await in_process(sim, lambda host: call(host, action))
+            await in_process(sim, lambda host: host.tasks.act(order_id, action, caller, step, seconds, note))
         except (Crash, StoreUnavailable):
             # Not answered: it may have been saved (and audited) or not.
             truth.operator_unsure[what] = truth.operator_unsure.get(what, 0) + 1
@@ -419,11 +409,8 @@ class Approver:
             except (Crash, StoreUnavailable, EngineError):
                 return
             version = record.version
-        calls: dict[str, Callable[[Host, Caller], Awaitable[Any]]] = {
-            "approve": lambda host, a: host.tasks.approve(order_id, step, a),
-            "reject": lambda host, a: host.tasks.reject(order_id, step, a),
-        }
-        await sim.operator.send(order_id, verdict, calls[verdict], version, step, actor="approver:simulated")
+        action = operator_actions.BY_NAME[verdict]
+        await sim.operator.send(order_id, action, version, step, actor="approver:simulated")
 
 
 # ---- the timers -----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engine.backfill import BackfillPage, Backfills, Progress
 from engine.clock import ManualClock
 from engine.errors import ConcurrencyError, InvalidState, NotFound, NotUnderstood
+from engine.operator_actions import CANCEL, EXTEND, RESUBMIT, RETRY, SKIP
 from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.state import ProcessState, TaskState
@@ -300,10 +301,13 @@ async def test_actions_refuse_deep_or_repeated_bodies_and_change_nothing(h: Harn
     twice = b'{"seconds": 5, "note": "a", "note": "b"}'
     etag = {"if-match": read.headers["ETag"]}
     for body in (deep, twice):
-        for action in (h.api.resubmit, h.api.cancel):
-            assert code(await action("o-1", Call(body, JSON, etag))) == (400, "InvalidJson")
-        for step_action in (h.api.retry_step, h.api.extend_step, h.api.skip_step):
-            assert code(await step_action("o-1", FIRST, Call(body, JSON, etag))) == (400, "InvalidJson")
+        for action in (RESUBMIT, CANCEL):
+            assert code(await h.api.act(action, "o-1", None, Call(body, JSON, etag))) == (400, "InvalidJson")
+        for step_action in (RETRY, EXTEND, SKIP):
+            assert code(await h.api.act(step_action, "o-1", FIRST, Call(body, JSON, etag))) == (
+                400,
+                "InvalidJson",
+            )
     assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
     assert h.sender.sent == []
 
@@ -340,7 +344,7 @@ async def test_counts_give_every_state_and_say_when_they_are_lower_bounds(
     for i in range(3):
         await h.submit({**ORDER, "orderId": f"o-{i}"})
     read = await h.api.get("o-0")
-    await h.api.cancel("o-0", guarded(read))
+    await h.api.act(CANCEL, "o-0", None, guarded(read))
     counts = await h.api.counts()
     assert counts.status == 200 and counts.body["atLeast"] is False
     by_state = {i["processState"]: i["count"] for i in counts.body["items"]}
@@ -433,15 +437,15 @@ def guarded(reply: Reply, body: Any = None, **headers: str) -> Call:
 async def test_resubmit_and_cancel_follow_the_state_machine(h: Harness) -> None:
     await h.submit({**ORDER, "orderId": "o-1"})
     read = await h.api.get("o-1")
-    resubmit = await h.api.resubmit("o-1", guarded(read))
+    resubmit = await h.api.act(RESUBMIT, "o-1", None, guarded(read))
     assert code(resubmit) == (409, "InvalidState")
     assert resubmit.body["error"]["message"] == "order o-1 is Pending; this needs Error"
-    cancelled = await h.api.cancel("o-1", guarded(read))
+    cancelled = await h.api.act(CANCEL, "o-1", None, guarded(read))
     assert cancelled.status == 202 and cancelled.body["processState"] == "Compensated"
     assert cancelled.headers["ETag"] != read.headers["ETag"]
-    assert code(await h.api.cancel("o-1", guarded(cancelled))) == (409, "InvalidState")
-    assert code(await h.api.cancel("o-2", guarded(read))) == (404, "NotFound")
-    assert code(await h.api.resubmit("bad id", guarded(read))) == (404, "NotFound")
+    assert code(await h.api.act(CANCEL, "o-1", None, guarded(cancelled))) == (409, "InvalidState")
+    assert code(await h.api.act(CANCEL, "o-2", None, guarded(read))) == (404, "NotFound")
+    assert code(await h.api.act(RESUBMIT, "bad id", None, guarded(read))) == (404, "NotFound")
 
 
 async def test_get_returns_the_version_as_an_etag_that_changes_with_the_order(h: Harness) -> None:
@@ -457,17 +461,23 @@ async def test_actions_need_if_match_and_a_stale_etag_changes_nothing(h: Harness
     await h.submit({**ORDER, "orderId": "o-1"})
     read = await h.api.get("o-1")
     before = h.store.state("o-1").model_dump()
-    for action in (h.api.resubmit, h.api.cancel):
-        assert code(await action("o-1", Call())) == (428, "PreconditionRequired")
-        assert code(await action("o-1", Call(headers={"if-match": "*"}))) == (428, "PreconditionRequired")
-        assert code(await action("o-1", Call(headers={"if-match": '"stale"'}))) == (412, "PreconditionFailed")
-    bodies = ((h.api.retry_step, {}), (h.api.extend_step, {"seconds": 5}), (h.api.skip_step, {"note": "n"}))
+    for action in (RESUBMIT, CANCEL):
+        assert code(await h.api.act(action, "o-1", None, Call())) == (428, "PreconditionRequired")
+        assert code(await h.api.act(action, "o-1", None, Call(headers={"if-match": "*"}))) == (
+            428,
+            "PreconditionRequired",
+        )
+        assert code(await h.api.act(action, "o-1", None, Call(headers={"if-match": '"stale"'}))) == (
+            412,
+            "PreconditionFailed",
+        )
+    bodies = ((RETRY, {}), (EXTEND, {"seconds": 5}), (SKIP, {"note": "n"}))
     for step_action, body in bodies:
         no_tag = Call(json.dumps(body).encode(), JSON)
-        assert code(await step_action("o-1", SECOND, no_tag)) == (428, "PreconditionRequired")
+        assert code(await h.api.act(step_action, "o-1", SECOND, no_tag)) == (428, "PreconditionRequired")
     assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
     listed = Call(headers={"if-match": f'"other", {read.headers["ETag"]}'})
-    assert (await h.api.cancel("o-1", listed)).status == 202  # any of the listed tags may match
+    assert (await h.api.act(CANCEL, "o-1", None, listed)).status == 202  # any of the listed tags may match
 
 
 async def test_weak_tags_alone_fail_the_precondition_rather_than_miss_it(h: Harness) -> None:
@@ -477,40 +487,40 @@ async def test_weak_tags_alone_fail_the_precondition_rather_than_miss_it(h: Harn
     before = h.store.state("o-1").model_dump()
     weak_current = "W/" + read.headers["ETag"]
     for tags in ('W/"x"', weak_current, f'W/"x", {weak_current}'):
-        for action in (h.api.resubmit, h.api.cancel):
-            refused = await action("o-1", Call(headers={"if-match": tags}))
+        for action in (RESUBMIT, CANCEL):
+            refused = await h.api.act(action, "o-1", None, Call(headers={"if-match": tags}))
             assert code(refused) == (412, "PreconditionFailed"), tags
-    step = await h.api.retry_step("o-1", FIRST, Call(headers={"if-match": weak_current}))
+    step = await h.api.act(RETRY, "o-1", FIRST, Call(headers={"if-match": weak_current}))
     assert code(step) == (412, "PreconditionFailed")
     assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
     # A weak tag beside the current strong one does not stop the strong one from matching.
     mixed = Call(headers={"if-match": f"{weak_current}, {read.headers['ETag']}"})
-    assert (await h.api.cancel("o-1", mixed)).status == 202
+    assert (await h.api.act(CANCEL, "o-1", None, mixed)).status == 202
 
 
 async def test_step_actions_validate_their_bodies_and_name_real_steps(h: Harness) -> None:
     await h.submit({**ORDER, "orderId": "o-1"})
     read = await h.api.get("o-1")
     bad = [
-        (h.api.extend_step, None, (400, "InvalidJson")),
-        (h.api.extend_step, {}, (400, "ValidationFailed")),
-        (h.api.extend_step, {"seconds": 0}, (400, "ValidationFailed")),
-        (h.api.extend_step, {"seconds": "5"}, (400, "ValidationFailed")),
-        (h.api.extend_step, {"seconds": 86_401}, (400, "ValidationFailed")),
-        (h.api.skip_step, {}, (400, "ValidationFailed")),
-        (h.api.skip_step, {"note": ""}, (400, "ValidationFailed")),
-        (h.api.retry_step, {"note": "x", "extra": 1}, (400, "ValidationFailed")),
+        (EXTEND, None, (400, "InvalidJson")),
+        (EXTEND, {}, (400, "ValidationFailed")),
+        (EXTEND, {"seconds": 0}, (400, "ValidationFailed")),
+        (EXTEND, {"seconds": "5"}, (400, "ValidationFailed")),
+        (EXTEND, {"seconds": 86_401}, (400, "ValidationFailed")),
+        (SKIP, {}, (400, "ValidationFailed")),
+        (SKIP, {"note": ""}, (400, "ValidationFailed")),
+        (RETRY, {"note": "x", "extra": 1}, (400, "ValidationFailed")),
     ]
     for action, body, expected in bad:
         call = (
             guarded(read, body) if body is not None else Call(b"", JSON, {"if-match": read.headers["ETag"]})
         )
-        assert code(await action("o-1", FIRST, call)) == expected, (action, body)
+        assert code(await h.api.act(action, "o-1", FIRST, call)) == expected, (action, body)
     text = Call(b"seconds=5", "text/plain", {"if-match": read.headers["ETag"]})
-    assert code(await h.api.extend_step("o-1", FIRST, text)) == (415, "UnsupportedMediaType")
-    unknown = await h.api.retry_step("o-1", "nope", guarded(read))
+    assert code(await h.api.act(EXTEND, "o-1", FIRST, text)) == (415, "UnsupportedMediaType")
+    unknown = await h.api.act(RETRY, "o-1", "nope", guarded(read))
     assert code(unknown) == (404, "NotFound") and FIRST in unknown.body["error"]["message"]
-    wrong = await h.api.extend_step("o-1", FIRST, guarded(read, {"seconds": 5}))
+    wrong = await h.api.act(EXTEND, "o-1", FIRST, guarded(read, {"seconds": 5}))
     assert code(wrong) == (409, "InvalidState")
     assert h.store.state("o-1").state.process_state is ProcessState.PENDING
 
@@ -518,7 +528,8 @@ async def test_step_actions_validate_their_bodies_and_name_real_steps(h: Harness
 async def test_skip_is_audited_with_the_caller_and_the_note(h: Harness) -> None:
     await h.submit({**ORDER, "orderId": "o-1"})
     read = await h.api.get("o-1")
-    skipped = await h.api.skip_step(
+    skipped = await h.api.act(
+        SKIP,
         "o-1",
         FIRST,
         replace(guarded(read, {"note": "reserved by phone"}), actor="user:ann oid:0001"),

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemathesis import GenerationMode
 
 from devhost.functions import load_functions
+from engine import operator_actions
 from engine.clock import ManualClock
 from engine.parts import EngineParts
 from engine.sealing import InputKey, Keyring
@@ -282,3 +283,19 @@ def test_the_api_refuses_what_the_document_refuses(orders_api: OrdersApi) -> Non
     for body in bodies:
         assert not whole.is_valid(body), body
         assert not accepted(orders_api, body), body
+
+
+def test_every_operator_action_is_served_by_one_function_at_the_route_it_declares() -> None:
+    """engine.operator_actions is the one list of actions: each has its route, its function in the app,
+    and the body its declaration asks for (a number of seconds, a required note)."""
+    served = http_routes()
+    by_action = {route.action.name: route for route in routes.ACTIONS if route.action is not None}
+    assert sorted(by_action) == sorted(action.name for action in operator_actions.ACTIONS)
+    for action in operator_actions.ACTIONS:
+        route = by_action[action.name]
+        assert route.path.endswith(f"/{action.name}") and ("{step}" in route.path) == action.on_step
+        assert served[route.key] == route.operation_id
+        body = operation(*route.key)["requestBody"]["content"]["application/json"]["schema"]
+        schema = openapi.document()["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
+        assert ("seconds" in schema.get("required", [])) == action.takes_seconds
+        assert ("note" in schema.get("required", [])) == action.note_required
