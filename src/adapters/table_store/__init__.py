@@ -73,6 +73,7 @@ from .tables import (
     SEARCH,
     STATE,
     WATCH,
+    OnTables,
     OperationCounter,
     Tables,
     Transact,
@@ -121,7 +122,7 @@ __all__ = [
 ]
 
 
-class TableStateStore:
+class TableStateStore(OnTables):
     """:class:`engine.ports.StateStore` on the live state table, the watch table and the history table: the
     units, put together on one set of tables.
 
@@ -177,35 +178,7 @@ class TableStateStore:
         table, watch, history, search = (service.get_table_client(name) for name in names)
         return cls(table, watch, shards, history=history, search=search)
 
-    # ---- what the units share ------------------------------------------------------------------------------
-    @property
-    def table(self) -> TableClient:
-        return self.tables.table
-
-    @property
-    def watch(self) -> TableClient:
-        return self.tables.watch
-
-    @property
-    def history(self) -> TableClient | None:
-        return self.tables.history
-
-    @property
-    def search(self) -> TableClient | None:
-        return self.tables.search
-
-    @property
-    def shards(self) -> int:
-        return self.tables.shards
-
-    @property
-    def counter(self) -> OperationCounter:
-        return self.tables.counter
-
-    @property
-    def marks(self) -> bool:
-        return self.tables.marks
-
+    # ---- what it shares with its units (the tables: OnTables; the codec's record format) -----------------
     @property
     def formats(self) -> Formats:
         """The record format it writes (engine.formats): the runtime's, kept current by the switch."""
@@ -222,9 +195,6 @@ class TableStateStore:
     @_transaction.setter
     def _transaction(self, value: Transact | None) -> None:
         self.tables.transaction = value
-
-    def _history(self) -> TableClient:
-        return self.live._history()
 
     async def close(self) -> None:
         """Close the table clients (and their connections)."""

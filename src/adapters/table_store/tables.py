@@ -168,12 +168,11 @@ class Tables:
             await self.search.close()
 
 
-class Unit:
-    """A unit of the store: its part of the work on the shared :class:`Tables`, with the :class:`Codec`."""
+class OnTables:
+    """What reads the shared :class:`Tables` through its own attributes (a unit, and the store that puts
+    the units together)."""
 
-    def __init__(self, tables: Tables, codec: Codec) -> None:
-        self.tables = tables
-        self.codec = codec
+    tables: Tables
 
     @property
     def table(self) -> TableClient:
@@ -203,17 +202,25 @@ class Unit:
     def marks(self) -> bool:
         return self.tables.marks
 
+    def _history(self) -> TableClient:
+        if self.history is None:
+            raise RuntimeError("this store has no history table")
+        return self.history
+
+
+class Unit(OnTables):
+    """A unit of the store: its part of the work on the shared :class:`Tables`, with the :class:`Codec`."""
+
+    def __init__(self, tables: Tables, codec: Codec) -> None:
+        self.tables = tables
+        self.codec = codec
+
     def _pk(self, order_id: str) -> str:
         return self.codec.pk(order_id)
 
     async def _transact(self, table: TableClient, operations: list[Any]) -> list[Mapping[str, Any]]:
         # The module's submit_transaction is looked up at each call (tests wrap it to make a request fail).
         return await (self.tables.transaction or submit_transaction)(table, operations)
-
-    def _history(self) -> TableClient:
-        if self.history is None:
-            raise RuntimeError("this store has no history table")
-        return self.history
 
     async def _audit_rows(self, table: TableClient, order_id: str, name: str) -> list[TableEntity]:
         prefix = _audit_prefix(order_id)
