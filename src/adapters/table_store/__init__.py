@@ -1,7 +1,7 @@
 """The state store on Azure Table Storage (Azurite locally): :class:`TableStateStore`, the engine's
 :class:`engine.ports.StateStore`, made of one unit a lifecycle.
 
-Three tables (and the search entries' own):
+Three tables, and a fourth for the search entries:
 
 - the state table holds the live records of every task (in flight, in Error, finished in the last sweep
   interval), in shards of its OrderID, so a task's records change together in one transaction
