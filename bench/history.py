@@ -349,7 +349,7 @@ async def fill_history(
             )
             pk = shard_of(order_id, store.shards)
             kept.setdefault(pk, []).extend(store.archive_entities(record))
-            found_by.setdefault(pk, []).extend(store._search_entities(record.state))
+            found_by.setdefault(pk, []).extend(store.codec.search_entities(record.state))
             tally = added.setdefault(pk, {})
             tally[record.state.process_state.value] = tally.get(record.state.process_state.value, 0) + 1
         batches = [
@@ -360,10 +360,10 @@ async def fill_history(
         ]
         await asyncio.gather(*(write(table, batch) for table, batch in batches))
     for pk, counts in added.items():
-        current = await store._tally(pk, fresh=True)
+        current = await store.tallies.tally(pk, fresh=True)
         total = {k: current[1].get(k, 0) + counts.get(k, 0) for k in current[1]}
         await store.history.upsert_entity(store.tally_entity(pk, total), mode=UpdateMode.REPLACE)
-        await store._tally(pk, fresh=True)
+        await store.tallies.tally(pk, fresh=True)
     return ids
 
 
@@ -547,7 +547,7 @@ class Bench:
                 self.store.table, [("delete", {"PartitionKey": pk, "RowKey": k}) for k in keys]
             )
             await self.store.watch.delete_entity(pk, order_id)
-            await self.store._delete_search(self.store._search_keys(record.state))
+            await self.store.searches.delete_entries(self.store.searches.entry_keys(record.state))
         self.submitted.clear()
 
     def expect(self, first: list[str], start: datetime) -> None:
@@ -798,11 +798,11 @@ def storage(store: TableStateStore) -> str:
     no_calls = record.model_copy(deep=True)
     for step in no_calls.steps:
         step.calls = []
-    entries = store._search_entities(record.state)
+    entries = store.codec.search_entities(record.state)
     web = finished_record(
         queues.scoped_id(f"h-{uuid.uuid4().hex[:20]}", WEB), created, False, "cust-01234", WEB
     )
-    web_entries = store._search_entities(web.state)
+    web_entries = store.codec.search_entities(web.state)
 
     def kept(r: TaskRecord) -> int:
         return sum(billed_bytes(e) for e in store.archive_entities(r))

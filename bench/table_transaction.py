@@ -89,7 +89,10 @@ class Saver:
         """The state entity and the two step entities, mapped as the store maps them."""
         task = record(self.order_id, n)
         store = TableStateStore(self.table, self.table)  # only its entity mapping is used
-        return [store._state_entity(task), *(store._step_entity(self.order_id, s) for s in task.steps)]
+        return [
+            store.codec.state_entity(task),
+            *(store.codec.step_entity(self.order_id, s) for s in task.steps),
+        ]
 
     async def create(self) -> None:
         results = await self.table.submit_transaction([("create", e) for e in self.entities(0)])

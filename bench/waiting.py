@@ -122,7 +122,7 @@ def parked_entities(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """What parking a Waiting task leaves, with the store's own mapping: the history table's entities of
     its shard (the task, its listing entry, copies of its audit entries) and its calendar entry."""
-    audits = [store._audit_entity(record.order_id, e, n) for n, e in enumerate(record.pending_audit())]
+    audits = [store.codec.audit_entity(record.order_id, e, n) for n, e in enumerate(record.pending_audit())]
     parked, listing = store.parked_entities(record, audited=bool(audits))
     assert parked["Kind"] == "parked" and listing["RowKey"].startswith(
         f"index|Waiting|{record.state.waiting_for}|"

@@ -36,6 +36,7 @@ from adapters.table_store import (
     search_table_name,
     shard_of,
 )
+from adapters.table_store.codec import to_audit, to_state, to_step
 from engine.breaker import BreakerRecord
 from engine.state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 
@@ -178,23 +179,23 @@ class Storage:
         found = self._states.get(key)
         if found is not None and found[0] == row.etag:
             return found[1]
-        state = TableStateStore._to_state(row.props)
+        state = to_state(row.props)
         self._states[key] = (row.etag, state)
         return state
 
     @staticmethod
     def step(row: Row) -> StepState:
         """A step record as the adapter reads it."""
-        return TableStateStore._to_step(row.props)
+        return to_step(row.props)
 
     def archived(self, row: Row) -> TaskRecord:
         """A task of the history as the adapter reads it."""
-        return self._reader._from_archive(_entity(row))
+        return self._reader.codec.from_archive(_entity(row))
 
     @staticmethod
     def audit_entry(row: Row) -> AuditEntry:
         """An audit entry as the adapter reads it."""
-        return TableStateStore._to_audit(row.props)
+        return to_audit(row.props)
 
     # ---- what changed -------------------------------------------------------------------------------------
     def _live_changed(self, table: Table, pk: str, changes: list[Change]) -> None:
@@ -254,7 +255,7 @@ class Storage:
                 observer.creation_taken_back(gone.order_id)
             return
         if state.before is not None and len(changes) == 1 and _only_marked(state.before, state.after):
-            # A park's mark (TableStateStore._mark_parking): no change of the order.
+            # A park's mark (adapters.table_store.parking.Parking._mark_parking): no change of the order.
             self.observer.note(
                 str(state.after.props.get("OrderID")), "marked for parking ({})", state.after.etag
             )

@@ -13,7 +13,7 @@ from azure.data.tables import TableTransactionError
 from azure.data.tables.aio import TableServiceClient
 
 from adapters import table_store
-from adapters.table_store import TableStateStore, shard_of
+from adapters.table_store import TableStateStore, shard_of, tables
 from engine import transitions
 from engine.errors import ConcurrencyError
 from engine.parts import EngineParts
@@ -197,7 +197,7 @@ async def archive_cut_short(
         raise ConnectionError("the worker died here")
 
     with monkeypatch.context() as patched:
-        patched.setattr(store, "_delete_live", crash)
+        patched.setattr(store.archives, "delete_live", crash)
         with pytest.raises(ConnectionError):
             await store.archive(loaded)
     return loaded
@@ -285,7 +285,7 @@ async def test_a_submission_during_the_move_is_answered_from_one_place_or_the_ot
     loaded = await store.load("o-1")
     assert loaded is not None
     answers: list[CreateOutcome] = []
-    delete_live = store._delete_live
+    delete_live = store.archives.delete_live
 
     async def submit_between(record: TaskRecord, trail: Any) -> bool:
         answers.append((await store.create(new_record("o-1", {"id": "o-1"})))[0])  # history written
@@ -293,7 +293,7 @@ async def test_a_submission_during_the_move_is_answered_from_one_place_or_the_ot
         answers.append((await store.create(new_record("o-1", {"id": "o-1"})))[0])  # live deleted
         return moved
 
-    monkeypatch.setattr(store, "_delete_live", submit_between)
+    monkeypatch.setattr(store.archives, "delete_live", submit_between)
     assert await store.archive(loaded)
     assert answers == [CreateOutcome.EXISTS_SAME, CreateOutcome.EXISTS_SAME]
     assert await live_keys(store, "o-1") == []
@@ -355,7 +355,7 @@ async def test_purge_runs_in_bounded_batches_and_a_crash_between_them_loses_noth
     assert (first.purged, first.more) == (4, True)
     # The next batch dies after its first transaction: what it did is whole, the rest untouched.
     calls = 0
-    submit = table_store.submit_transaction
+    submit = tables.submit_transaction
 
     async def dying(table: Any, operations: list[Any], **kwargs: Any) -> Any:
         nonlocal calls
@@ -365,7 +365,7 @@ async def test_purge_runs_in_bounded_batches_and_a_crash_between_them_loses_noth
                 raise ConnectionError("the worker died here")
         return await submit(table, operations, **kwargs)
 
-    monkeypatch.setattr(table_store, "submit_transaction", dying)
+    monkeypatch.setattr(tables, "submit_transaction", dying)
     with pytest.raises(ConnectionError):
         await store.purge(NOW + DAY, NOW + 3 * DAY, 4)
     monkeypatch.undo()
@@ -386,14 +386,14 @@ async def test_an_order_changed_while_its_batch_is_purged_is_left_for_the_next_b
 ) -> None:
     for order_id in ("a", "b", "c"):
         await archived(store, order_id)
-    operations = store._purge_operations
+    operations = store.archives._purge_operations
 
     async def change_one_first(pk: str, entry: Any, until: datetime) -> list[Any]:
         if entry["OrderID"] == "b":  # an operator's dead-letter replay lands on it now
             await store.append_audit("b", _entry(NOW + DAY, "deadletter-replay"))
         return await operations(pk, entry, until)
 
-    monkeypatch.setattr(store, "_purge_operations", change_one_first)
+    monkeypatch.setattr(store.archives, "_purge_operations", change_one_first)
     report = await store.purge(NOW + DAY, NOW + 3 * DAY, 100)
     monkeypatch.undo()
     assert (report.purged, report.lost_races) == (2, 1)
@@ -411,7 +411,7 @@ async def test_an_order_resubmitted_while_its_clean_up_runs_is_never_started_twi
     await archived(store, "o-1")
     await store.unwatch(*[e async for e in store.expired(NOW + DAY)])
     answers: list[CreateOutcome] = []
-    group = store._purge_group
+    group = store.archives._purge_group
 
     async def resubmitted_around(pk: str, batch: Any) -> int | None:
         again = new_record("o-1", {"id": "o-1"}, now=NOW + 2 * DAY)
@@ -420,7 +420,7 @@ async def test_an_order_resubmitted_while_its_clean_up_runs_is_never_started_twi
         answers.append((await store.create(again))[0])  # right after
         return done
 
-    monkeypatch.setattr(store, "_purge_group", resubmitted_around)
+    monkeypatch.setattr(store.archives, "_purge_group", resubmitted_around)
     assert (await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged == 1
     assert answers == [CreateOutcome.EXISTS_SAME, CreateOutcome.PURGED]
     assert await live_keys(store, "o-1") == [] and await rows(store.watch) == {}
@@ -456,15 +456,15 @@ async def test_a_step_failure_is_listed_under_error_only_in_the_transaction_that
     await store.save(record)
     record.state.process_state = ProcessState.ERROR
     record.steps[0].status = StepStatus.FAILED
-    submit = table_store.submit_transaction
+    submit = tables.submit_transaction
 
     async def refused(table: Any, operations: list[Any], **kwargs: Any) -> Any:
         error = TableTransactionError(message="refused")
         error.status_code = 412
         raise error
 
-    monkeypatch.setattr(table_store, "submit_transaction", refused)
+    monkeypatch.setattr(tables, "submit_transaction", refused)
     with pytest.raises(ConcurrencyError):
         await store.save(record)
-    monkeypatch.setattr(table_store, "submit_transaction", submit)
+    monkeypatch.setattr(tables, "submit_transaction", submit)
     assert counts(await store.count_by_state(100)) == {"Processing": 1}

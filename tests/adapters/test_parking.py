@@ -226,7 +226,7 @@ async def test_a_crash_half_way_through_a_park_leaves_the_order_live_and_parked_
     async def crash(*_: Any) -> bool:
         raise RuntimeError("the process died")
 
-    monkeypatch.setattr(store, "_delete_live", crash)
+    monkeypatch.setattr(store.archives, "delete_live", crash)
     with pytest.raises(RuntimeError):
         await engine.supervisor.sweep()
     loaded = await store.load("a-1")
@@ -255,7 +255,7 @@ async def test_a_crash_half_way_back_leaves_a_stale_copy_that_the_move_to_the_hi
     async def crash(*_: Any) -> bool:
         raise RuntimeError("the process died")
 
-    monkeypatch.setattr(store, "_remove_parked", crash)
+    monkeypatch.setattr(store.parking, "_remove_parked", crash)
     with pytest.raises(RuntimeError):
         await engine.tasks.approve("a-1", "review", Caller(actor="ada"))
     monkeypatch.undo()

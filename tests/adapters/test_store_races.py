@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from adapters import table_store
-from adapters.table_store import TableStateStore
+from adapters.table_store import TableStateStore, tables
 from engine import transitions
 from engine.messages import CommandKind, SchedulerCommand
 from engine.parts import EngineParts
@@ -55,7 +55,7 @@ async def test_a_submission_of_an_archived_id_that_fails_midway_leaves_no_task_t
     await archived(store, "o-1")
     await store.unwatch(*[e async for e in store.expired(NOW + DAY)])  # as the Supervisor does after
     if failure == "the write's answer is lost":
-        submit = table_store.submit_transaction
+        submit = tables.submit_transaction
 
         async def answer_lost(table: Any, operations: list[Any], **kwargs: Any) -> Any:
             results = await submit(table, operations, **kwargs)
@@ -63,9 +63,9 @@ async def test_a_submission_of_an_archived_id_that_fails_midway_leaves_no_task_t
                 raise ConnectionError("the answer was lost")  # after the transaction took effect
             return results
 
-        monkeypatch.setattr(table_store, "submit_transaction", answer_lost)
+        monkeypatch.setattr(tables, "submit_transaction", answer_lost)
     else:
-        monkeypatch.setattr(store, "_delete_created", lambda *args: died())
+        monkeypatch.setattr(store.live, "_delete_created", lambda *args: died())
     again = new_record("o-1", BODY, now=NOW + DAY)
     try:
         outcome: CreateOutcome | None = (await store.create(again))[0]
@@ -96,15 +96,15 @@ async def test_a_task_left_by_a_submission_of_an_archived_id_is_taken_back_not_s
     before starting it, and deletes it instead."""
     await archived(store, "o-1")
     await store.unwatch(*[e async for e in store.expired(NOW + DAY)])  # as the Supervisor does after
-    assert await store._add_watch(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
-    read_archive, reads = store._read_archive, []
+    assert await store.watches.add(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
+    read_archive, reads = store.archives.read_archive, []
 
     async def first_read_before_the_move(order_id: str) -> Any:
         reads.append(order_id)
         return {"Kind": "returned", "OrderID": order_id} if len(reads) == 1 else await read_archive(order_id)
 
-    monkeypatch.setattr(store, "_read_archive", first_read_before_the_move)
-    monkeypatch.setattr(store, "_delete_created", lambda *args: died())
+    monkeypatch.setattr(store.archives, "read_archive", first_read_before_the_move)
+    monkeypatch.setattr(store.live, "_delete_created", lambda *args: died())
     with pytest.raises(ConnectionError):
         await store.create(new_record("o-1", BODY, now=NOW + DAY))  # B
     monkeypatch.undo()
@@ -125,15 +125,15 @@ async def test_a_submission_under_an_entry_left_behind_writes_nothing_for_an_id_
     history with no task written, so there is nothing to take back and nothing a death could leave."""
     await archived(store, "o-1")
     await store.unwatch(*[e async for e in store.expired(NOW + DAY)])
-    assert await store._add_watch(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
+    assert await store.watches.add(new_record("o-1", BODY, now=NOW + DAY).state) is not None  # A, then dies
     writes: list[Any] = []
-    create_live = store._create_live
+    create_live = store.live._create_live
 
     async def counted(operations: list[Any]) -> Any:
         writes.append(operations)
         return await create_live(operations)
 
-    monkeypatch.setattr(store, "_create_live", counted)
+    monkeypatch.setattr(store.live, "_create_live", counted)
     outcome, answer = await store.create(new_record("o-1", BODY, now=NOW + DAY))  # B
     assert outcome is CreateOutcome.EXISTS_SAME and answer.archived
     assert writes == [] and await live_keys(store, "o-1") == []
@@ -159,7 +159,7 @@ async def test_the_slower_of_two_submissions_keeps_its_entry_when_the_task_finis
     """A inserts the watch entry; B finds it there, writes the task and dies before anything else; the task
     runs to Processed under A's entry; A's write is refused and it finds the live task finished. A's entry
     is the only one the task has: A leaves it, and the Supervisor moves the task to the history."""
-    read_archive = store._read_archive
+    read_archive = store.archives.read_archive
     b_dead = False
 
     async def read_unless_dead(order_id: str) -> Any:
@@ -167,8 +167,8 @@ async def test_the_slower_of_two_submissions_keeps_its_entry_when_the_task_finis
             await died()
         return await read_archive(order_id)
 
-    monkeypatch.setattr(store, "_read_archive", read_unless_dead)
-    create_live = store._create_live
+    monkeypatch.setattr(store.archives, "read_archive", read_unless_dead)
+    create_live = store.live._create_live
     interleaved = False
 
     async def b_writes_first(operations: list[Any]) -> Any:
@@ -192,7 +192,7 @@ async def test_the_slower_of_two_submissions_keeps_its_entry_when_the_task_finis
         assert record.state.process_state is ProcessState.PROCESSED
         return await create_live(operations)
 
-    monkeypatch.setattr(store, "_create_live", b_writes_first)
+    monkeypatch.setattr(store.live, "_create_live", b_writes_first)
     outcome, answer = await store.create(new_record("o-1", BODY))  # A
     monkeypatch.undo()
     assert interleaved and outcome is CreateOutcome.EXISTS_SAME
@@ -213,7 +213,7 @@ async def test_a_task_written_under_an_entry_it_did_not_insert_stays_watched_thr
     writes the task; then the sweep deletes the entry it read. The retry has put the entry again, so that
     delete is refused and the task stays watched (here: its kick was lost, and the Supervisor re-sends
     it)."""
-    monkeypatch.setattr(store, "_create_live", lambda *args: died())
+    monkeypatch.setattr(store.live, "_create_live", lambda *args: died())
     with pytest.raises(ConnectionError):
         await store.create(new_record("o-1", BODY))
     monkeypatch.undo()
@@ -254,14 +254,14 @@ async def test_a_task_written_after_its_own_entry_was_swept_is_watched_again(
     assert record.state.complete_by is not None
     record.state.complete_by = record.state.created_at + timedelta(seconds=0.1)
     due = record.state.complete_by
-    add_watch, swept = store._add_watch, []
+    add_watch, swept = store.watches.add, []
 
     async def slow_insert(state: Any) -> str | None:
         added = await add_watch(state)
         swept.append(await supervisor(store, due).sweep())  # meanwhile, the entry is due
         return added
 
-    monkeypatch.setattr(store, "_add_watch", slow_insert)
+    monkeypatch.setattr(store.watches, "add", slow_insert)
     outcome, _ = await store.create(record)
     monkeypatch.undo()
     [report] = swept
@@ -289,7 +289,7 @@ async def first_move_dies_before_the_live_delete(
     await finished(store, "o-1")
     loaded = await store.load("o-1")
     assert loaded is not None
-    monkeypatch.setattr(store, "_delete_live", lambda *args: died())
+    monkeypatch.setattr(store.archives, "delete_live", lambda *args: died())
     with pytest.raises(ConnectionError):
         await store.archive(loaded)
     monkeypatch.undo()
@@ -301,7 +301,7 @@ async def test_a_second_move_does_not_bring_back_an_order_purged_after_it_read_t
     store: TableStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loaded = await first_move_dies_before_the_live_delete(store, monkeypatch)
-    read_archive = store._read_archive
+    read_archive = store.archives.read_archive
     purges: list[int] = []
 
     async def purged_after_the_read(order_id: str) -> Any:
@@ -310,7 +310,7 @@ async def test_a_second_move_does_not_bring_back_an_order_purged_after_it_read_t
             purges.append((await store.purge(NOW + DAY, NOW + 3 * DAY, 100)).purged)
         return found
 
-    monkeypatch.setattr(store, "_read_archive", purged_after_the_read)
+    monkeypatch.setattr(store.archives, "read_archive", purged_after_the_read)
     assert await store.archive(loaded)
     monkeypatch.undo()
     assert purges == [1]
@@ -346,13 +346,13 @@ async def test_a_submission_marks_its_id_in_the_history_reads_nothing_there_and_
 ) -> None:
     """A fresh id: its mark goes in beside the watch entry, the task is written with no read of the history,
     and the move to the history writes the finished task over the mark, counted once."""
-    read_archive, reads = store._read_archive, []
+    read_archive, reads = store.archives.read_archive, []
 
     async def counted(order_id: str) -> Any:
         reads.append(order_id)
         return await read_archive(order_id)
 
-    monkeypatch.setattr(store, "_read_archive", counted)
+    monkeypatch.setattr(store.archives, "read_archive", counted)
     outcome, record = await store.create(new_record("o-1", BODY))
     assert outcome is CreateOutcome.CREATED and reads == []
     mark = await history_row(store, "o-1")
@@ -373,14 +373,14 @@ async def test_a_mark_left_by_a_submission_that_died_is_taken_over_by_the_next_o
     """A submission that died after its mark and before its transaction leaves the mark alone: the next
     submission of the id finds the row, reads it (a mark: no finished task), writes the task, and the
     task moves to the history over that mark, counted once."""
-    assert await store._mark(new_record("o-1", BODY, now=NOW - DAY).state) is not None  # then dies
-    read_archive, reads = store._read_archive, []
+    assert await store.archives.mark(new_record("o-1", BODY, now=NOW - DAY).state) is not None  # then dies
+    read_archive, reads = store.archives.read_archive, []
 
     async def counted(order_id: str) -> Any:
         reads.append(order_id)
         return await read_archive(order_id)
 
-    monkeypatch.setattr(store, "_read_archive", counted)
+    monkeypatch.setattr(store.archives, "read_archive", counted)
     record = await finished(store, "o-1")  # its submission, then its steps
     assert reads == ["o-1"] and record.state.process_state is ProcessState.PROCESSED
     monkeypatch.undo()
@@ -410,13 +410,13 @@ async def test_a_submission_whose_id_row_went_meanwhile_marks_it_again(
     """The mark is refused (a row was there), then the row is gone when read (a tombstone dropped in
     between): the submission marks the id again before it writes, so the task never lives without its
     row."""
-    mark, tries = store._mark, []
+    mark, tries = store.archives.mark, []
 
     async def refused_once(state: Any) -> str | None:
         tries.append(state.order_id)
         return None if len(tries) == 1 else await mark(state)
 
-    monkeypatch.setattr(store, "_mark", refused_once)
+    monkeypatch.setattr(store.archives, "mark", refused_once)
     outcome, _ = await store.create(new_record("o-1", BODY))
     assert outcome is CreateOutcome.CREATED and tries == ["o-1", "o-1"]
     assert (await history_row(store, "o-1") or {}).get("Kind") == "returned"

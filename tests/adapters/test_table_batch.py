@@ -228,9 +228,9 @@ def _store(table: TableClient) -> TableStateStore:
 async def _store_create(table: TableClient) -> list[Any]:
     store, record = _store(table), new_record("o-\u00e9", {"items": [{"sku": "\u00e9" * 40_000}]})
     return [
-        ("create", store._input_entity(record)),
-        ("create", store._state_entity(record)),
-        *(("create", store._step_entity(record.order_id, step)) for step in record.steps),
+        ("create", store.codec.input_entity(record)),
+        ("create", store.codec.state_entity(record)),
+        *(("create", store.codec.step_entity(record.order_id, step)) for step in record.steps),
     ]
 
 
@@ -248,12 +248,12 @@ async def _store_save(table: TableClient) -> list[Any]:
         note="n\u00f8te",
     )
     conditional = {"mode": UpdateMode.REPLACE, **IF_NOT_MODIFIED}
-    state = store._state_entity(record)
-    step = store._step_entity(record.order_id, record.steps[0])
+    state = store.codec.state_entity(record)
+    step = store.codec.step_entity(record.order_id, record.steps[0])
     return [
         ("update", state, {**conditional, "etag": record.etags[state["RowKey"]]}),
         ("update", step, {**conditional, "etag": record.etags[step["RowKey"]]}),
-        ("create", store._audit_entity(record.order_id, entry, 0)),
+        ("create", store.codec.audit_entity(record.order_id, entry, 0)),
     ]
 
 

@@ -545,7 +545,7 @@ def role_assignments() -> list[tuple[str, str, Any, bool]]:
 CODE_ACCESS = [
     ("function_app.py", "service_bus_queue_trigger", SERVICE_BUS, SERVICE_BUS_DATA_RECEIVER),
     ("src/adapters/servicebus.py", "send_messages", SERVICE_BUS, SERVICE_BUS_DATA_SENDER),
-    ("src/adapters/table_store.py", "submit_transaction", STORAGE, STORAGE_TABLE_DATA_CONTRIBUTOR),
+    ("src/adapters/table_store/tables.py", "submit_transaction", STORAGE, STORAGE_TABLE_DATA_CONTRIBUTOR),
     ("host.json", "extensionBundle", STORAGE, STORAGE_BLOB_DATA_OWNER),  # host storage, deployment package
     ("src/orders/telemetry_setup.py", "configure_azure_monitor", APP_INSIGHTS, MONITORING_METRICS_PUBLISHER),
 ]

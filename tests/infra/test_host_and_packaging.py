@@ -75,7 +75,7 @@ def test_the_package_ships_the_app_and_not_the_local_runtime() -> None:
         "requirements.txt",
         "src/engine/scheduler.py",
         "src/orders/runtime.py",
-        "src/adapters/table_store.py",
+        "src/adapters/table_store/__init__.py",
         "src/simulators/hosted.py",
     ]
     kept_out = [

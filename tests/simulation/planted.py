@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,7 +22,10 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from pydantic import ValidationError
 
 from adapters import table_store
-from adapters.table_store import TableStateStore
+from adapters.table_store import codec, parking
+from adapters.table_store.history import History
+from adapters.table_store.parking import Parking
+from adapters.table_store.search import Search
 from engine import queues, supervisor, tracing, transitions
 from engine.breaker import BreakerRecord, BreakerState, hold_until
 from engine.decisions import REFUSED, UNCHANGED, Decision, Outcome, Outgoing
@@ -427,14 +431,14 @@ def _undo_every_step(mp: pytest.MonkeyPatch) -> None:
 
 
 # ---- parking (the state store's parked orders; on the pinned catalog WAITS, whose waits park) ------------
-async def mark_parking_without_writing(self: TableStateStore, record: TaskRecord) -> bool:
-    """``TableStateStore._mark_parking`` that writes no mark: two Supervisors that loaded the task both park
+async def mark_parking_without_writing(self: Parking, record: TaskRecord) -> bool:
+    """``Parking._mark_parking`` that writes no mark: two Supervisors that loaded the task both park
     it (the bug ``make demo`` found before the mark existed)."""
     return True
 
 
-async def unpark_dropping_the_copy_first(self: TableStateStore, record: TaskRecord) -> TaskRecord:
-    """``TableStateStore._unpark`` that replaces the parked copy by its marker before it inserts the live
+async def unpark_dropping_the_copy_first(self: Parking, record: TaskRecord) -> TaskRecord:
+    """``Parking.unpark`` that replaces the parked copy by its marker before it inserts the live
     records (instead of claiming the copy and replacing it once they are in): between the two, and for good
     if its process dies there, the order is in neither place."""
     order_id, pk = record.order_id, self._pk(record.order_id)
@@ -449,23 +453,23 @@ async def unpark_dropping_the_copy_first(self: TableStateStore, record: TaskReco
     trail = await self._audit_rows(self._history(), order_id, table_store.HISTORY) if record.audited else []
     if not await self._remove_parked(pk, order_id, etag, parked):
         raise ConcurrencyError(order_id)
-    state_entity = self._state_entity(record)
-    listed = self._listing_key(record)
+    state_entity = self.codec.state_entity(record)
+    listed = self.codec.listing_key_of(record)
     state_entity["IndexKey"] = listed
     entry = {**state_entity, "RowKey": listed, "Kind": "index"}
     del entry["Watched"]
     audits = [dict(e) for e in trail] + [
-        self._audit_entity(order_id, e, n) for n, e in enumerate(record.pending_audit())
+        self.codec.audit_entity(order_id, e, n) for n, e in enumerate(record.pending_audit())
     ]
     operations: list[Any] = [
-        ("create", self._input_entity(record)),
+        ("create", self.codec.input_entity(record)),
         ("create", state_entity),
-        *(("create", self._step_entity(order_id, s)) for s in record.steps),
+        *(("create", self.codec.step_entity(order_id, s)) for s in record.steps),
         ("create", entry),
         *(("create", a) for a in audits),
     ]
     if state_entity["Watched"]:
-        await self._put_watch(record.state)
+        await self.watches.put(record.state)
     try:
         results = await self._transact(self.table, operations)
     except TableTransactionError as exc:
@@ -484,10 +488,8 @@ async def unpark_dropping_the_copy_first(self: TableStateStore, record: TaskReco
     return record
 
 
-async def promote_dropping_entries(
-    self: TableStateStore, now: datetime, horizon: float, limit: int = 1000
-) -> int:
-    """``TableStateStore.promote`` that deletes the calendar's due entries without bringing their orders
+async def promote_dropping_entries(self: Parking, now: datetime, horizon: float, limit: int = 1000) -> int:
+    """``Parking.promote`` that deletes the calendar's due entries without bringing their orders
     back (it counts them as brought back): a parked order is then never brought back by its time."""
     history = self._history()
     try:
@@ -519,6 +521,14 @@ async def promote_dropping_entries(
         mode=UpdateMode.REPLACE,
     )
     return len(due)
+
+
+def _without_if_match(mp: pytest.MonkeyPatch) -> None:
+    """Every unit of the state store that writes conditionally without the match condition (its
+    ``_IF_MATCH`` empty)."""
+    for module in vars(table_store).values():
+        if isinstance(module, types.ModuleType) and hasattr(module, "_IF_MATCH"):
+            mp.setattr(module, "_IF_MATCH", {})
 
 
 # ---- groups: steps side by side ---------------------------------------------------------------------
@@ -614,31 +624,31 @@ class _SweepTracing:
         return tracing.span(name, *args, **kwargs)
 
 
-_MARK = TableStateStore._mark
+_MARK = History.mark
 
 
-async def mark_taking_a_row_for_a_mark(self: TableStateStore, state: Any) -> str | None:
-    """``TableStateStore._mark`` that answers as if its insert went in when the id's row was there: the
+async def mark_taking_a_row_for_a_mark(self: History, state: Any) -> str | None:
+    """``History.mark`` that answers as if its insert went in when the id's row was there: the
     submission takes the id for one the history never had, and writes the task without reading it."""
     return await _MARK(self, state) or "refused"
 
 
 # ---- search entries and storefronts (the declared catalog: only its runs have them) -------------------
-async def write_search_doing_nothing(self: TableStateStore, state: Any) -> None:
-    """``TableStateStore._write_search`` that writes nothing: the order is never found by a search."""
+async def write_search_doing_nothing(self: Search, state: Any) -> None:
+    """``Search.write_entries`` that writes nothing: the order is never found by a search."""
 
 
-async def delete_search_doing_nothing(self: TableStateStore, pk: str, keys: list[str]) -> None:
-    """``TableStateStore._delete_search`` that deletes nothing: a purged order's entries stay."""
+async def delete_search_doing_nothing(self: Search, pk: str, keys: list[str]) -> None:
+    """``Search.delete_entries`` that deletes nothing: a purged order's entries stay."""
 
 
-_SEARCH_KEYED = TableStateStore._search_keyed
+_SEARCH_KEYED = Search._search_keyed
 
 
 async def search_keyed_ignoring_the_storefront(
-    self: TableStateStore, query: Any, page_size: int, continuation: str | None
+    self: Search, query: Any, page_size: int, continuation: str | None
 ) -> Any:
-    """``TableStateStore._search_keyed`` without its storefront condition: a storefront's search answers
+    """``Search._search_keyed`` without its storefront condition: a storefront's search answers
     another storefront's order of the same customer."""
     return await _SEARCH_KEYED(self, query.model_copy(update={"storefront": None}), page_size, continuation)
 
@@ -675,43 +685,44 @@ def request_with_the_group_s_key(
 
 
 # ---- parking and the calendar -----------------------------------------------------------------------
-async def file_nothing(self: TableStateStore, state: Any) -> None:
-    """``TableStateStore._file`` that puts no calendar entry: the parked order is brought back only on
+async def file_nothing(self: Parking, state: Any) -> None:
+    """``Parking._file`` that puts no calendar entry: the parked order is brought back only on
     demand."""
 
 
 def calendar_entity_a_day_late(state: Any) -> dict[str, Any]:
-    """``TableStateStore.calendar_entity`` a day after the wait ends (a unit slipped): the calendar brings
-    the order back far too late, an approval nobody decides never expires."""
+    """``calendar_entity`` (as :mod:`adapters.table_store.parking` files a parked order) a day after the wait
+    ends (a unit slipped): the calendar brings the order back far too late, an approval nobody decides never
+    expires."""
     entity = dict(_CALENDAR_ENTITY(state))
     due = state.wait_until or state.complete_by
     entity["RowKey"] = f"{table_store._stamp(due + timedelta(days=1))}|{state.order_id}"
     return entity
 
 
-_CALENDAR_ENTITY = TableStateStore.calendar_entity
+_CALENDAR_ENTITY = codec.calendar_entity
 
 
 # ---- the move to the history --------------------------------------------------------------------------
-async def archive_deleting_the_live_records_first(self: TableStateStore, record: TaskRecord) -> bool:
-    """``TableStateStore.archive`` that deletes the live records before it writes the history: in between
+async def archive_deleting_the_live_records_first(self: History, record: TaskRecord) -> bool:
+    """``History.archive`` that deletes the live records before it writes the history: in between
     (and for good if its process dies there) the finished order is nowhere."""
     if record.archived:
         return True
     order_id, pk = record.order_id, self._pk(record.order_id)
     trail = await self._audit_rows(self.table, order_id, table_store.STATE)
-    archive, listing = self.archive_entities(record, audited=bool(trail))
+    archive, listing = self.codec.archive_entities(record, audited=bool(trail))
     copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
-    if not await self._delete_live(record, trail):
+    if not await self.delete_live(record, trail):
         return False
     return await self._write_archive(pk, order_id, archive, listing, copies)
 
 
-_ARCHIVE = TableStateStore.archive
+_ARCHIVE = History.archive
 
 
-async def archive_leaving_the_trail(self: TableStateStore, record: TaskRecord) -> bool:
-    """``TableStateStore.archive`` whose delete of the live records leaves the audit entries it copied."""
+async def archive_leaving_the_trail(self: History, record: TaskRecord) -> bool:
+    """``History.archive`` whose delete of the live records leaves the audit entries it copied."""
     rows = self._audit_rows
 
     async def none(*args: Any) -> list[Any]:
@@ -720,11 +731,11 @@ async def archive_leaving_the_trail(self: TableStateStore, record: TaskRecord) -
     trail = await rows(self.table, record.order_id, table_store.STATE)
     if record.archived:
         return True
-    archive, listing = self.archive_entities(record, audited=bool(trail))
+    archive, listing = self.codec.archive_entities(record, audited=bool(trail))
     copies = [("upsert", dict(e), {"mode": UpdateMode.REPLACE}) for e in trail]
     if not await self._write_archive(self._pk(record.order_id), record.order_id, archive, listing, copies):
         return False
-    return await self._delete_live(record, await none())
+    return await self.delete_live(record, await none())
 
 
 # ---- callbacks ---------------------------------------------------------------------------------------
@@ -841,7 +852,7 @@ PLANTS: dict[str, Plant] = {
         # An ETag passed without its match condition: azure-data-tables then sends the write unconditionally.
         # Since a new task is written claimed, the first race it loses is the history's tally: two moves of
         # a shard's orders write it over each other, and it no longer counts what the history holds.
-        lambda mp: mp.setattr(table_store, "_IF_MATCH", {}),
+        lambda mp: _without_if_match(mp),
         "the tally says",
         seed=1,
     ),
@@ -924,19 +935,19 @@ PLANTS: dict[str, Plant] = {
         seed=2,
     ),
     "a park without its mark": Plant(
-        lambda mp: mp.setattr(TableStateStore, "_mark_parking", mark_parking_without_writing),
+        lambda mp: mp.setattr(Parking, "_mark_parking", mark_parking_without_writing),
         "an order in neither place",
         "waits",
         seed=1,
     ),
     "a return that drops the parked copy before the live records are in": Plant(
-        lambda mp: mp.setattr(TableStateStore, "_unpark", unpark_dropping_the_copy_first),
+        lambda mp: mp.setattr(Parking, "unpark", unpark_dropping_the_copy_first),
         "an order in neither place",
         "waits",
         seed=1,
     ),
     "a promotion that drops the calendar's entries": Plant(
-        lambda mp: mp.setattr(TableStateStore, "promote", promote_dropping_entries),
+        lambda mp: mp.setattr(Parking, "promote", promote_dropping_entries),
         "a parked order forgotten",
         "waits",
         seed=1,
@@ -949,7 +960,7 @@ PLANTS: dict[str, Plant] = {
     ),
     "a submission that takes a refused mark for its own": Plant(
         # A submission of a finished id writes a second task: the order runs again.
-        lambda mp: mp.setattr(TableStateStore, "_mark", mark_taking_a_row_for_a_mark),
+        lambda mp: mp.setattr(History, "mark", mark_taking_a_row_for_a_mark),
         "became Completed again",
         seed=2,
     ),
@@ -974,19 +985,19 @@ PLANTS: dict[str, Plant] = {
     ),
     # search entries and storefronts, on the declared catalog (the seeds of the pinned ones have neither)
     "a submission that writes no search entries": Plant(
-        lambda mp: mp.setattr(TableStateStore, "_write_search", write_search_doing_nothing),
+        lambda mp: mp.setattr(Search, "write_entries", write_search_doing_nothing),
         "written at submission",
         None,
         seed=0,
     ),
     "a purge that leaves the search entries": Plant(
-        lambda mp: mp.setattr(TableStateStore, "_delete_search", delete_search_doing_nothing),
+        lambda mp: mp.setattr(Search, "delete_entries", delete_search_doing_nothing),
         "outlived its order's purge",
         None,
         seed=1,
     ),
     "a search that ignores the storefront": Plant(
-        lambda mp: mp.setattr(TableStateStore, "_search_keyed", search_keyed_ignoring_the_storefront),
+        lambda mp: mp.setattr(Search, "_search_keyed", search_keyed_ignoring_the_storefront),
         "a search never answers an order that does not match",
         None,
         seed=1,
@@ -1019,25 +1030,25 @@ PLANTS: dict[str, Plant] = {
         seed=0,
     ),
     "a park that files no calendar entry": Plant(
-        lambda mp: mp.setattr(TableStateStore, "_file", file_nothing),
+        lambda mp: mp.setattr(Parking, "_file", file_nothing),
         "a parked order forgotten",
         None,
         seed=1,
     ),
     "a calendar entry a day late": Plant(
-        lambda mp: mp.setattr(TableStateStore, "calendar_entity", staticmethod(calendar_entity_a_day_late)),
+        lambda mp: mp.setattr(parking, "calendar_entity", calendar_entity_a_day_late),
         "a parked order brought back late",
         None,
         seed=1,
     ),
     "a move to the history that deletes the live records first": Plant(
-        lambda mp: mp.setattr(TableStateStore, "archive", archive_deleting_the_live_records_first),
+        lambda mp: mp.setattr(History, "archive", archive_deleting_the_live_records_first),
         "a finished order in neither place",
         None,
         seed=0,
     ),
     "a move to the history that leaves the audit entries": Plant(
-        lambda mp: mp.setattr(TableStateStore, "archive", archive_leaving_the_trail),
+        lambda mp: mp.setattr(History, "archive", archive_leaving_the_trail),
         "audit entries left in the live table",
         None,
         seed=0,

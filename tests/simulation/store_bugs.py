@@ -1,7 +1,8 @@
 """The state store's protocol without the fixes of findings 2 to 6 (docs/simulation.md, "What it found"):
-each function is a method of :class:`adapters.table_store.TableStateStore` as it behaves with one or more of
-those fixes taken out, for ``tests/simulation/regressions.py`` to put back into the adapter the simulation
-runs (and so show that the finding's seed still catches its bug).
+each function is a method of a unit of :class:`adapters.table_store.TableStateStore` (its live records'
+:class:`~adapters.table_store.live.Live`, its history's :class:`~adapters.table_store.history.History`) as
+it behaves with one or more of those fixes taken out, for ``tests/simulation/regressions.py`` to put back
+into the adapter the simulation runs (and so show that the finding's seed still catches its bug).
 
 - ``history_first`` (finding 3): a submission whose watch entry it inserted reads the history before it
   writes the task; without it, it does both at once and takes the task back when the history has the id.
@@ -22,7 +23,9 @@ from typing import Any
 
 import pytest
 
-from adapters.table_store import _RACES, CreateOutcome, TableStateStore
+from adapters.table_store import _RACES, CreateOutcome
+from adapters.table_store.history import History
+from adapters.table_store.live import Live
 from engine.errors import ConcurrencyError
 from engine.state import TaskRecord
 
@@ -44,51 +47,53 @@ def take_out(monkeypatch: pytest.MonkeyPatch, *fixes: str) -> None:
     off = set(fixes)
     if off & {"history_first", "history_also_first", "rewatch_new_task"}:
 
-        async def create(self: TableStateStore, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
+        async def create(self: Live, record: TaskRecord) -> tuple[CreateOutcome, TaskRecord]:
             return await _create(self, record, off)
 
-        monkeypatch.setattr(TableStateStore, "create", create)
+        monkeypatch.setattr(Live, "create", create)
     if "keep_watch_of_live_task" in off:
-        monkeypatch.setattr(TableStateStore, "_existing", _existing_dropping_the_entry)
+        monkeypatch.setattr(Live, "_existing", _existing_dropping_the_entry)
     if "archive_if_unchanged" in off:
-        monkeypatch.setattr(TableStateStore, "_write_archive", _write_archive_blindly)
+        monkeypatch.setattr(History, "_write_archive", _write_archive_blindly)
     if "take_back_leftover" in off:
 
-        async def take_back(self: TableStateStore, record: TaskRecord) -> bool:
+        async def take_back(self: History, record: TaskRecord) -> bool:
             return False
 
-        monkeypatch.setattr(TableStateStore, "take_back", take_back)
+        monkeypatch.setattr(History, "take_back", take_back)
 
 
-async def _create(
-    self: TableStateStore, record: TaskRecord, off: set[str]
-) -> tuple[CreateOutcome, TaskRecord]:
-    """``TableStateStore.create`` without the fixes in ``off`` among history_first, history_also_first and
+async def _create(self: Live, record: TaskRecord, off: set[str]) -> tuple[CreateOutcome, TaskRecord]:
+    """``Live.create`` without the fixes in ``off`` among history_first, history_also_first and
     rewatch_new_task."""
-    state_entity = self._state_entity(record)
+    state_entity = self.codec.state_entity(record)
     operations: list[Any] = [
-        ("create", self._input_entity(record)),
+        ("create", self.codec.input_entity(record)),
         ("create", state_entity),
-        *(("create", self._step_entity(record.order_id, s)) for s in record.steps),
+        *(("create", self.codec.step_entity(record.order_id, s)) for s in record.steps),
     ]
-    operations += [("create", entity) for _, entity, *_ in self._listing_operations(record, state_entity)]
+    operations += [
+        ("create", entity) for _, entity, *_ in self.codec.listing_operations(record, state_entity)
+    ]
     watched = bool(state_entity["Watched"])
     order_id = record.order_id
-    added = await self._add_watch(record.state) if watched else None
+    added = await self.watches.add(record.state) if watched else None
     for _ in range(_RACES):
         first = "history_first" if added is not None else "history_also_first"
         if first not in off:
-            found = await self._read_archive(order_id)
+            found = await self.archives.read_archive(order_id)
             written = await self._create_live(operations) if found is None else None
             if written is not None and added is None:
-                found = await self._read_archive(order_id)
+                found = await self.archives.read_archive(order_id)
             known = found
         elif added is not None:  # the write and the read at once
-            written, found = await asyncio.gather(self._create_live(operations), self._read_archive(order_id))
+            written, found = await asyncio.gather(
+                self._create_live(operations), self.archives.read_archive(order_id)
+            )
             known = found if written is not None else None
         else:  # the write, then the read
             written = await self._create_live(operations)
-            found = await self._read_archive(order_id) if written is not None else None
+            found = await self.archives.read_archive(order_id) if written is not None else None
             known = found
         if written is not None and found is None:
             break
@@ -100,7 +105,7 @@ async def _create(
     else:
         raise ConcurrencyError(order_id)
     if watched and added is None and "rewatch_new_task" not in off:
-        await self._put_watch(record.state)
+        await self.watches.put(record.state)
     for (_, entity), result in zip(operations, written, strict=True):
         if entity.get("Kind") in ("state", "step", "input"):
             record.etags[entity["RowKey"]] = result["etag"]
@@ -111,44 +116,44 @@ async def _create(
 
 
 async def _existing_dropping_the_entry(
-    self: TableStateStore, record: TaskRecord, added: str | None, found: Any
+    self: Live, record: TaskRecord, added: str | None, found: Any
 ) -> tuple[CreateOutcome, TaskRecord] | None:
-    """``TableStateStore._existing`` that also removes the entry it inserted when the live task finished."""
+    """``Live._existing`` that also removes the entry it inserted when the live task finished."""
     order_id = record.order_id
     if found is None and self.history is not None:
-        found = await self._read_archive(order_id)
+        found = await self.archives.read_archive(order_id)
     existing: TaskRecord | None = None
     if found is None:
-        existing = await self._load_live(order_id)
+        existing = await self.load_live(order_id)
         if existing is None:
             return None
     if added is not None and (existing is None or not existing.indexed):
-        await self._remove_watch(order_id, added)
+        await self.watches.remove(order_id, added)
     if found is not None:
         if found.get("Kind") != "archive":
             return CreateOutcome.PURGED, record
-        existing = self._from_archive(found)
+        existing = self.codec.from_archive(found)
     assert existing is not None
     same = existing.input_hash == record.input_hash
     return (CreateOutcome.EXISTS_SAME if same else CreateOutcome.EXISTS_DIFFERENT), existing
 
 
 async def _write_archive_blindly(
-    self: TableStateStore,
+    self: History,
     pk: str,
     order_id: str,
     archive: dict[str, Any],
     listing: dict[str, Any],
     copies: list[Any],
 ) -> bool:
-    """``TableStateStore._write_archive`` whose second attempt rewrites the history's copy unconditionally."""
+    """``History._write_archive`` whose second attempt rewrites the history's copy unconditionally."""
     from azure.data.tables import TableTransactionError, UpdateMode
 
     change = {archive["ProcessState"]: 1}
     for fresh in (False, *([True] * (_RACES - 1))):
-        tally = await self._tally(pk, fresh)
+        tally = await self.tallies.tally(pk, fresh)
         try:
-            await self._submit_counted(
+            await self.tallies.submit_counted(
                 pk,
                 [("create", archive), ("upsert", listing, {"mode": UpdateMode.REPLACE}), *copies],
                 tally,
@@ -160,7 +165,7 @@ async def _write_archive_blindly(
                 continue
             if exc.status_code != 409:
                 raise
-        found = await self._read_archive(order_id)
+        found = await self.read_archive(order_id)
         if found is None:
             continue
         if found.get("Kind") != "archive" or found.get("CreatedAt") != archive["CreatedAt"]:

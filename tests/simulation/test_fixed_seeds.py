@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapters.table_store import TableStateStore
+from adapters.table_store.live import Live
 from engine.state import TaskRecord
 from engine.workflow import Approval, Timer
 from orders.catalog import CATALOG, SERVICES
@@ -139,13 +139,13 @@ def test_the_simulation_makes_the_adapter_s_own_requests(monkeypatch: pytest.Mon
     """The state store is the adapter itself: one more request of it (a load that also reads the history)
     changes the run, and so its digest."""
     before = run(11, orders=150)
-    load_live = TableStateStore._load_live
+    load_live = Live.load_live
 
-    async def load_with_a_look_at_the_history(self: TableStateStore, order_id: str) -> TaskRecord | None:
-        await self._read_archive(order_id)
+    async def load_with_a_look_at_the_history(self: Live, order_id: str) -> TaskRecord | None:
+        await self.archives.read_archive(order_id)
         return await load_live(self, order_id)
 
-    monkeypatch.setattr(TableStateStore, "_load_live", load_with_a_look_at_the_history)
+    monkeypatch.setattr(Live, "load_live", load_with_a_look_at_the_history)
     after = run(11, orders=150)
     assert after.ok, after.report()
     assert after.digest != before.digest
