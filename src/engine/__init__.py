@@ -56,7 +56,7 @@ from .messages import (
 )
 from .operator_actions import OperatorAction
 from .parts import EngineParts
-from .ports import CreateOutcome, ExpiredEntry, MessageSender, Page, PurgeReport, StateCounts, StateStore
+from .ports import CreateOutcome, ExpiredEntry, MessageSender, Page, PurgeReport, StateCounts
 from .retention import Purged, Retention, RetentionPolicy, parse_retention
 from .scheduler import Scheduler, instance_id
 from .sealing import InputKey, Keyring
@@ -141,7 +141,6 @@ __all__ = [
     "SchedulerCommand",
     "SearchQuery",
     "StateCounts",
-    "StateStore",
     "StepDefinition",
     "StepState",
     "StepStatus",

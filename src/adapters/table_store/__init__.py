@@ -40,11 +40,23 @@ from typing import Any
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables.aio import TableClient, TableServiceClient
 
-from engine.deadletters import DeadLetterAction
-from engine.formats import Formats, Instance, Switch
-from engine.ports import CreateOutcome, ExpiredEntry, Page, PurgeReport, StateCounts
-from engine.search import SearchQuery
-from engine.state import AuditEntry, ProcessState, TaskRecord
+from engine import (
+    AuditEntry,
+    CreateOutcome,
+    DeadLetterAction,
+    ExpiredEntry,
+    Formats,
+    Page,
+    ProcessState,
+    PurgeReport,
+    SearchQuery,
+    StateCounts,
+    Switch,
+    TaskRecord,
+)
+from engine import (
+    formats as format_records,  # the module: this class has a property of the name
+)
 
 from .codec import (
     CALENDAR,
@@ -207,13 +219,13 @@ class TableStateStore(OnTables):
     async def write_switch(self, switch: Switch) -> Switch | None:
         return await self.switch.write_switch(switch)
 
-    async def announce(self, instance: Instance) -> None:
+    async def announce(self, instance: format_records.Instance) -> None:
         await self.switch.announce(instance)
 
-    async def instances(self) -> list[Instance]:
+    async def instances(self) -> list[format_records.Instance]:
         return await self.switch.instances()
 
-    async def forget(self, instance: Instance) -> None:
+    async def forget(self, instance: format_records.Instance) -> None:
         await self.switch.forget(instance)
 
     async def holds_tasks(self) -> bool:

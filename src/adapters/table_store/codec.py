@@ -34,10 +34,17 @@ from typing import Any
 from azure.data.tables import TableEntity, UpdateMode
 from pydantic import ValidationError
 
-from engine import formats, telemetry
-from engine.errors import NotUnderstood
-from engine.search import prefixes
-from engine.state import AuditEntry, ProcessState, StepState, TaskRecord, TaskState
+from engine import (
+    AuditEntry,
+    NotUnderstood,
+    ProcessState,
+    StepState,
+    TaskRecord,
+    TaskState,
+    formats,
+    prefixes,
+    telemetry,
+)
 
 _BODY_CHUNK = 30_000  # characters; a string property holds 64 KiB of UTF-16
 _STATE_FIELDS = {name: field.alias or name for name, field in TaskState.model_fields.items()}

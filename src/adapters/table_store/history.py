@@ -35,9 +35,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from engine.errors import ConcurrencyError
-from engine.ports import PurgeReport
-from engine.state import TaskRecord, TaskState
+from engine import ConcurrencyError, PurgeReport, TaskRecord, TaskState
 
 from .codec import (
     _RETURNED,

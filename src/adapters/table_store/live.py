@@ -52,10 +52,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 
-from engine.deadletters import DeadLetterAction
-from engine.errors import ConcurrencyError
-from engine.ports import CreateOutcome
-from engine.state import AuditEntry, TaskRecord, TaskState
+from engine import AuditEntry, ConcurrencyError, CreateOutcome, DeadLetterAction, TaskRecord, TaskState
 
 from .codec import (
     _LIVE_PROPERTIES,

@@ -24,9 +24,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableTransactionError, UpdateMode
 
-from engine.errors import ConcurrencyError
-from engine.ports import ExpiredEntry
-from engine.state import TaskRecord, TaskState
+from engine import ConcurrencyError, ExpiredEntry, TaskRecord, TaskState
 
 from .codec import (
     _CURSOR,

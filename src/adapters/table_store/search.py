@@ -32,10 +32,16 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableEntity, TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient
 
-from engine.errors import InvalidContinuation
-from engine.ports import Page, StateCounts
-from engine.search import AT_A_STEP, SearchQuery, query_prefix
-from engine.state import ProcessState, TaskState
+from engine import (
+    AT_A_STEP,
+    InvalidContinuation,
+    Page,
+    ProcessState,
+    SearchQuery,
+    StateCounts,
+    TaskState,
+    query_prefix,
+)
 
 from .codec import (
     _STATE_FIELDS,

@@ -22,8 +22,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
-from engine.ports import ExpiredEntry
-from engine.state import TaskState
+from engine import ExpiredEntry, TaskState
 
 from .codec import _etag
 from .tables import WATCH, Unit, _delete_unchanged, _insert
