@@ -42,7 +42,7 @@ from rich.table import Table
 from adapters.otlp_file import read_spans, spans_path
 from devhost import launch, trace_check, trace_cli
 from devhost.stack import local_wait_settings
-from engine import WorkflowDefinition
+from engine import APPROVAL, TIMER, WorkflowDefinition
 from orders.catalog import CATALOG, SERVICES
 from simulators.ledger_check import ledger_report
 
@@ -262,12 +262,12 @@ class People:
         if order.get("processState") != "Waiting" or etag is None:
             return
         current = next((s["name"] for s in order["steps"] if s["state"] == "Waiting"), None)
-        if order.get("waitingFor") == "approval" and order_id not in self.decided and current:
+        if order.get("waitingFor") == APPROVAL and order_id not in self.decided and current:
             decision = DECISIONS[len(self.decided) % len(DECISIONS)]
             path = f"/api/orders/{order_id}/steps/{current}/{decision}"
             if decision == "expire" or self._post(path, etag, f"demo: {decision}"):
                 self.decided[order_id] = decision  # else it tries again on its next read
-        elif order.get("waitingFor") == "timer" and order_id not in self.windows:
+        elif order.get("waitingFor") == TIMER and order_id not in self.windows:
             self.windows.add(order_id)
             if len(self.windows) % CANCEL_IN_WINDOW_EVERY == 0:
                 path = f"/api/orders/{order_id}/cancel"

@@ -65,7 +65,8 @@ from .settings import EngineSettings
 from .state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .supervisor import Supervisor
 from .tasks import Caller, TaskService
-from .transitions import APPROVAL, CALLBACK, TIMER, awaits
+from .transitions import awaits
+from .waits import APPROVAL, PARKED, TIMER, WAIT_KINDS, WaitKind
 from .workflow import (
     Approval,
     StepDefinition,
@@ -80,8 +81,9 @@ __all__ = [
     "APPROVAL",
     "AT_A_STEP",
     "BEFORE_SWITCH",
-    "CALLBACK",
+    "PARKED",
     "TIMER",
+    "WAIT_KINDS",
     "Accepted",
     "Action",
     "Agent",
@@ -155,6 +157,7 @@ __all__ = [
     "TransientError",
     "UnknownStep",
     "UnknownWorkflow",
+    "WaitKind",
     "WorkflowCatalog",
     "WorkflowDefinition",
     "awaits",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from .state import Phase, ProcessState, StepStatus, TaskState
+from .waits import APPROVAL, CALLBACK, TIMER, WaitKind
 
 INITIAL = ProcessState.PENDING
 
@@ -64,7 +65,7 @@ class Rule:
     unlocked: bool = False
     phase: Phase | None = None
     step: StepStatus | None = None
-    wait: str | None = None
+    wait: WaitKind | None = None
     grouped: bool | None = None
     changes: bool = True
 
@@ -252,11 +253,11 @@ TABLE: tuple[Rule, ...] = (
         ((R, "timer due, next step dispatched"), (W, "timer due, next step waits"), (D, "timer due, done")),
         phase=FORWARD,
         step=WAITING,
-        wait="timer",
+        wait=TIMER,
     ),
     # A person decides; the task goes back to a Scheduler (it alone dispatches), as after a skip or a cancel.
-    Rule(Op.APPROVE, W, ((P, "approved"),), phase=FORWARD, step=WAITING, wait="approval"),
-    Rule(Op.REJECT, W, ((C, "rejected: undo"),), phase=FORWARD, step=WAITING, wait="approval"),
+    Rule(Op.APPROVE, W, ((P, "approved"),), phase=FORWARD, step=WAITING, wait=APPROVAL),
+    Rule(Op.REJECT, W, ((C, "rejected: undo"),), phase=FORWARD, step=WAITING, wait=APPROVAL),
     Rule(
         Op.STEP_FAILED,
         R,
@@ -287,7 +288,7 @@ TABLE: tuple[Rule, ...] = (
         ),
         phase=FORWARD,
         step=WAITING,
-        wait="callback",
+        wait=CALLBACK,
     ),
     Rule(
         Op.STEP_FAILED,
@@ -295,7 +296,7 @@ TABLE: tuple[Rule, ...] = (
         ((C, "callback: refused"), (CD, "callback: refused, nothing to undo")),
         phase=FORWARD,
         step=WAITING,
-        wait="callback",
+        wait=CALLBACK,
     ),
     Rule(
         Op.COMPENSATION_SUCCEEDED,
@@ -312,9 +313,7 @@ TABLE: tuple[Rule, ...] = (
     Rule(Op.KICK, C, ((C, "resume lost (Supervisor re-kicks)"),), unlocked=True),
     # A wait past its CompleteBy: a timer's wake-up was lost (re-sent, no failure: nothing failed); an
     # approval's deadline passed (its declared policy: undo, or Error with an alert).
-    Rule(
-        Op.REWAKE, W, ((W, "wake-up lost (Supervisor re-sends)"),), phase=FORWARD, step=WAITING, wait="timer"
-    ),
+    Rule(Op.REWAKE, W, ((W, "wake-up lost (Supervisor re-sends)"),), phase=FORWARD, step=WAITING, wait=TIMER),
     Rule(
         Op.DEADLINE,
         W,
@@ -324,7 +323,7 @@ TABLE: tuple[Rule, ...] = (
         ),
         phase=FORWARD,
         step=WAITING,
-        wait="approval",
+        wait=APPROVAL,
     ),
     Rule(
         Op.EXPIRE,
@@ -350,7 +349,7 @@ TABLE: tuple[Rule, ...] = (
             (P, "no callback by CompleteBy, FailureCount < max (Supervisor, backoff)"),
             (E, "no callback by CompleteBy, FailureCount >= max (Supervisor, alert)"),
         ),
-        wait="callback",
+        wait=CALLBACK,
     ),
     # The Supervisor, for a task past its CompleteBy whose step's service has an open circuit breaker: the
     # step did not fail, its service is down, so no failure is counted. It looks again when the breaker's
@@ -372,7 +371,7 @@ TABLE: tuple[Rule, ...] = (
     # failed or is still running.
     Rule(Op.RETRY_STEP, P, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
     Rule(Op.RETRY_STEP, R, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING, grouped=False),
-    Rule(Op.RETRY_STEP, W, ((P, "operator retry step"),), phase=FORWARD, step=WAITING, wait="callback"),
+    Rule(Op.RETRY_STEP, W, ((P, "operator retry step"),), phase=FORWARD, step=WAITING, wait=CALLBACK),
     Rule(Op.RETRY_STEP, C, ((C, "operator retry undo"),), phase=BACK, step=UNDOING),
     Rule(
         Op.RETRY_STEP,
@@ -389,7 +388,7 @@ TABLE: tuple[Rule, ...] = (
         ((P, "approved after the deadline (FailureCount reset)"),),
         phase=FORWARD,
         step=WAITING,
-        wait="approval",
+        wait=APPROVAL,
     ),
     Rule(
         Op.REJECT,
@@ -397,7 +396,7 @@ TABLE: tuple[Rule, ...] = (
         ((C, "rejected after the deadline: undo"),),
         phase=FORWARD,
         step=WAITING,
-        wait="approval",
+        wait=APPROVAL,
     ),
     Rule(
         Op.RETRY_STEP,

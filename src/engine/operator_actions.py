@@ -68,5 +68,3 @@ REJECT = OperatorAction(
 
 ACTIONS: tuple[OperatorAction, ...] = (RESUBMIT, CANCEL, RETRY, EXTEND, SKIP, APPROVE, REJECT)
 BY_NAME = {action.name: action for action in ACTIONS}
-# The actions on an approval that waits: an approver's (and an operator's); the rest are an operator's.
-ON_APPROVALS = (APPROVE, REJECT)

@@ -94,7 +94,7 @@ class TaskState(BaseModel):
     last_error: str | None = Field(default=None, alias="LastError")
     # While the task is Waiting: what for ("timer", "approval") and until when (a timer's due time, an
     # approval's deadline). Kept on the state record so listings show them without reading the steps.
-    waiting_for: str | None = Field(default=None, alias="WaitingFor")
+    waiting_for: str | None = Field(default=None, alias="WaitingFor")  # an engine.waits kind
     wait_until: datetime | None = Field(default=None, alias="WaitUntil")
     # Set with Error, cleared once the alert is known to be raised (or an operator took the task out of
     # Error): a process that dies between the two leaves it set, and the Supervisor raises the alert.

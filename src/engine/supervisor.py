@@ -14,7 +14,7 @@ from .errors import ConcurrencyError, NotUnderstood
 from .outbox import alert_raised, carry_out
 from .parts import EngineParts
 from .state import ProcessState, StepStatus, TaskRecord
-from .transitions import APPROVAL, TIMER
+from .waits import APPROVAL, PARKED
 
 log = logging.getLogger("engine.supervisor")
 
@@ -67,7 +67,7 @@ def _parks(record: TaskRecord, now: datetime, horizon: float) -> bool:
     return (
         horizon > 0
         and state.process_state is ProcessState.WAITING
-        and state.waiting_for in (TIMER, APPROVAL)
+        and state.waiting_for in PARKED
         and ends is not None
         and ends > now + timedelta(seconds=2 * horizon)
     )

@@ -40,6 +40,7 @@ from .retention import Purged
 from .search import SearchQuery
 from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .transitions import Context
+from .waits import APPROVAL
 from .workflow import WorkflowDefinition
 
 if TYPE_CHECKING:
@@ -393,7 +394,7 @@ def _refusal(
         operation is Operation.APPROVE
         and waiting
         and index == state.current_step
-        and state.waiting_for == "approval"
+        and state.waiting_for == APPROVAL
     ):
         # Refused although the state allows it: the approval's deadline has passed.
         deadline = current.complete_by.isoformat() if current.complete_by else "?"

@@ -32,14 +32,11 @@ from .messages import (
 )
 from .settings import EngineSettings
 from .state import AuditEntry, Phase, ProcessState, StepStatus, TaskRecord
+from .waits import CALLBACK
 from .workflow import Approval, StepDefinition, Timer, WorkflowDefinition
 
 __all__ = ["Context", "Decision", "EngineSettings", "Outgoing"]
 
-# What a step whose service answers later waits for (TaskState.waiting_for), beside the Wait kinds.
-CALLBACK = "callback"
-# What a wait step waits for (TaskState.waiting_for): its Wait's kind.
-TIMER, APPROVAL = "timer", "approval"
 
 # Steps that may have had an effect and so are undone when the task is compensated. A step that
 # failed or was running may still have been applied (a lost reply), and undoing an effect that never

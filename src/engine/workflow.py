@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .conditions import Condition, Declared, check_input_path, parts, refuse_unknown
+from .waits import APPROVAL, TIMER
 
 # The mark of a sensitive input field in its JSON Schema (``json_schema_extra``): the API's document shows it.
 SENSITIVE = "x-sensitive"
@@ -70,7 +71,7 @@ class Timer(Declared):
     short locally and long in Azure); it is read when the wait starts.
     """
 
-    kind: Literal["timer"] = "timer"
+    kind: Literal["timer"] = TIMER
     after_seconds: float | None = Field(default=None, ge=0)
     until: str | None = Field(default=None, pattern=r"^input(\.[A-Za-z_][A-Za-z0-9_-]*)+$")
     setting: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]{0,63}$")
@@ -96,7 +97,7 @@ class Approval(Declared):
     for at most ``deadline_seconds``; then ``on_deadline`` applies: ``compensate`` undoes what was done,
     ``error`` puts the order in Error with an alert for an operator to decide. A reject always undoes."""
 
-    kind: Literal["approval"] = "approval"
+    kind: Literal["approval"] = APPROVAL
     deadline_seconds: float = Field(gt=0)
     on_deadline: Literal["compensate", "error"] = "compensate"
     setting: str | None = Field(

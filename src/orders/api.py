@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engine import (
+    WAIT_KINDS,
     Caller,
     Conflict,
     EngineError,
@@ -46,7 +47,6 @@ from engine import (
 from . import release, search_params
 from .access import NO_STOREFRONT, STOREFRONT_NAME, Scope
 from .models import (
-    WAIT_KINDS,
     ActionRequest,
     AuditPage,
     ErrorBody,

@@ -21,13 +21,12 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from adapters.queue_depth import QueueDepth, ServiceBusQueueDepth
-from engine import APPROVAL, CALLBACK, TIMER, Clock, StateCounts, TaskService, metrics
+from engine import WAIT_KINDS, Clock, StateCounts, TaskService, metrics
 
 log = logging.getLogger("orders.gauges")
 
 QUEUE_LIMIT = 1000  # messages counted per queue (and per dead-letter queue); past it a gauge shows the limit
 STATE_LIMIT = 10_000  # live listing entries counted per state-table shard (as GET /api/order-counts)
-WAIT_KINDS = (APPROVAL, CALLBACK, TIMER)  # always recorded, 0 when none wait
 
 
 class Gauges:

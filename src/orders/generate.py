@@ -31,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine import Approval, WorkflowCatalog, queues, wait_seconds
+from engine import APPROVAL, TIMER, WorkflowCatalog, queues, wait_seconds
 
 from . import catalog_docs
 from .catalog import CATALOG, SERVICES
@@ -53,7 +53,7 @@ EMULATOR_NAMESPACE = "sbemulatorns"
 LOCAL_SIMULATORS_URL = "http://127.0.0.1:7072"
 # A wait's setting new to the sample: at most this many seconds, by the wait's kind, so that an order run
 # with Core Tools on a laptop is seen waiting and going on (the Bicep sets the declared durations).
-SAMPLE_WAIT_SECONDS = {"timer": 5.0, "approval": 60.0}
+SAMPLE_WAIT_SECONDS = {TIMER: 5.0, APPROVAL: 60.0}
 # A key only Bicep reads; the emulators' config and the sample settings carry no note: the official
 # emulator and Core Tools read those, and neither documents that unknown keys are ignored.
 NOTE = (
@@ -133,8 +133,7 @@ def sample_settings(
     values: dict[str, Any] = dict(current.get("Values", {}))
     for name, wait in catalog.setting_waits().items():
         if name not in values:
-            kind = "approval" if isinstance(wait, Approval) else "timer"
-            values[name] = f"{min(wait_seconds(wait), SAMPLE_WAIT_SECONDS[kind]):g}"
+            values[name] = f"{min(wait_seconds(wait), SAMPLE_WAIT_SECONDS[wait.kind]):g}"
     urls = {s.url_setting: values.get(s.url_setting, LOCAL_SIMULATORS_URL) for s in services}
     result: dict[str, Any] = {}
     placed = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -17,6 +17,7 @@ from engine import (
     StepStatus,
     TaskRecord,
     TaskState,
+    WaitKind,
     WorkflowDefinition,
     queues,
     sealing,
@@ -112,7 +113,7 @@ class OrderSummary(_View):
     complete_by: datetime | None = Field(alias="completeBy")
     # Set while the Supervisor holds the order because its current step's service has an open breaker.
     held_until: datetime | None = Field(alias="heldUntil")
-    waiting_for: Literal["timer", "approval", "callback"] | None = Field(
+    waiting_for: WaitKind | None = Field(
         default=None, alias="waitingFor", description="while Waiting: what the order waits for"
     )
     wait_until: datetime | None = Field(
@@ -173,11 +174,6 @@ class StateCount(_View):
 
     process_state: ProcessState = Field(alias="processState")
     count: int
-
-
-WaitKind = Literal["timer", "approval", "callback"]
-# What a Waiting order may wait for (engine.workflow's Wait kinds), in the order the API lists them.
-WAIT_KINDS: tuple[WaitKind, ...] = ("approval", "callback", "timer")
 
 
 class WaitCount(_View):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine import OperatorAction, ProcessState, operator_actions, queues
+from engine import WAIT_KINDS, OperatorAction, ProcessState, operator_actions, queues
 
 from .access import ANYONE, APPROVE, OPERATE, READ, SIGNED, STOREFRONT_READ, SUBMIT, Rule
 from .api import COUNT_LIMIT, MAX_BODY_BYTES, MAX_JSON_DEPTH, MAX_PAGE_SIZE
@@ -27,7 +27,6 @@ from .deadletters import (
     DeadLetterOutcome,
 )
 from .models import (
-    WAIT_KINDS,
     ActionRequest,
     AuditPage,
     ErrorBody,

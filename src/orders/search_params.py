@@ -6,10 +6,9 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from engine import ProcessState, SearchQuery, WorkflowCatalog
+from engine import WAIT_KINDS, ProcessState, SearchQuery, WorkflowCatalog
 
 from .access import STOREFRONT_NAME
-from .models import WAIT_KINDS
 
 # What the route reads besides the declared searchable fields.
 LISTING = ("processState", "waitingFor", "storefront", "pageSize", "continuationToken")

@@ -35,6 +35,7 @@ from azure.data.tables import TableEntity, UpdateMode
 from pydantic import ValidationError
 
 from engine import (
+    PARKED,
     AuditEntry,
     NotUnderstood,
     ProcessState,
@@ -80,7 +81,7 @@ _RETURNED = "returned"
 # Each shard's tally of the parked tasks, by what they wait for (a row of its own: parks and their returns
 # never contend with the history's tally).
 WAITING_TALLY = _WAITING_TALLY = "count|waiting"
-PARKED_KINDS = ("timer", "approval")
+PARKED_KINDS = PARKED  # the tallies of parked orders, one per kind that parks
 # The calendar of parked tasks: one partition of the history table, ``<time the wait ends>|<id>`` per task,
 # and its cursor (when the calendar is to be read next).
 CALENDAR = "calendar"
