@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from . import metrics, telemetry, tracing, transitions
+from . import lifecycle, metrics, telemetry, tracing, transitions
 from .breaker import BreakerRecord
 from .decisions import Outcome
 from .errors import ConcurrencyError, NotUnderstood
 from .outbox import alert_raised, carry_out
 from .parts import EngineParts
-from .state import ProcessState, StepStatus, TaskRecord
-from .waits import APPROVAL, PARKED
+from .state import ProcessState, TaskRecord
+from .waits import APPROVAL
 
 log = logging.getLogger("engine.supervisor")
 
@@ -56,52 +56,6 @@ class SweepReport:
             self.released += 1
         elif outcome is Outcome.DEADLINE:
             self.deadlines += 1
-
-
-def _parks(record: TaskRecord, now: datetime, horizon: float) -> bool:
-    """Whether a task within its time waits long enough to be parked: for a timer or an approval (a
-    callback's wait is a step's CompleteBy, short) that ends (its time, its deadline) more than two horizons
-    from now, so it is parked well before the calendar's reading that brings it back."""
-    state = record.state
-    ends = state.wait_until or state.complete_by
-    return (
-        horizon > 0
-        and state.process_state is ProcessState.WAITING
-        and state.waiting_for in PARKED
-        and ends is not None
-        and ends > now + timedelta(seconds=2 * horizon)
-    )
-
-
-def _latest_due(record: TaskRecord, now: datetime) -> datetime:
-    """The latest CompleteBy of the task, or of any of its steps in flight, that has passed by ``now``: when
-    the latest timeout the Supervisor is about to judge happened."""
-    times = [record.state.complete_by] if record.state.complete_by is not None else []
-    times += [
-        step.complete_by
-        for step in record.steps
-        if step.status in (StepStatus.RUNNING, StepStatus.WAITING, StepStatus.COMPENSATING)
-        and step.complete_by is not None
-        and step.complete_by <= now
-    ]
-    return max(times, default=now)
-
-
-def _alert_owed_by(record: TaskRecord, seconds: float) -> datetime:
-    """When the Supervisor raises a task's pending Error alert itself: ``seconds`` (a step's budget) after
-    the task entered Error, by when the process that put it there has raised it and recorded so unless it
-    died (its last change, the move into Error, is ``UpdatedAt``)."""
-    return record.state.updated_at + timedelta(seconds=seconds)
-
-
-def _never_started(record: TaskRecord) -> bool:
-    """Pending with no step ever dispatched: what a submission leaves when its kick was not sent."""
-    state = record.state
-    return (
-        state.process_state is ProcessState.PENDING
-        and state.attempt == 0
-        and all(step.status is StepStatus.NOT_STARTED and step.attempts == 0 for step in record.steps)
-    )
 
 
 class Supervisor:
@@ -169,21 +123,19 @@ class Supervisor:
                 # A later release's task (reported by the store): left to an instance that reads it.
                 report.passed_over += 1
                 continue
-            if record is None or not record.state.process_state.in_flight or record.state.complete_by is None:
-                # Finished: moved to the history before it stops being watched, so a submission of the
-                # same id never finds it in neither place (see adapters.table_store).
-                if record is not None and record.state.process_state.finished and not record.archived:
+            look = lifecycle.watched(record, ctx.now, self.parts.clock.now, ctx.settings)
+            if isinstance(look, lifecycle.Settled):
+                if record is not None and look.archive:
                     if not await self._archive(record):
                         report.lost_races += 1
                         continue  # still watched: the next sweep tries again
                     report.archived += 1
-                if record is not None and record.state.alert_pending:
-                    owed_by = _alert_owed_by(record, ctx.settings.step_complete_by_seconds)
-                    if owed_by > ctx.now:
+                if record is not None and look.alert_owed_by is not None:
+                    if look.alert_owed_by > ctx.now:
                         # The process that entered Error raises the alert and records it just after its
                         # save: a sweep in between (another worker's) leaves it that process's, and looks
                         # again once it has had a step's budget, so only a death raises it twice.
-                        await store.rewatch(entry, owed_by)
+                        await store.rewatch(entry, look.alert_owed_by)
                         report.rewatched += 1
                         continue
                     report.alerted += 1
@@ -193,25 +145,22 @@ class Supervisor:
                 await store.unwatch(entry)  # no longer in flight: stop watching it
                 report.unwatched += 1
                 continue
-            if record.state.complete_by > ctx.now:
-                # Still within its time: parked if it waits long, else looked at again then.
-                # Judged at the clock's time now, not the sweep's start: a slow sweep would park a wait
-                # that ends before it is done (found by the simulation: parked past its deadline).
-                parks = _parks(record, self.parts.clock.now(), horizon)
-                if parks and await store.park(record, entry):
+            assert record is not None  # only a settled order may be gone
+            if isinstance(look, lifecycle.InTime):
+                if look.park and await store.park(record, entry):
                     report.parked += 1
                     continue
-                if record.parked and not parks:
+                if look.bring_back:
                     try:
                         await store.save(record)  # due soon and still parked: back to the live records
                     except ConcurrencyError:
                         report.lost_races += 1
                         continue
-                await store.rewatch(entry, record.state.complete_by)
+                await store.rewatch(entry, look.until)
                 report.rewatched += 1
                 continue
             report.expired += 1
-            if _never_started(record):
+            if look.never_started:
                 # A task nothing was sent about yet may be a submission's leftover: asked before it starts.
                 try:
                     if await store.take_back(record):
@@ -224,7 +173,7 @@ class Supervisor:
             before = record.state.process_state
             asked = [step.retry_at for step in record.steps]
             overdue = before is ProcessState.WAITING and record.state.waiting_for == APPROVAL
-            if breakers is None or breakers_read < _latest_due(record, self.parts.clock.now()):
+            if breakers is None or breakers_read < lifecycle.latest_due(record, self.parts.clock.now()):
                 # Read again when the reading is older than the timeout about to be judged: a slow sweep
                 # would judge it by a breaker closed before the step timed out, and count what the open
                 # breaker explains (simulation, finding 21).
