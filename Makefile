@@ -16,7 +16,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 install: $(STAMP) node_modules/.installed
 
 # The message classes the devhost sends azure-functions-runtime, generated from the repository's .proto.
-PROTO_DIR := src/devhost/protos
+PROTO_DIR := tools/devhost/protos
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml .python-version $(PROTO_DIR)/function_rpc.proto
 	@# A .venv of another Python (an older checkout's) is made anew, not patched.
@@ -39,8 +39,8 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench function_app.py infra
-	$(BIN)/ruff format --check src tests bench function_app.py infra
+	$(BIN)/ruff check src tools tests bench function_app.py infra
+	$(BIN)/ruff format --check src tools tests bench function_app.py infra
 	$(BIN)/mypy  # settings (files, the pydantic plugin) in pyproject.toml
 
 # Every module call and resource in infra/ against the pinned contract of the version it names

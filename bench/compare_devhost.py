@@ -35,6 +35,8 @@ from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
+from devhost.releases import package_path, protos_folder
+
 ROOT = Path(__file__).resolve().parents[1]
 # A measure's name, whether higher is better, and how to take it on one side.
 Measure = tuple[str, bool, Callable[["Side"], float]]
@@ -60,7 +62,7 @@ class Side:
 
     def run(self, *args: str) -> str:
         """Run ``python ARGS`` in this tree; its stdout (raises with the output if it fails)."""
-        env = {**os.environ, "PYTHONPATH": str(self.root / "src"), "COLUMNS": "200"}
+        env = {**os.environ, "PYTHONPATH": package_path(self.root), "COLUMNS": "200"}
         result = subprocess.run(
             [str(self.python), *args], cwd=self.root, env=env, capture_output=True, text=True, check=False
         )
@@ -145,7 +147,7 @@ def base_venv(tree: Path, venv: Path, python: str) -> Path:
 def generate_protos(tree: Path, python: Path) -> None:
     """The message classes the base's devhost imports, made from its .proto as ``make install`` does (a
     revision from before azure-functions-runtime has none)."""
-    protos = tree / "src" / "devhost" / "protos"
+    protos = tree / protos_folder(tree)
     if (protos / "function_rpc.proto").exists():
         subprocess.run(
             [

@@ -30,16 +30,20 @@ LINE = re.compile(r"^(?P<label>.+?)\s+(?P<count>\d+) msgs\s+(?P<seconds>[\d.]+) 
 
 
 def extract(ref: str, into: Path) -> Path:
-    """Write ``src/servicebus_emulator`` as it is at ``ref`` under ``into``; return the ``src`` directory."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", ref, "src/servicebus_emulator"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
+    """Write the emulator as it is at ``ref`` under ``into``; return the folder that holds its package
+    (``tools``, or ``src`` before the tools had a folder of their own)."""
+    for folder in ("tools", "src"):
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", ref, f"{folder}/servicebus_emulator"],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
+        if archive.returncode == 0:
+            with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+                tar.extractall(into, filter="data")
+            return into / folder
+    raise SystemExit(f"{ref} holds no servicebus_emulator")
 
 
 def run_bench(src: Path, messages: int) -> dict[str, float]:
@@ -74,7 +78,7 @@ def main() -> int:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="emulator-base-") as tmp:
-        sides = {"base": extract(args.base, Path(tmp)), "this tree": ROOT / "src"}
+        sides = {"base": extract(args.base, Path(tmp)), "this tree": ROOT / "tools"}
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for round_number in range(1, args.rounds + 1):
             order = list(sides.items())

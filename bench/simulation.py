@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tools")]
 
 from simulation.run import Simulation  # noqa: E402
 from simulation.seeds import FIXED_MAX_ORDERS, FIXED_SEEDS  # noqa: E402
@@ -35,7 +35,7 @@ _PARTS = (
     ("pydantic", "pydantic (records, messages, JSON)"),
     ("tenacity", "tenacity (the Agents' retries)"),
     ("/asyncio/", "asyncio (tasks, futures, timers)"),
-    ("/src/simulation/", "simulation: "),
+    ("/tools/simulation/", "simulation: "),
     ("/src/adapters/", "adapters (state store, breakers, sender)"),
     ("/azure/", "azure SDKs (entities, messages, errors)"),
 )

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-CHECKED = [README, *DOCS, ROOT / "src" / "servicebus_emulator" / "README.md"]
+CHECKED = [README, *DOCS, ROOT / "tools" / "servicebus_emulator" / "README.md"]
 README_MAX_LINES = 300
 AUDIENCES = {"architecture.md", "operating.md", "deploying.md", "performance.md", "local-stack.md"}
 

@@ -10,9 +10,18 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-OURS = {"engine", "adapters", "orders", "devhost", "simulators", "simulation", "servicebus_emulator"}
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+TOOLS = ROOT / "tools"
+# src/ is what is deployed (function_app.py's packages); tools/ the local runtime and the tools.
+DEPLOYED = {"engine", "adapters", "orders", "simulators"}
+WORKSHOP = {"devhost", "simulation", "servicebus_emulator", "bicep_contracts", "smoke"}
+OURS = DEPLOYED | WORKSHOP
 ALLOWED = {"engine": {"engine"}, "adapters": {"engine", "adapters"}}
+
+
+def folder(package: str) -> Path:
+    return (SRC if package in DEPLOYED else TOOLS) / package
 
 
 def imported(path: Path) -> set[str]:
@@ -30,7 +39,7 @@ def imported(path: Path) -> set[str]:
 def test_a_layer_imports_only_those_below_it(layer: str) -> None:
     wrong = {
         str(path.relative_to(SRC)): sorted(found - ALLOWED[layer])
-        for path in sorted((SRC / layer).rglob("*.py"))
+        for path in sorted(folder(layer).rglob("*.py"))
         if (found := imported(path)) - ALLOWED[layer]
     }
     assert wrong == {}, f"{layer} imports what it must not: {wrong}"
@@ -40,14 +49,13 @@ def test_a_layer_imports_only_those_below_it(layer: str) -> None:
 # from there, by the names it lists. The workshop that plants bugs in the engine's parts (the simulation,
 # the benchmarks) and the tests may reach into its modules.
 FACE_HELD = ("orders", "adapters", "devhost", "simulators", "servicebus_emulator")
-ROOT = SRC.parent
 
 
 def _outside_uses() -> dict[str, list[str]]:
     """Each module held to the face, with what it takes from the engine other than through it."""
     import engine
 
-    paths = [path for layer in FACE_HELD for path in sorted((SRC / layer).rglob("*.py"))]
+    paths = [path for layer in FACE_HELD for path in sorted(folder(layer).rglob("*.py"))]
     found: dict[str, list[str]] = {}
     for path in [*paths, ROOT / "function_app.py"]:
         wrong: list[str] = []
@@ -79,7 +87,7 @@ def test_the_face_names_what_it_holds_and_nothing_it_does_not() -> None:
     # Every name listed is used outside the engine: the face is no wider than what is used.
     used: set[str] = set()
     for path in [
-        *(p for layer in OURS - {"engine"} for p in (SRC / layer).rglob("*.py")),
+        *(p for layer in OURS - {"engine"} for p in folder(layer).rglob("*.py")),
         ROOT / "function_app.py",
     ]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -121,3 +129,17 @@ def test_the_engine_s_modules_never_import_its_face_nor_form_a_circle() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
+
+
+def test_src_holds_what_is_deployed_and_nothing_deployed_imports_the_workshop() -> None:
+    """The layout shows the architecture: src/ is the deployed app's packages (.funcignore keeps tools/
+    out), and none of them, nor function_app.py, imports a package of tools/."""
+    assert {path.name for path in SRC.iterdir() if (path / "__init__.py").is_file()} == DEPLOYED
+    assert {path.name for path in TOOLS.iterdir() if (path / "__init__.py").is_file()} == WORKSHOP
+    deployed = [p for package in sorted(DEPLOYED) for p in sorted(folder(package).rglob("*.py"))]
+    wrong = {
+        str(path.relative_to(ROOT)): sorted(found & WORKSHOP)
+        for path in [*deployed, ROOT / "function_app.py"]
+        if (found := imported(path)) & WORKSHOP
+    }
+    assert wrong == {}, f"deployed code imports the local runtime or the tools: {wrong}"

@@ -1,5 +1,5 @@
 # azd `postdeploy` hook on Windows (azure.yaml): the same check as postdeploy.sh. A few orders must
-# reach Processed through the public API of the app just deployed (src/smoke, `orders-smoke`).
+# reach Processed through the public API of the app just deployed (tools/smoke, `orders-smoke`).
 #
 # azd hands the environment's values to hooks as variables: the outputs of infra/main.bicep
 # (SERVICE_API_URI, AZURE_RESOURCE_GROUP, AZURE_FUNCTION_APP_NAME) and whatever `azd env set` stored.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# azd `postdeploy` hook (azure.yaml): checks the app just deployed with the smoke test (src/smoke,
+# azd `postdeploy` hook (azure.yaml): checks the app just deployed with the smoke test (tools/smoke,
 # `orders-smoke`): a few orders must reach Processed through the public API.
 #
 # azd hands the environment's values to hooks as variables: the outputs of infra/main.bicep

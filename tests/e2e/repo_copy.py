@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devhost import launch
+from devhost.releases import package_path, protos_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ class RepoCopy:
                 shutil.copy2(source, target)
         (dest / "node_modules").symlink_to(ROOT / "node_modules", target_is_directory=True)
         # What `make install` generates (ignored by git) belongs to the installed checkout: copied too.
-        for generated in (ROOT / "src" / "devhost" / "protos").glob("*_pb2.py"):
+        for generated in (ROOT / protos_folder(ROOT)).glob("*_pb2.py"):
             shutil.copy2(generated, dest / generated.relative_to(ROOT))
         # A git work tree of its own with its files staged, as a team's checkout is: the tests that copy
         # the repository (git ls-files) can run in the copy too.
@@ -54,7 +55,7 @@ class RepoCopy:
 
     def env(self) -> dict[str, str]:
         """An environment in which Python imports the copy's packages before the installed checkout's."""
-        return {"PYTHONPATH": str(self.root / "src")}
+        return {"PYTHONPATH": package_path(self.root)}
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``python <args>`` in the copy, with its packages; raises with the output if it fails."""

@@ -87,7 +87,7 @@ def test_a_rollback_before_the_switch_finishes_what_this_release_started(
         stop_stack(stack)
     # The previous release's whole local stack on this one's data folder: its devhost, simulators (the
     # ledger this one wrote), emulator and workers.
-    rolled_back = start_stack(data_dir, workers=2, extra_env={"PYTHONPATH": str(previous / "src")})
+    rolled_back = start_stack(data_dir, workers=2, extra_env={"PYTHONPATH": releases.package_path(previous)})
     assert "version" not in rolled_back.api.get("/api/health").json()  # 1.0.0 answers {"status": "ok"}
     try:
         lose_nothing(rolled_back, order_ids)

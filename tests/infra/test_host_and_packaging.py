@@ -80,10 +80,11 @@ def test_the_package_ships_the_app_and_not_the_local_runtime() -> None:
     ]
     kept_out = [
         "tests/infra/test_bicep.py",
-        "src/devhost/worker.py",
-        "src/servicebus_emulator/broker.py",
-        "src/bicep_contracts/check.py",
-        "src/smoke/cli.py",
+        "tools/devhost/worker.py",
+        "tools/servicebus_emulator/broker.py",
+        "tools/bicep_contracts/check.py",
+        "tools/simulation/run.py",
+        "tools/smoke/cli.py",
         ".venv/bin/python",
         ".venv-checkov/bin/checkov",
         "node_modules/azurite/package.json",

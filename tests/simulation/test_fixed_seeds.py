@@ -1,5 +1,5 @@
-"""The fixed seeds (src/simulation/seeds.py): every invariant holds on each (docs/simulation.md), and between
-them they exercise every construct the declared workflows use."""
+"""The fixed seeds (tools/simulation/seeds.py): every invariant holds on each (docs/simulation.md), and
+between them they exercise every construct the declared workflows use."""
 
 from __future__ import annotations
 

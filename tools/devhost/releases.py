@@ -6,6 +6,7 @@ Each release names the commit it was cut from; at a release, add it here."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -13,7 +14,21 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RELEASES = {"1.0.0": "ecd4d9d2b06ad7706f37fe2c65762b5766136b15"}
-PROTOS = "src/devhost/protos"
+# Where a checkout keeps its packages: src/ (what is deployed) and, since 1.1.0, tools/ (the local runtime
+# and the tools); 1.0.0 keeps both in src/.
+PACKAGE_FOLDERS = ("src", "tools")
+
+
+def package_path(root: Path) -> str:
+    """The PYTHONPATH that imports a checkout's own packages (its folders that exist)."""
+    return os.pathsep.join(str(root / name) for name in PACKAGE_FOLDERS if (root / name).is_dir())
+
+
+def protos_folder(root: Path) -> str:
+    """Where a checkout's devhost keeps its .proto and the classes generated from it."""
+    return next(
+        f"{name}/devhost/protos" for name in reversed(PACKAGE_FOLDERS) if (root / name / "devhost").is_dir()
+    )
 
 
 class ReleaseUnavailable(RuntimeError):
@@ -22,7 +37,7 @@ class ReleaseUnavailable(RuntimeError):
 
 def checkout(version: str, dest: Path) -> Path:
     """Release ``version``'s files from this repository's history in ``dest``, ready to run: its function
-    app, its packages under ``src/`` (its whole local stack with ``PYTHONPATH=<dest>/src``) and the message
+    app, its packages (its whole local stack with ``PYTHONPATH`` set to :func:`package_path`) and the message
     classes its devhost worker generates at install. Runs on this checkout's virtual environment and npm
     packages (a release's pins are the ones before it, or fewer)."""
     commit = RELEASES[version]
@@ -37,15 +52,16 @@ def checkout(version: str, dest: Path) -> Path:
     # Its local stack runs Azurite from npm: the packages this checkout installed (the same pins or newer).
     if (REPO_ROOT / "node_modules").is_dir() and not (dest / "node_modules").exists():
         (dest / "node_modules").symlink_to(REPO_ROOT / "node_modules", target_is_directory=True)
+    protos = protos_folder(dest)
     subprocess.run(
         [
             sys.executable,
             "-m",
             "grpc_tools.protoc",
             "-I",
-            PROTOS,
-            f"--python_out={PROTOS}",
-            f"{PROTOS}/function_rpc.proto",
+            protos,
+            f"--python_out={protos}",
+            f"{protos}/function_rpc.proto",
         ],
         cwd=dest,
         check=True,

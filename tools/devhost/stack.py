@@ -48,6 +48,7 @@ from servicebus_emulator import launcher as servicebus
 
 from . import azurite
 from .counts import SERVICEBUS_STATS
+from .releases import package_path
 from .timer_host import LOCKS_SETTING
 
 log = logging.getLogger("devhost")
@@ -301,8 +302,8 @@ class Stack:
         log.info("ready: http://127.0.0.1:%d/api (%d worker%s)", a.port, a.workers, "s" * (a.workers > 1))
 
     def _worker(self, n: int, app_dir: Path) -> Child:
-        """Function worker ``n`` on the app in ``app_dir``, importing that app's own packages first: its
-        ``src/`` and the devhost worker in it (another release's checkout runs its own code throughout)."""
+        """Function worker ``n`` on the app in ``app_dir``, importing that app's own packages first (its
+        ``src/`` and ``tools/``, the devhost worker too: another release's checkout runs its own code)."""
         a = self.args
         command = [
             sys.executable,
@@ -320,7 +321,7 @@ class Stack:
         if n == 1:
             command += ["--http-port", str(a.port)]
         env = self.worker_environment()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(app_dir / "src"), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_path(app_dir), env.get("PYTHONPATH")]))
         name = f"worker-{n}" + (" (beside)" if n > a.workers else "")
         return Child(name, command, self.log_dir / f"worker-{n}.log", env=env)
 

@@ -71,7 +71,7 @@ def capture(version: str, out: Path, run_seconds: float = 8.0) -> dict[str, int]
     with tempfile.TemporaryDirectory() as tmp:
         checkout = releases.checkout(version, Path(tmp) / "release")
         data_dir = Path(tmp) / "data"
-        env = {**os.environ, "PYTHONPATH": str(checkout / "src"), **SETTINGS}
+        env = {**os.environ, "PYTHONPATH": releases.package_path(checkout), **SETTINGS}
         with (Path(tmp) / "demo.out").open("wb") as log:
             demo = subprocess.Popen(
                 [sys.executable, "-m", "devhost.demo", *DEMO, "--data-dir", str(data_dir)],

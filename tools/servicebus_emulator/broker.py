@@ -1,6 +1,6 @@
 """The AMQP 1.0 side of the emulator: connections, links, transfers and settlement, on qpid-proton.
 
-It answers the azure-servicebus SDK the way Service Bus does (see ``src/servicebus_emulator/README.md``):
+It answers the azure-servicebus SDK the way Service Bus does (see ``tools/servicebus_emulator/README.md``):
 SASL ANONYMOUS, claims-based security on ``$cbs`` (any token is accepted), queue links at
 ``amqps://host:port/<queue>`` and ``<queue>/$DeadLetterQueue``, a ``$management`` node per queue,
 lock tokens as delivery tags, and a settled disposition with the same outcome for every settlement.
