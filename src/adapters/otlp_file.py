@@ -1,12 +1,14 @@
 """Spans and metrics as OTLP/JSON lines in local files, and readers for them (the devhost's telemetry).
 
 Each export appends one line: one OTLP export request (``ExportTraceServiceRequest`` or
-``ExportMetricsServiceRequest``) in the protobuf JSON mapping of OTLP: ids as lowercase hex, times and
-64-bit integers as decimal strings. Several processes append to the same file, so a line is written with a
-single ``os.write`` on a descriptor opened with ``O_APPEND``: the kernel places each write whole at the
-end, and lines of different processes never interleave. Metrics are cumulative, so each process's latest
-point of a series holds that process's total; :func:`metric_totals` adds them up over processes, told
-apart by the resource attribute ``service.instance.id``.
+``ExportMetricsServiceRequest``) in OTLP/JSON, encoded by the OpenTelemetry SDK's own OTLP encoders
+(opentelemetry-exporter-otlp-proto-common) and protobuf's JSON mapping: ids as lowercase hex, enums as
+numbers, times and 64-bit integers as decimal strings, fields at their default value left out (the readers
+take a missing field as its default, as OTLP/JSON's receivers must). Several processes append to the same
+file, so a line is written with a single ``os.write`` on a descriptor opened with ``O_APPEND``: the kernel
+places each write whole at the end, and lines of different processes never interleave. Metrics are
+cumulative, so each process's latest point of a series holds that process's total; :func:`metric_totals`
+adds them up over processes, told apart by the resource attribute ``service.instance.id``.
 
 A reader may see the last line while it is being written: the readers skip a torn last line.
 """
@@ -23,6 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from opentelemetry.exporter.otlp.proto.common import metrics_encoder, trace_encoder
 from opentelemetry.sdk.metrics import (
     Counter,
     Histogram,
@@ -34,24 +39,12 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    ExponentialHistogram,
-    ExponentialHistogramDataPoint,
-    Gauge,
-    HistogramDataPoint,
-    Metric,
     MetricExporter,
     MetricExportResult,
     MetricsData,
-    NumberDataPoint,
-    Sum,
 )
-from opentelemetry.sdk.metrics.export import Histogram as HistogramData
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, StatusCode
-from opentelemetry.util.types import Attributes
 
 log = logging.getLogger("adapters.otlp_file")
 
@@ -70,14 +63,7 @@ SpanKindName = Literal["internal", "server", "client", "producer", "consumer"]
 StatusName = Literal["unset", "ok", "error"]
 MetricKind = Literal["sum", "gauge", "histogram", "exponential_histogram"]
 
-# OTLP's SpanKind numbers: the SDK's enum starts at 0 (INTERNAL), OTLP's at 1 (0 is UNSPECIFIED).
-_KIND_NUMBERS: dict[SpanKind, int] = {
-    SpanKind.INTERNAL: 1,
-    SpanKind.SERVER: 2,
-    SpanKind.CLIENT: 3,
-    SpanKind.PRODUCER: 4,
-    SpanKind.CONSUMER: 5,
-}
+# OTLP's SpanKind numbers (0 is UNSPECIFIED) and status codes.
 _KIND_NAMES: dict[int, SpanKindName] = {
     1: "internal",
     2: "server",
@@ -85,7 +71,6 @@ _KIND_NAMES: dict[int, SpanKindName] = {
     4: "producer",
     5: "consumer",
 }
-_STATUS_NUMBERS: dict[StatusCode, int] = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _STATUS_NAMES: dict[int, StatusName] = {0: "unset", 1: "ok", 2: "error"}
 _DELTA = 1  # OTLP's AggregationTemporality DELTA (2 is CUMULATIVE)
 
@@ -221,239 +206,51 @@ class JsonLinesMetricExporter(MetricExporter):
 
 
 # ---- OTLP/JSON encoding ----------------------------------------------------------------------------
+# The SDK's own encoders make the protobuf messages; protobuf's JSON mapping writes them with OTLP/JSON's
+# rules (the OTLP specification, "JSON Protobuf Encoding"): fields in lowerCamelCase, enums as numbers,
+# 64-bit integers as decimal strings, NaN and infinities spelled out, fields at their default value left
+# out; and trace and span ids, which the mapping would write in base64, as lowercase hex.
+_IDS = frozenset({"traceId", "spanId", "parentSpanId"})  # of spans, links and exemplars
+
+
 def encode_spans(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """``spans`` as an OTLP/JSON ``ExportTraceServiceRequest``, grouped by resource and scope."""
-    # Keyed by identity: a provider hands every span the same Resource object.
-    by_resource: dict[int, tuple[Resource, dict[tuple[str, str | None, str | None], list[ReadableSpan]]]] = {}
-    scopes: dict[tuple[str, str | None, str | None], InstrumentationScope | None] = {}
-    for span in spans:
-        scope = span.instrumentation_scope
-        scope_key = (scope.name, scope.version, scope.schema_url) if scope else ("", None, None)
-        scopes.setdefault(scope_key, scope)
-        _, groups = by_resource.setdefault(id(span.resource), (span.resource, {}))
-        groups.setdefault(scope_key, []).append(span)
-    return {
-        "resourceSpans": [
-            {
-                "resource": _encode_resource(resource),
-                "scopeSpans": [
-                    {"scope": _encode_scope(scopes[key]), "spans": [_encode_span(s) for s in group]}
-                    for key, group in groups.items()
-                ],
-                **_schema(resource.schema_url),
-            }
-            for resource, groups in by_resource.values()
-        ]
-    }
+    return _otlp_json(trace_encoder.encode_spans(spans))
 
 
 def encode_metrics(metrics_data: MetricsData) -> dict[str, Any]:
     """``metrics_data`` as an OTLP/JSON ``ExportMetricsServiceRequest`` (empty scopes left out)."""
+    document = _otlp_json(metrics_encoder.encode_metrics(metrics_data))
     resource_metrics = []
-    for rm in metrics_data.resource_metrics:
-        scope_metrics = [
-            {
-                "scope": _encode_scope(sm.scope),
-                "metrics": [_encode_metric(m) for m in sm.metrics],
-                **_schema(sm.schema_url),
-            }
-            for sm in rm.scope_metrics
-            if sm.metrics
-        ]
-        if scope_metrics:
-            resource_metrics.append(
-                {
-                    "resource": _encode_resource(rm.resource),
-                    "scopeMetrics": scope_metrics,
-                    **_schema(rm.schema_url),
-                }
-            )
+    for rm in document.get("resourceMetrics", []):
+        rm["scopeMetrics"] = [sm for sm in rm.get("scopeMetrics", []) if sm.get("metrics")]
+        for sm in rm["scopeMetrics"]:
+            for metric in sm["metrics"]:
+                for kind in ("histogram", "exponentialHistogram"):
+                    for point in metric.get(kind, {}).get("dataPoints", []):
+                        # An empty histogram's min and max are the SDK's +/-inf placeholders, not
+                        # measurements.
+                        if not int(point.get("count", 0)):
+                            point.pop("min", None)
+                            point.pop("max", None)
+        if rm["scopeMetrics"]:
+            resource_metrics.append(rm)
     return {"resourceMetrics": resource_metrics}
 
 
-def _schema(url: str | None) -> dict[str, str]:
-    return {"schemaUrl": url} if url else {}
+def _otlp_json(message: Message) -> dict[str, Any]:
+    return _hex_ids(MessageToDict(message, use_integers_for_enums=True))
 
 
-def _encode_resource(resource: Resource) -> dict[str, Any]:
-    return {"attributes": _encode_attributes(resource.attributes)}
-
-
-def _encode_scope(scope: InstrumentationScope | None) -> dict[str, Any]:
-    if scope is None:
-        return {"name": ""}
-    encoded: dict[str, Any] = {"name": scope.name}
-    if scope.version:
-        encoded["version"] = scope.version
-    if scope.attributes:
-        encoded["attributes"] = _encode_attributes(scope.attributes)
-    return encoded
-
-
-def _encode_span(span: ReadableSpan) -> dict[str, Any]:
-    context = span.context
-    encoded: dict[str, Any] = {
-        "traceId": f"{context.trace_id:032x}",
-        "spanId": f"{context.span_id:016x}",
-    }
-    if span.parent is not None and span.parent.is_valid:
-        encoded["parentSpanId"] = f"{span.parent.span_id:016x}"
-    encoded.update(
-        {
-            "name": span.name,
-            "kind": _KIND_NUMBERS.get(span.kind, 0),
-            "startTimeUnixNano": str(span.start_time or 0),
-            "endTimeUnixNano": str(span.end_time or 0),
-            "attributes": _encode_attributes(span.attributes),
-        }
-    )
-    if span.events:
-        encoded["events"] = [
-            {
-                "timeUnixNano": str(event.timestamp),
-                "name": event.name,
-                "attributes": _encode_attributes(event.attributes),
-            }
-            for event in span.events
-        ]
-    if span.links:
-        encoded["links"] = [
-            {
-                "traceId": f"{link.context.trace_id:032x}",
-                "spanId": f"{link.context.span_id:016x}",
-                "attributes": _encode_attributes(link.attributes),
-            }
-            for link in span.links
-        ]
-    status: dict[str, Any] = {"code": _STATUS_NUMBERS.get(span.status.status_code, 0)}
-    if span.status.description:
-        status["message"] = span.status.description
-    encoded["status"] = status
-    return encoded
-
-
-def _encode_metric(metric: Metric) -> dict[str, Any]:
-    encoded: dict[str, Any] = {"name": metric.name}
-    if metric.description:
-        encoded["description"] = metric.description
-    encoded["unit"] = metric.unit or ""
-    data = metric.data
-    if isinstance(data, Sum):
-        encoded["sum"] = {
-            "dataPoints": [_encode_number_point(p) for p in data.data_points],
-            "aggregationTemporality": int(data.aggregation_temporality.value),
-            "isMonotonic": data.is_monotonic,
-        }
-    elif isinstance(data, Gauge):
-        encoded["gauge"] = {"dataPoints": [_encode_number_point(p) for p in data.data_points]}
-    elif isinstance(data, HistogramData):
-        encoded["histogram"] = {
-            "dataPoints": [_encode_histogram_point(p) for p in data.data_points],
-            "aggregationTemporality": int(data.aggregation_temporality.value),
-        }
-    elif isinstance(data, ExponentialHistogram):
-        encoded["exponentialHistogram"] = {
-            "dataPoints": [_encode_exponential_point(p) for p in data.data_points],
-            "aggregationTemporality": int(data.aggregation_temporality.value),
-        }
-    else:  # a data type OTLP may add later: its name and unit still say it exists
-        log.debug("metric %s: unknown data type %s left out", metric.name, type(data).__name__)
-    return encoded
-
-
-def _point_times(start: int | None, time: int) -> dict[str, str]:
-    times = {"timeUnixNano": str(time)}
-    if start:
-        times["startTimeUnixNano"] = str(start)
-    return times
-
-
-def _encode_number_point(point: NumberDataPoint) -> dict[str, Any]:
-    value = point.value
-    number: dict[str, Any] = (
-        {"asInt": str(value)}
-        if isinstance(value, int) and not isinstance(value, bool)
-        else {"asDouble": _double(value)}
-    )
-    return {
-        "attributes": _encode_attributes(point.attributes),
-        **_point_times(point.start_time_unix_nano, point.time_unix_nano),
-        **number,
-    }
-
-
-def _encode_histogram_point(point: HistogramDataPoint) -> dict[str, Any]:
-    encoded: dict[str, Any] = {
-        "attributes": _encode_attributes(point.attributes),
-        **_point_times(point.start_time_unix_nano, point.time_unix_nano),
-        "count": str(point.count),
-        "sum": _double(point.sum),
-        "bucketCounts": [str(c) for c in point.bucket_counts],
-        "explicitBounds": [_double(b) for b in point.explicit_bounds],
-    }
-    # An empty histogram's min and max are the SDK's +/-inf placeholders, not measurements.
-    if point.count:
-        encoded["min"] = _double(point.min)
-        encoded["max"] = _double(point.max)
-    return encoded
-
-
-def _encode_exponential_point(point: ExponentialHistogramDataPoint) -> dict[str, Any]:
-    encoded: dict[str, Any] = {
-        "attributes": _encode_attributes(point.attributes),
-        **_point_times(point.start_time_unix_nano, point.time_unix_nano),
-        "count": str(point.count),
-        "sum": _double(point.sum),
-        "scale": point.scale,
-        "zeroCount": str(point.zero_count),
-        "positive": {
-            "offset": point.positive.offset,
-            "bucketCounts": [str(c) for c in point.positive.bucket_counts],
-        },
-        "negative": {
-            "offset": point.negative.offset,
-            "bucketCounts": [str(c) for c in point.negative.bucket_counts],
-        },
-    }
-    if point.flags:
-        encoded["flags"] = point.flags
-    if point.count:
-        encoded["min"] = _double(point.min)
-        encoded["max"] = _double(point.max)
-    return encoded
-
-
-def _double(value: float) -> float | str:
-    """A double as OTLP/JSON writes it: JSON has no NaN or infinities, the mapping spells them out."""
-    value = float(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
+def _hex_ids[T](value: T) -> T:
+    """``value`` with every id in it (bytes in base64, as the protobuf JSON mapping writes them) in hex."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            value[key] = base64.b64decode(item).hex() if key in _IDS else _hex_ids(item)
+    elif isinstance(value, list):
+        for item in value:
+            _hex_ids(item)
     return value
-
-
-def _encode_attributes(attributes: Attributes | Mapping[str, Any]) -> list[dict[str, Any]]:
-    if not attributes:
-        return []
-    return [{"key": key, "value": _encode_value(value)} for key, value in attributes.items()]
-
-
-def _encode_value(value: object) -> dict[str, Any]:
-    # bool before int: bool is an int subclass.
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": _double(value)}
-    if isinstance(value, str):
-        return {"stringValue": value}
-    if isinstance(value, bytes):
-        return {"bytesValue": base64.b64encode(value).decode()}
-    if isinstance(value, Sequence):
-        return {"arrayValue": {"values": [_encode_value(v) for v in value]}}
-    return {"stringValue": str(value)}
 
 
 # ---- reading ---------------------------------------------------------------------------------------

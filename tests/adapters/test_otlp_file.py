@@ -136,13 +136,14 @@ def test_each_export_is_one_otlp_json_line(tmp_path: Path) -> None:
     assert attributes["step.compensating"] == {"boolValue": False}
     assert attributes["ratio"] == {"doubleValue": 0.25}
     assert attributes["counts"] == {"arrayValue": {"values": [{"intValue": "1"}, {"intValue": "2"}]}}
-    assert submit["status"] == {"code": 0}
+    assert submit["status"] == {}  # code 0 (unset) is the default: OTLP/JSON leaves it out
     assert http["status"] == {"code": 2, "message": "HTTP 503"}
     assert http["links"] == [
         {
             "traceId": f"{sweep.get_span_context().trace_id:032x}",
             "spanId": f"{sweep.get_span_context().span_id:016x}",
             "attributes": [{"key": "link.reason", "value": {"stringValue": "recovery"}}],
+            "flags": 0x100,  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: the sweep's context is a local one
         }
     ]
 
