@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from engine import operator_actions
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -42,9 +46,27 @@ def _sha256(text: str) -> str:
 ACTS, APPROVES, READS = "on", "approve", "off"
 
 
+# What the page needs of each operator action (engine.operator_actions): where it is posted and what it
+# asks the person for; the page keeps only its buttons' words.
+OPERATOR_ACTIONS = html.escape(
+    json.dumps(
+        {
+            action.name: {
+                "onStep": action.on_step,
+                "seconds": action.takes_seconds,
+                "note": action.note_required,
+            }
+            for action in operator_actions.ACTIONS
+        },
+        separators=(",", ":"),
+    )
+)
+
+
 def _build(actions: str) -> Page:
     template = (STATIC / "console.html").read_text(encoding="utf-8")
-    template = template.replace("<body>", f'<body data-actions="{actions}">', 1)
+    body = f'<body data-actions="{actions}" data-operator-actions="{OPERATOR_ACTIONS}">'
+    template = template.replace("<body>", body, 1)
     style = (STATIC / "console.css").read_text(encoding="utf-8")
     script = (STATIC / "console.js").read_text(encoding="utf-8")
     html = template.replace("{{style}}", style).replace("{{script}}", script)

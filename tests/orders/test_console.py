@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from html.parser import HTMLParser
 
+from engine import operator_actions
 from orders import console, openapi
 
 
@@ -45,10 +47,13 @@ class Marked(HTMLParser):
         super().__init__()
         self.inside: set[str] = set()
         self.columns = 0
+        self.body_attrs: dict[str, str | None] = {}
         self._stack: list[tuple[str, bool]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
+        if tag == "body":
+            self.body_attrs = found
         marked = "data-acts" in found or any(m for _, m in self._stack)
         if marked and found.get("id"):
             self.inside.add(str(found["id"]))
@@ -136,7 +141,7 @@ def test_the_script_sends_no_key_and_reads_none_from_the_address() -> None:
 
 def test_a_reader_gets_the_page_without_action_controls_and_its_own_etag() -> None:
     operator, reader = console.console({}, can_act=True), console.console({}, can_act=False)
-    assert b'<body data-actions="on">' in operator.body and b'<body data-actions="off">' in reader.body
+    assert b'<body data-actions="on" ' in operator.body and b'<body data-actions="off" ' in reader.body
     assert operator.headers["ETag"] != reader.headers["ETag"]
     # Same script and style in both: the policy's hashes hold for either page.
     assert operator.headers["Content-Security-Policy"] == reader.headers["Content-Security-Policy"]
@@ -202,3 +207,17 @@ def test_a_left_out_step_has_a_look_of_its_own() -> None:
     # Each step's row carries its state, so a left-out row can be told apart as a whole.
     assert any("tr.step-LeftOut" in selector for selectors, _ in found for selector in selectors)
     assert "`step-${step.state}`" in parts().inline["script"][0]
+
+
+def test_the_page_takes_each_operator_action_s_shape_from_the_engine_s_table() -> None:
+    """Where an action is posted and whether it asks for seconds or a note come from
+    engine.operator_actions, not from the script."""
+    marked = Marked()
+    marked.feed(console.console({}, can_act=True).body.decode())
+    declared = json.loads(marked.body_attrs["data-operator-actions"] or "")
+    assert declared == {
+        a.name: {"onStep": a.on_step, "seconds": a.takes_seconds, "note": a.note_required}
+        for a in operator_actions.ACTIONS
+    }
+    script = parts().inline["script"][0]
+    assert 'verb === "extend"' not in script and 'verb === "skip"' not in script

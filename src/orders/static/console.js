@@ -8,6 +8,8 @@
 (() => {
   const CAN_ACT = document.body.dataset.actions === "on";
   const CAN_APPROVE = CAN_ACT || document.body.dataset.actions === "approve";
+  // Each operator action as the server declares it: on a step or on the order, what it asks for.
+  const ACTIONS = JSON.parse(document.body.dataset.operatorActions);
   const BASE = location.pathname.replace(/[^/]*$/, ""); // the page is /api/console: calls go to /api/...
   const REFRESH_MS = 4000;
   const SLOW_EVERY = 4; // counts and dead letters cost more to read: every fourth refresh
@@ -523,7 +525,7 @@
   function stepButton(step, verb, label) {
     return el("button", {
       type: "button", text: label, "aria-label": `${label} step ${step}`, "data-step": step, "data-action": verb,
-      onclick: guard(() => act(`steps/${enc(step)}/${verb}`, `${label} step ${step}`, verb)),
+      onclick: guard(() => act(verb, `${label} step ${step}`, step)),
     });
   }
 
@@ -537,12 +539,14 @@
     reject: "Reject it: the order is undone (every step that may have had an effect).",
   };
 
-  async function act(path, title, verb) {
+  async function act(verb, title, step) {
     if (!selected) return;
     const { order, etag } = selected;
+    const declared = ACTIONS[verb];
+    const path = declared.onStep ? `steps/${enc(step)}/${verb}` : verb;
     const answer = await confirmAction({
       title: `${title} of order ${order.orderId}?`, text: WHAT[verb],
-      seconds: verb === "extend", noteRequired: verb === "skip",
+      seconds: declared.seconds, noteRequired: declared.note,
     });
     if (!answer) {
       say("Nothing was changed.");
@@ -924,8 +928,8 @@
   $("refresh").addEventListener("click", () => { tick = 0; refresh(); });
   $("order-reload").addEventListener("click", guard(() => selected && openOrder(selected.order.orderId)));
   if (CAN_ACT) {
-    $("order-resubmit").addEventListener("click", guard(() => act("resubmit", "Resubmit", "resubmit")));
-    $("order-cancel").addEventListener("click", guard(() => act("cancel", "Cancel", "cancel")));
+    $("order-resubmit").addEventListener("click", guard(() => act("resubmit", "Resubmit")));
+    $("order-cancel").addEventListener("click", guard(() => act("cancel", "Cancel")));
   }
   $("open-order").addEventListener("submit", guard((event) => {
     event.preventDefault();
