@@ -5,6 +5,7 @@ work left to it under the policy, checked while the run settles and at its end."
 from __future__ import annotations
 
 from engine.state import Phase, StepStatus
+from engine.waits import APPROVAL
 
 from .core import OrderTruth
 from .supervisor import Supervisor
@@ -55,7 +56,7 @@ class Bounds(Supervisor):
             ends = [
                 (j - index + 1) + (j + 1)
                 for j in range(index, failing if failing is not None else last + 1)
-                if (wait := truth.waits[j]) is not None and wait.kind == "approval"
+                if (wait := truth.waits[j]) is not None and wait.kind == APPROVAL
             ]
             if ends:
                 steps, phases = range(last + 1), max(phases, *ends)

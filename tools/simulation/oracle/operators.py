@@ -6,6 +6,7 @@ action on the order took over (with the orders past their bound the run did not 
 from __future__ import annotations
 
 from engine.state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskState
+from engine.waits import CALLBACK, TIMER
 
 from ..loop import at_seconds
 from .bounds import Bounds
@@ -110,7 +111,7 @@ class Operators(Bounds):
             if old is None or new is None or abs(at_seconds(new) - at_seconds(old) - asked) > 1e-3:
                 return f"its CompleteBy went from {old} to {new}, not {asked:g} s later"
             if wait is not None:  # a later time or deadline, nothing re-sent
-                window = self.window if wait.kind == "timer" else 0.0
+                window = self.window if wait.kind == TIMER else 0.0
                 task_by = at_seconds(after.complete_by) if after.complete_by is not None else None
                 if (
                     task_by is None
@@ -130,7 +131,7 @@ class Operators(Bounds):
             if after.complete_by != new or became is not was or after.attempt != before.attempt:
                 return f"the task is {became.value}, attempt {after.attempt}, CompleteBy {after.complete_by}"
             if was is ProcessState.WAITING:  # a callback awaited: later, nothing re-sent (the service has it)
-                if after.wait_until != new or after.waiting_for != "callback":
+                if after.wait_until != new or after.waiting_for != CALLBACK:
                     return f"the task waits for {after.waiting_for} until {after.wait_until}"
                 self.count("callback waits extended")
                 return None

@@ -9,6 +9,7 @@ import heapq
 
 from engine.messages import ReplyOutcome
 from engine.state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskState
+from engine.waits import CALLBACK
 
 from ..loop import at_seconds
 from .core import ENGINE_ENTRIES, OrderTruth, _group_of, _wait_of
@@ -173,7 +174,7 @@ class Supervisor(Waits, Groups):
         ):
             self._group_expiries(truth, before, after, steps, audit, now)
             return
-        callback = before.process_state is ProcessState.WAITING and before.waiting_for == "callback"
+        callback = before.process_state is ProcessState.WAITING and before.waiting_for == CALLBACK
         if before.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING) and not callback:
             return
         if before.locked_by is None or before.complete_by is None or before.hold_end is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.messages import ReplyOutcome
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskState
+from engine.waits import APPROVAL, CALLBACK, TIMER
 
 from ..loop import at_seconds
 from ..services import Effect
@@ -58,7 +59,7 @@ class Waits(OracleCore):
             due = self._input_time(truth, wait.until or "")
             if due is None or abs(until - due) > TOLERANCE:
                 self.violation(order_id, f"the timer {name} waits until {until:.3f}, its input says {due}")
-        window = self.window if wait.kind == "timer" else 0.0
+        window = self.window if wait.kind == TIMER else 0.0
         complete_by = at_seconds(after.complete_by) if after.complete_by is not None else None
         if (
             after.process_state is not ProcessState.WAITING
@@ -102,7 +103,7 @@ class Waits(OracleCore):
                 return
             until = truth.until.get(i)
             if (
-                wait.kind == "timer"
+                wait.kind == TIMER
                 and i not in truth.skipped
                 and until is not None
                 and now < until - TOLERANCE
@@ -140,7 +141,7 @@ class Waits(OracleCore):
             return
         if new is StepStatus.COMPLETED and old is StepStatus.NOT_STARTED:  # its time had come: done at once
             due = self._input_time(truth, wait.until or "") if wait.seconds is None else None
-            if wait.kind != "timer":
+            if wait.kind != TIMER:
                 self.violation(
                     order_id, f"the approval {name} was Completed when its turn came: no one approved it"
                 )
@@ -173,7 +174,7 @@ class Waits(OracleCore):
                     f"{name} {how}, yet it became Completed: a rejected or expired approval never reaches "
                     f"the next step",
                 )
-            elif wait.kind == "approval":
+            elif wait.kind == APPROVAL:
                 if "approve" not in acts:
                     self.violation(order_id, f"the approval {name} became Completed, but no one approved it")
                     return
@@ -209,7 +210,7 @@ class Waits(OracleCore):
                 self.violation(order_id, f"{name} was cancelled while waiting, but says {step.last_error!r}")
         elif "reject" in acts:
             truth.closed[index] = ("was rejected", now)
-            if wait.kind != "approval":
+            if wait.kind != APPROVAL:
                 self.violation(
                     order_id, f"a reject ended the {wait.kind} {name}: only an approval is rejected"
                 )
@@ -219,7 +220,7 @@ class Waits(OracleCore):
                 self.count("approvals rejected from Error")
         elif acts:
             self.violation(order_id, f"the {wait.kind} {name} was Failed by an operator's {sorted(acts)}")
-        elif wait.kind != "approval" or wait.on_deadline != "compensate":
+        elif wait.kind != APPROVAL or wait.on_deadline != "compensate":
             self.violation(
                 order_id,
                 f"the {wait.kind} {name} was Failed with no one acting: only an approval's deadline (policy "
@@ -236,7 +237,7 @@ class Waits(OracleCore):
     def _deadline_error(self, truth: OrderTruth, index: int, wait: WaitTruth, now: float) -> None:
         """The Supervisor put a waiting order in Error: only an approval past its deadline, policy error."""
         name, until = truth.steps[index], truth.until.get(index)
-        if wait.kind != "approval" or wait.on_deadline != "error":
+        if wait.kind != APPROVAL or wait.on_deadline != "error":
             self.violation(
                 truth.order_id,
                 f"the Supervisor put the {wait.kind} {name} in Error: only an approval's deadline does, "
@@ -292,7 +293,7 @@ class Waits(OracleCore):
             self.count("steps of a group waiting for a callback")
         elif (
             after.process_state is not ProcessState.WAITING
-            or after.waiting_for != "callback"
+            or after.waiting_for != CALLBACK
             or after.wait_until != step.complete_by
             or after.complete_by != before.complete_by
             or step.complete_by != view.complete_by
@@ -332,7 +333,7 @@ class Waits(OracleCore):
             applies = after.process_state is ProcessState.COMPENSATING
         else:
             applies = after.process_state is ProcessState.PROCESSING or (
-                after.process_state is ProcessState.WAITING and after.waiting_for == "callback"
+                after.process_state is ProcessState.WAITING and after.waiting_for == CALLBACK
             )
         return ((index, back, after.attempt),), applies
 
