@@ -1,8 +1,8 @@
 """The liveness invariants: what must happen, and by when (see :mod:`simulation.oracle` for the list).
 
 The bounds are derived from the run's settings (:class:`Limits`); the oracle checks them while the run
-goes wherever a deadline makes that possible, and :func:`final` checks what is left once it has settled,
-from the oracle's records (never from the tables).
+goes wherever a deadline makes that possible, and :func:`simulation.oracle.settled_liveness` checks what is
+left once it has settled, from the oracle's records (never from the tables).
 """
 
 from __future__ import annotations
