@@ -143,3 +143,86 @@ def test_src_holds_what_is_deployed_and_nothing_deployed_imports_the_workshop() 
         if (found := imported(path)) & WORKSHOP
     }
     assert wrong == {}, f"deployed code imports the local runtime or the tools: {wrong}"
+
+
+def _runtime_imports(tree: ast.Module) -> list[ast.ImportFrom | ast.Import]:
+    """The imports a module runs: at its top, in its functions (a deferred import closes a circle all the
+    same, only later), not those under ``if TYPE_CHECKING:`` (annotations, never run)."""
+    found: list[ast.ImportFrom | ast.Import] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    walk_one(other)
+                continue
+            walk_one(child)
+
+    def walk_one(node: ast.AST) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        walk(node)
+
+    walk(tree)
+    return found
+
+
+def _simulation_graph() -> dict[str, set[str]]:
+    """The modules of tools/simulation (dotted under it: ``oracle.core``; a package by its own name), each
+    with the modules of it that it imports. Importing a module runs its packages' ``__init__`` first: an
+    import of ``oracle.core`` from outside the package also depends on ``oracle``."""
+    base = TOOLS / "simulation"
+    names: dict[str, Path] = {}
+    for path in sorted(base.rglob("*.py")):
+        parts = path.relative_to(base).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        names[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        own = {".".join(name.split(".")[:i]) for i in range(len(name.split(".")) + 1)}
+        deps: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("simulation.")]
+                targets = [t.removeprefix("simulation.") for t in targets]
+            elif node.level:
+                anchor = package.split(".") if package else []
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                module = ".".join([*anchor, *([node.module] if node.module else [])])
+                targets = [module, *(f"{module}.{a.name}".strip(".") for a in node.names)]
+            elif node.module == "simulation" or (node.module or "").startswith("simulation."):
+                module = node.module.removeprefix("simulation").strip(".")
+                targets = [module, *(f"{module}.{a.name}".strip(".") for a in node.names)]
+            else:
+                continue
+            for target in targets:
+                pieces = target.split(".")
+                for i in range(1, len(pieces) + 1):
+                    dep = ".".join(pieces[:i])
+                    if dep in names and dep not in own:
+                        deps.add(dep)
+        graph[name] = deps
+    return graph
+
+
+def test_the_simulation_s_modules_form_no_import_circle() -> None:
+    """No module of the simulation imports one that imports it back, directly or through others: the oracle,
+    the actors, the checks and the run each build on what is below them."""
+    graph = _simulation_graph()
+    state: dict[str, int] = {}
+    circles: list[str] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == [], f"import circles among tools/simulation's modules: {circles}"

@@ -38,15 +38,17 @@ from engine.tasks import Caller, TaskService
 from engine.workflow import WorkflowDefinition
 from orders.callbacks import Callbacks
 
-from .beside import THIS
 from .bus import Message
 from .oracle import OPERATOR_NOTE
-from .search import FIELD
 from .servicebus_client import SimServiceBusClient
 from .world import Crash, StoreUnavailable, Worker
 
 if TYPE_CHECKING:
     from .run import Simulation
+
+# the searchable field the simulated support staff search by (declared by every workflow; simulation.search)
+FIELD = "customerId"
+THIS = "current"  # the name the run's statistics give this release's processes (simulation.beside)
 
 
 @dataclass

@@ -36,17 +36,17 @@ from engine.workflow import WorkflowCatalog
 from orders.callbacks import Refused, Taken
 
 from . import previous
+from .actors import THIS, Host
 from .bus import Message
+from .profile import with_breakers
 from .servicebus_client import SimServiceBusClient
 from .tables import Change, Table
 
 if TYPE_CHECKING:
-    from .actors import Host
     from .run import Simulation
     from .storage import Requests
     from .world import Worker
 
-THIS = "current"  # the name the run's statistics give this release's processes
 # The span a function of each queue opens (as actors._SPANS: the host's, whichever release it runs).
 _SPANS = {queues.SCHEDULER_QUEUE: tracing.SCHEDULER_COMMAND, queues.REPLY_QUEUE: tracing.SCHEDULER_REPLY}
 
@@ -208,8 +208,6 @@ class Beside:
     def build_host(self, worker: Worker) -> Host:
         """The previous release's engine as its Function App builds it (its ``orders.runtime``), on the
         simulated ports: as 1.0.0's own simulation built it."""
-        from .actors import Host
-
         sim, release = self.sim, self.release
         store = release.table_store.TableStateStore(
             **sim.storage.store_arguments(sim.world, marks=sim.submit_as_app, search=sim.storefronts)
@@ -308,7 +306,5 @@ class Beside:
 
 
 def _with_profile(base: Any, sim: Simulation) -> Any:
-    """The release's catalog with the run's breaker settings, as :func:`simulation.run._catalog`."""
-    from .run import _catalog
-
-    return _catalog(cast(WorkflowCatalog, base), sim.profile)
+    """The release's catalog with the run's breaker settings, as :func:`simulation.profile.with_breakers`."""
+    return with_breakers(cast(WorkflowCatalog, base), sim.profile)

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine import tracing
 from engine.messages import CommandKind, SchedulerCommand, StatusEvent
-from engine.state import ProcessState, StepState, StepStatus, TaskState
+from engine.state import ProcessState, StepStatus, TaskState
 
-from . import liveness
-from .oracle import ENGINE_ENTRIES
-from .storage import CALENDAR
+from .oracle import ENGINE_ENTRIES, settled_ledger, settled_liveness, settled_parking, settled_traces
 from .tables import Row
 
 if TYPE_CHECKING:
@@ -77,51 +74,17 @@ def final(sim: Simulation) -> None:
             oracle.violation(order_id, "a terminal order is still held")
         if truth.alert_owed:
             oracle.violation(order_id, "entered Error, and no alert was raised")
-        _ledger(sim, order_id, final_name, where, row)
+        settled_ledger(oracle, sim.storage, sim.services.ledger, order_id, final_name, where, row)
         _audit(sim, order_id, where)
     _records(sim)
-    _parked(sim)
+    settled_parking(oracle, sim.storage)
     _messages(sim)
     if sim.searches is not None:
         sim.searches.final()
         _statuses(sim)
-    liveness.final(sim)
+    settled_liveness(oracle)
     _calls(sim, ends)
-    _traces(sim, ends)
-
-
-def _traces(sim: Simulation, ends: dict[str, tuple[str, TaskState | None, Row | None]]) -> None:
-    """One order, one trace: every span of an order's handling (the Scheduler's, the Agents' and their
-    calls', the Supervisor's recoveries, operators' actions, callbacks) is in the trace its submission
-    started and the order keeps; and every span's parent is a span of the run (no hop lost its context).
-    A submission's own span is left out: a second submission of the same order starts a trace of its own."""
-    oracle = sim.oracle
-    started = sim.spans.started
-    expected = {
-        order_id: tracing.trace_id(state.trace_parent)
-        for order_id, (_, state, _) in ends.items()
-        if state is not None
-    }
-    for span in sim.spans.spans:
-        attributes = span.attributes or {}
-        order_id = str(attributes.get(tracing.ORDER_ID, ""))
-        if span.parent is not None and span.parent.span_id not in started:
-            oracle.violation(order_id or "-", f"a {span.name} span's parent span was never started")
-        if not order_id or span.name == tracing.ORDER_SUBMIT or order_id not in expected:
-            continue
-        want = expected[order_id]
-        got = f"{span.context.trace_id:032x}"
-        if want is None:
-            oracle.violation(
-                order_id, f"the order keeps no trace context, and its {span.name} span is in {got}"
-            )
-        elif got != want:
-            step = attributes.get(tracing.STEP, "")
-            oracle.violation(
-                order_id, f"a {span.name} span ({step}) is in trace {got}, not the order's {want}"
-            )
-        else:
-            oracle.count("spans in their order's trace")
+    settled_traces(oracle, sim.spans, ends)
 
 
 def _calls(sim: Simulation, ends: dict[str, tuple[str, TaskState | None, Row | None]]) -> None:
@@ -173,75 +136,6 @@ def _calls(sim: Simulation, ends: dict[str, tuple[str, TaskState | None, Row | N
                 )
             else:
                 oracle.count("calls recorded as they ended")
-
-
-def _ledger(sim: Simulation, order_id: str, final_name: str, where: str, row: Row | None) -> None:
-    oracle = sim.oracle
-    truth = oracle.orders[order_id]
-    steps: list[StepState] | None = None
-    if where == "history" and row is not None:
-        steps = sim.storage.archived(row).steps
-    elif where == "live":
-        prefix = f"order|{order_id}|step|"
-        rows = sim.storage.live.scan(sim.storage.pk(order_id), prefix, prefix + "~")
-        steps = [sim.storage.step(r) for _, r in rows]
-    keys = {f"{order_id}:{name}": index for index, name in enumerate(truth.steps)}
-    for effect in truth.effects:
-        if effect.applies > 1:
-            oracle.violation(order_id, f"{effect.key} was applied {effect.applies} times")
-        if effect.key not in keys or keys[effect.key] != effect.step_index:
-            oracle.violation(order_id, f"an effect under {effect.key}, the key of no step of the order")
-    for index in sorted(truth.left_out):
-        called = sim.services.ledger.get((truth.agents[index], f"{order_id}:{truth.steps[index]}"))
-        if called is not None:
-            oracle.violation(
-                order_id,
-                f"{truth.steps[index]} was left out by its condition, but called {called.calls} times",
-            )
-    effects = {e.step_index: e for e in truth.effects}
-    for index, (how, at) in sorted(truth.closed.items()):
-        for effect in truth.effects:
-            if effect.step_index > index and effect.applied_at is not None:
-                oracle.violation(
-                    order_id,
-                    f"{truth.steps[index]} {how} at {at:.3f}, yet {effect.key} was applied (at "
-                    f"{effect.applied_at:.3f}): nothing after a wait that ended so is ever applied",
-                )
-    if final_name == ProcessState.PROCESSED.value:
-        for index, name in enumerate(truth.steps):
-            found = effects.get(index)
-            skipped = index in truth.skipped
-            if index in truth.left_out:
-                continue  # never called (above)
-            if truth.waits[index] is not None:  # a wait: no effect, but it ended (its time, an approve)
-                status = truth.views[index].status
-                if status is not StepStatus.COMPLETED or index in truth.closed:
-                    oracle.violation(order_id, f"Processed, but the wait {name} is {status.value}")
-                continue
-            if found is not None and found.compensated_at is not None:
-                oracle.violation(order_id, f"Processed, but {name} was undone")
-            elif found is None and not skipped:
-                oracle.violation(order_id, f"Processed, but {name} was never applied")
-    elif final_name == ProcessState.COMPENSATED.value:
-        for effect in truth.effects:
-            if effect.compensated_at is not None:
-                continue
-            if effect.step_index < len(truth.undoable) and not truth.undoable[effect.step_index]:
-                oracle.count("steps without undo left applied in a Compensated order")
-            elif effect.step_index < len(truth.groups) and len(truth.groups[effect.step_index]) > 1:
-                oracle.violation(
-                    order_id,
-                    f"Compensated, but {effect.key} is still applied: a failed or cancelled group leaves no "
-                    f"applied effect",
-                )
-            else:
-                oracle.violation(order_id, f"Compensated, but {effect.key} is still applied")
-    if steps is not None and final_name == ProcessState.PROCESSED.value:
-        for step in steps:
-            left_out = step.index in truth.left_out
-            wanted = StepStatus.LEFT_OUT if left_out else StepStatus.COMPLETED
-            if step.status is not wanted:
-                oracle.violation(order_id, f"Processed with step {step.name} {step.status.value}")
 
 
 def _audit(sim: Simulation, order_id: str, where: str) -> None:
@@ -357,32 +251,6 @@ def _history(sim: Simulation) -> None:
         for key, order_id in gone.items():
             if order_id not in tombstones:
                 oracle.violation(order_id, f"a gone entry {key} without its tombstone")
-
-
-def _parked(sim: Simulation) -> None:
-    """Once every order is terminal and moved to the history, no parked copy remains (one beside an order
-    still live, in Error, is a stale copy a return left: counted), each shard's waiting tally counts its
-    parked copies."""
-    oracle, storage = sim.oracle, sim.storage
-    for pk in storage.history.partitions():
-        if pk == CALENDAR:  # entries of orders that came back before their time are dropped when due
-            continue
-        copies: dict[str, int] = {}
-        for rk, row in storage.history.scan(pk, "order|", "order|~"):
-            if row.props.get("Kind") != "parked":
-                continue
-            order_id = rk.removeprefix("order|")
-            kind = str(row.props.get("WaitingFor"))
-            copies[kind] = copies.get(kind, 0) + 1
-            if storage.is_live(order_id):
-                oracle.count("stale parked copies left beside a live order")
-            else:
-                oracle.violation(order_id, "a parked copy outlived the run (the order is not live)")
-        tally = storage.waiting_tally(pk)
-        if {k: n for k, n in copies.items() if n} != {k: n for k, n in tally.items() if n}:
-            oracle.violation(
-                "", f"shard {pk}: the waiting tally says {tally}, the parked copies are {copies}"
-            )
 
 
 # The status event an order's end is reported by.

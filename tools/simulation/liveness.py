@@ -1,28 +1,21 @@
 """The liveness invariants: what must happen, and by when (see :mod:`simulation.oracle` for the list).
 
 The bounds are derived from the run's settings (:class:`Limits`); the oracle checks them while the run
-goes wherever a deadline makes that possible, and :func:`final` checks what is left once it has settled,
-from the oracle's records (never from the tables).
+goes wherever a deadline makes that possible, and :func:`simulation.oracle.settled_liveness` checks what is
+left once it has settled, from the oracle's records (never from the tables).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import isodate
 
 from engine import queues, scheduler
 from engine.settings import EngineSettings
-from engine.state import Phase, ProcessState, StepStatus
 from engine.workflow import WorkflowCatalog
 
 from .profile import Profile
-
-if TYPE_CHECKING:
-    from .oracle import OperatorAct, Oracle, OrderTruth
-    from .run import Simulation
-
 
 # What a sweep costs in the simulated world once the faults stopped (world.py): for each order it comes to,
 # at most a load, a read of the history, a save, the watch entry, an alert cleared, and the moves of a
@@ -112,64 +105,3 @@ class Limits:
 
 def _seconds(duration: str) -> float:
     return float(isodate.parse_duration(duration).total_seconds())
-
-
-def final(sim: Simulation) -> None:
-    """Every end-of-run liveness invariant, from the oracle's records: the orders past their bound that
-    the run did not report yet, and what each operator action answered as done had to lead to."""
-    oracle = sim.oracle
-    now = oracle.now()
-    for truth in oracle.orders.values():
-        due = oracle.terminal_by(truth)
-        state = truth.state
-        if due is not None and now > due and not truth.late and state is not None and not state.terminal:
-            oracle.violation(truth.order_id, f"still {state.value} at the end, after its bound {due:.1f}")
-        for act in truth.acts:
-            if act.answered:
-                _followed(oracle, truth, act)
-
-
-def _followed(oracle: Oracle, truth: OrderTruth, act: OperatorAct) -> None:
-    """What an action answered as done leads to, unless a later action on the order took over: a cancel
-    ends Compensated (or in Error, which its answer could not know of: counted, not a violation); a retry
-    dispatches the step again (or the old attempt's undo lands first), a wait's retry starts it again; a
-    resubmit, a skip or an approve puts the order back in a Scheduler's hands; a reject, as a cancel, never
-    ends Processed."""
-    state = truth.state
-    if state is None:
-        return
-    if act.what == "reject" and act.saved_at is not None and state is ProcessState.PROCESSED:
-        oracle.violation(
-            truth.order_id, f"the {act.name} answered as done at {act.asked_at:.3f} ended Processed"
-        )
-        return
-    if act.what == "cancel":
-        if state is ProcessState.ERROR:
-            oracle.count("cancel answered as done, then Error")
-        elif state is ProcessState.PROCESSED:
-            oracle.violation(
-                truth.order_id, f"the cancel answered as done at {act.asked_at:.3f} ended Processed"
-            )
-        return
-    if act.saved_at is None or truth.acted_at > act.saved_at:
-        return  # nothing saved (a violation of its own), or a later action took over
-    if act.what == "retry":
-        view = truth.views[act.index]
-        attempts = view.attempts if act.phase is Phase.FORWARD else view.compensation_attempts
-        running = StepStatus.RUNNING if act.phase is Phase.FORWARD else StepStatus.COMPENSATING
-        if act.wait:
-            running = StepStatus.WAITING
-        if attempts <= act.attempts and view.status is running:
-            oracle.violation(
-                truth.order_id,
-                f"the {act.name} answered as done at {act.asked_at:.3f} never dispatched it again "
-                f"(attempt {attempts}, {state.value})",
-            )
-    elif act.beside and act.what == "skip":
-        return  # the others of its group ran on: the task was never handed back
-    elif act.what in ("resubmit", "skip", "approve") and truth.left_pending_at < act.saved_at:
-        oracle.violation(
-            truth.order_id,
-            f"the {act.name} answered as done at {act.asked_at:.3f} never got the order claimed "
-            f"({state.value})",
-        )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from engine.workflow import WorkflowCatalog, WorkflowDefinition
+
 
 @dataclass(frozen=True)
 class Outage:
@@ -193,3 +195,26 @@ def draw(seed: int, services: list[str], orders: int | None = None, max_orders: 
         # calendar brings it back (sometimes never: the runs without parking stay covered).
         park_horizon_seconds=complete_by * _pick(rng, 0.0, 0.1, 0.25),
     )
+
+
+def with_breakers(base: WorkflowCatalog, profile: Profile) -> WorkflowCatalog:
+    """The declared workflows with this run's breaker settings (as BREAKER_RESET_SECONDS does)."""
+
+    def adjust(workflow: WorkflowDefinition) -> WorkflowDefinition:
+        steps = tuple(
+            step.model_copy(
+                update={
+                    "retry": step.retry.model_copy(
+                        update={
+                            "breaker_reset_seconds": profile.breaker_reset_seconds,
+                            "breaker_fail_max": profile.breaker_fail_max,
+                        }
+                    )
+                }
+            )
+            for step in workflow.steps
+        )
+        return workflow.model_copy(update={"steps": steps})
+
+    # The catalog's own class: a release's beside this one (simulation.beside) keeps its own.
+    return type(base)(workflows=tuple(adjust(w) for w in base.workflows))

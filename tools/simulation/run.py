@@ -29,7 +29,7 @@ from .callbacks import Webhooks
 from .liveness import Limits
 from .loop import VirtualClock, VirtualLoop
 from .oracle import AlertHandler, Oracle
-from .profile import Profile, draw
+from .profile import Profile, draw, with_breakers
 from .search import SearchModel
 from .services import Declarations, Services
 from .storage import HISTORY, LIVE, WATCH, Storage
@@ -57,29 +57,6 @@ def _input_keys(seed: int) -> dict[str, Any]:
 def _task_id(client_id: str, storefront: str | None) -> str:
     """The task of a storefront's order: ``<storefront>.<id>`` (docs/operating.md, "Storefronts")."""
     return f"{storefront}.{client_id}" if storefront else client_id
-
-
-def _catalog(base: WorkflowCatalog, profile: Profile) -> WorkflowCatalog:
-    """The declared workflows with this run's breaker settings (as BREAKER_RESET_SECONDS does)."""
-
-    def adjust(workflow: WorkflowDefinition) -> WorkflowDefinition:
-        steps = tuple(
-            step.model_copy(
-                update={
-                    "retry": step.retry.model_copy(
-                        update={
-                            "breaker_reset_seconds": profile.breaker_reset_seconds,
-                            "breaker_fail_max": profile.breaker_fail_max,
-                        }
-                    )
-                }
-            )
-            for step in workflow.steps
-        )
-        return workflow.model_copy(update={"steps": steps})
-
-    # The catalog's own class: a release's beside this one (simulation.beside) keeps its own.
-    return type(base)(workflows=tuple(adjust(w) for w in base.workflows))
 
 
 def _wait_seconds(catalog: WorkflowCatalog, profile: Profile) -> dict[str, float]:
@@ -233,7 +210,7 @@ class Simulation:
         self.clock = VirtualClock(self.loop)
         self.world = World(profile, random.Random(seed), self.loop)
         self.spans = RunSpans()
-        self.catalog = _catalog(base, profile)
+        self.catalog = with_breakers(base, profile)
         self.settings = EngineSettings(
             step_complete_by_seconds=profile.complete_by_seconds,
             supervisor_max_failures=profile.max_failures,

@@ -31,16 +31,12 @@ from engine.ports import Page
 from engine.search import SearchQuery, key_value
 from engine.state import TaskState
 
+from .actors import FIELD, Host, in_process
 from .tables import Change, Row
 from .world import Crash, StoreUnavailable
 
 if TYPE_CHECKING:
-    from .actors import Host
     from .run import Simulation
-
-FIELD = (
-    "customerId"  # the searchable field the simulated support staff search by (declared by every workflow)
-)
 
 
 def field_values(searchable: tuple[str, ...], document: dict[str, Any]) -> dict[str, str]:
@@ -191,8 +187,6 @@ class SearchModel:
     async def search(self, order_id: str, storefront: bool, workflow: bool, page_size: int) -> None:
         """Support staff search for the customer of ``order_id`` (with its storefront, its workflow), a page
         at a time: every order answered matches; every order that matches and stayed put is found."""
-        from .actors import in_process  # the actors build on this module's model
-
         sim, oracle = self.sim, self.oracle
         truth = oracle.orders[order_id]
         value = truth.input.get(FIELD)
