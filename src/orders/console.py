@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 
 from engine import operator_actions
@@ -48,7 +48,7 @@ ACTS, APPROVES, READS = "on", "approve", "off"
 
 # What the page needs of each operator action (engine.operator_actions): where it is posted and what it
 # asks the person for; the page keeps only its buttons' words.
-OPERATOR_ACTIONS = html.escape(
+OPERATOR_ACTIONS = escape(
     json.dumps(
         {
             action.name: {
@@ -65,8 +65,8 @@ OPERATOR_ACTIONS = html.escape(
 
 def _build(actions: str) -> Page:
     template = (STATIC / "console.html").read_text(encoding="utf-8")
-    body = f'<body data-actions="{actions}" data-operator-actions="{OPERATOR_ACTIONS}">'
-    template = template.replace("<body>", body, 1)
+    opening = f'<body data-actions="{actions}" data-operator-actions="{OPERATOR_ACTIONS}">'
+    template = template.replace("<body>", opening, 1)
     style = (STATIC / "console.css").read_text(encoding="utf-8")
     script = (STATIC / "console.js").read_text(encoding="utf-8")
     html = template.replace("{{style}}", style).replace("{{script}}", script)
