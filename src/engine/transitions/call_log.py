@@ -13,7 +13,6 @@ from .context import (
 )
 
 
-# ---- the steps' call records (engine.calls) ----------------------------------------------------------
 def _log_dispatch(record: TaskRecord, ctx: Context, index: int, kind: calls.Kind) -> None:
     """Record a new dispatch of step ``index`` (its attempt and CompleteBy as just set)."""
     step = record.steps[index]

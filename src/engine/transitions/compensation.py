@@ -24,7 +24,6 @@ from .dispatch import _dispatch
 from .endings import _enter_error, _finish
 
 
-# ---- compensation --------------------------------------------------------------------------------
 def _dispatch_compensation(record: TaskRecord, ctx: Context, start: int) -> Decision:
     """Undo the highest step at or below ``start`` that may have had an effect, or finish as Compensated."""
     index = next(

@@ -1,7 +1,8 @@
 """What every move of the state machine shares: its :class:`Context`, the table's verdict (:func:`allows`),
 the bookkeeping of a move (:func:`_touch`, :func:`_moved`), the messages it sends (:func:`status`,
-:func:`command`, :func:`wake_command`), what a step's condition and call read (:func:`document`), and the
-step statuses the moves sort steps by."""
+:func:`command`, :func:`wake_command`), what a step's condition and call read (:func:`document`), the step
+statuses the moves sort steps by (may have had an effect, done, in flight), when a call in flight can no
+longer land (:func:`settled`), and the failure counts an undo starts afresh."""
 
 from __future__ import annotations
 
@@ -189,7 +190,6 @@ def document(record: TaskRecord, upto: int, before: int | None = None) -> dict[s
 _DONE = (StepStatus.COMPLETED, StepStatus.LEFT_OUT)
 
 
-# ---- groups: steps side by side -------------------------------------------------------------------
 _IN_FLIGHT = (StepStatus.RUNNING, StepStatus.WAITING)
 
 

@@ -19,7 +19,6 @@ from .context import (
 )
 
 
-# ---- endings -------------------------------------------------------------------------------------
 def _finish(record: TaskRecord, ctx: Context, final: ProcessState, event: StatusEvent) -> Decision:
     """Processed or Compensated: unlock, clear CompleteBy (the Supervisor stops watching)."""
     state = record.state

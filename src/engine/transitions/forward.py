@@ -29,7 +29,6 @@ from .groups import (
 from .waiting import _start_wait
 
 
-# ---- forward -----------------------------------------------------------------------------------------
 def new_record_state(record: TaskRecord, ctx: Context) -> None:
     """A submitted task: Pending, unlocked, with a CompleteBy by which a Scheduler must have claimed it."""
     state = record.state

@@ -31,7 +31,6 @@ from .groups import (
 from .waiting import _wait_failed
 
 
-# ---- Supervisor ----------------------------------------------------------------------------------
 def recover_expired(
     record: TaskRecord, ctx: Context, breakers: Mapping[str, BreakerRecord] | None = None
 ) -> Decision:

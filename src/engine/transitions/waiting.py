@@ -26,7 +26,6 @@ from .context import (
 )
 
 
-# ---- waits ---------------------------------------------------------------------------------------
 def timer_due(record: TaskRecord, ctx: Context, index: int, timer: Timer) -> datetime:
     """When the timer of step ``index`` ends, started now: ``after_seconds`` (or its setting) from now, or
     the time its input field holds (an absent or unreadable value: now)."""
