@@ -96,24 +96,52 @@ def test_the_face_names_what_it_holds_and_nothing_it_does_not() -> None:
     assert sorted(set(engine.__all__) - used) == []
 
 
+def _engine_modules() -> dict[str, Path]:
+    """The engine's modules by their dotted name below ``engine`` (``scheduler``; a package by its own name,
+    ``transitions``, its modules by theirs, ``transitions.forward``); the face (engine/__init__.py) is ""."""
+    modules: dict[str, Path] = {}
+    for path in sorted((SRC / "engine").rglob("*.py")):
+        parts = path.relative_to(SRC / "engine").with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imports_within_the_engine(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The engine's modules that module ``name`` imports, by their dotted names: ``from .x import y`` and
+    ``from . import x``, ``from ..x import y`` in a package. Importing a module of a package runs the
+    package's ``__init__`` first: a module outside the package depends on that too. Fails on an import
+    of the face (engine/__init__.py)."""
+    where = f"engine/{path.relative_to(SRC / 'engine')}"
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    deps: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "engine":
+            raise AssertionError(f"{where} imports the face")
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        assert node.level - 1 <= len(package), f"{where} imports from above the engine"
+        base = package[: len(package) - (node.level - 1)]
+        source = ".".join([*base, node.module] if node.module else base)
+        assert source in modules, f"{where} imports from {source!r}, no module of the engine"
+        for alias in node.names:
+            module = f"{source}.{alias.name}" if source else alias.name
+            if module in modules:
+                deps.add(module)  # a module: from . import calls
+            elif source:
+                deps.add(source)  # a name of a module, or of a package's __init__
+            else:
+                raise AssertionError(f"{where} imports the face: {alias.name}")
+    for dep in list(deps):
+        parts = dep.split(".")
+        outer = {".".join(parts[:i]) for i in range(1, len(parts))}
+        deps |= {pkg for pkg in outer if pkg != name and not name.startswith(f"{pkg}.")}
+    return deps
+
+
 def test_the_engine_s_modules_never_import_its_face_nor_form_a_circle() -> None:
-    graph: dict[str, set[str]] = {}
-    modules = {path.stem for path in (SRC / "engine").glob("*.py")} - {"__init__"}
-    for path in sorted((SRC / "engine").glob("*.py")):
-        name = path.stem
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and name != "__init__":
-                if node.module is not None:
-                    deps.add(node.module)
-                    continue
-                taken = {alias.name for alias in node.names}
-                assert taken <= modules, f"engine/{path.name} imports the face: {sorted(taken - modules)}"
-                deps |= taken
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "engine":
-                raise AssertionError(f"engine/{path.name} imports the face")
-        graph[name] = deps
-    graph.pop("__init__")
+    """Every module of the engine, those of its packages (engine/transitions/) too."""
+    modules = _engine_modules()
+    graph = {name: _imports_within_the_engine(name, path, modules) for name, path in modules.items() if name}
     # Depth-first: a module met again while still on the path closes a circle.
     state: dict[str, int] = {}
 

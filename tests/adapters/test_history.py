@@ -68,7 +68,7 @@ async def finished(
     if compensated:
         transitions.step_failed(record, ctx(at), "refused")
         while record.state.process_state is ProcessState.COMPENSATING:
-            transitions._compensation_succeeded(record, ctx(at))
+            transitions.compensation._compensation_succeeded(record, ctx(at))
     else:
         for _ in WORKFLOW.steps:
             transitions.step_succeeded(record, ctx(at), {"ref": f"r-{order_id}"})

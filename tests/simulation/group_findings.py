@@ -3,11 +3,11 @@ in the product: ``FAILING`` lists the fixed seeds that fail on each catalog beca
 (``test_fixed_seeds.py`` marks them as strict expected failures): none now. Seeds 9, 36 and 68 (declared
 catalog: returns version 2's group) and 50 (``GROUPS``) showed them; ``test_groups.py`` runs them.
 
-Finding 19: the Supervisor's recovery of a step of a group (``transitions._recover_group``) counted a failure
-when the step's service's breaker wanted a trial call (open past its interval, or a trial call overdue),
-where the recovery of a single step gives the task back uncounted: so an outage of the service put an order
-in Error through a group ("the Supervisor put step ... in Error after 2 attempt(s) that timed out with the
-breaker closed (of 3); the policy needs 3"). The step now goes again at once to carry the trial call,
+Finding 19: the Supervisor's recovery of a step of a group (``transitions.groups._recover_group``) counted a
+failure when the step's service's breaker wanted a trial call (open past its interval, or a trial call
+overdue), where the recovery of a single step gives the task back uncounted: so an outage of the service put
+an order in Error through a group ("the Supervisor put step ... in Error after 2 attempt(s) that timed out
+with the breaker closed (of 3); the policy needs 3"). The step now goes again at once to carry the trial call,
 uncounted.
 
 Finding 20: the same recovery held a step of a group that waits for its callback (its service took the call,

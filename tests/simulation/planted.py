@@ -45,6 +45,7 @@ from engine.state import Phase, ProcessState, StepStatus, TaskRecord
 from engine.transitions import Context
 from engine.workflow import Approval, Timer
 from orders.callbacks import CallbackBody, Callbacks, Refused, Taken, verify
+from tests.simulation.moves import replace
 
 
 def apply_reply_without_attempt_fence(record: TaskRecord, ctx: Context, reply: AgentReply) -> Decision:
@@ -55,12 +56,12 @@ def apply_reply_without_attempt_fence(record: TaskRecord, ctx: Context, reply: A
     if transitions.allows(operation, record) is None:
         return REFUSED
     if operation is Operation.STEP_SUCCEEDED:
-        return transitions._step_succeeded(record, ctx, reply.result, reply.step_index)
+        return transitions.replies._step_succeeded(record, ctx, reply.result, reply.step_index)
     if operation is Operation.STEP_FAILED:
-        return transitions._step_failed(record, ctx, reply.error or "step failed", reply.step_index)
+        return transitions.replies._step_failed(record, ctx, reply.error or "step failed", reply.step_index)
     if operation is Operation.COMPENSATION_SUCCEEDED:
-        return transitions._compensation_succeeded(record, ctx)
-    return transitions._compensation_failed(record, ctx, reply.error or "compensation failed")
+        return transitions.compensation._compensation_succeeded(record, ctx)
+    return transitions.compensation._compensation_failed(record, ctx, reply.error or "compensation failed")
 
 
 async def _commit_without_etags(
@@ -75,23 +76,23 @@ async def _commit_without_etags(
 
 
 _original_commit = Scheduler._commit
-_original_dispatch_compensation = transitions._dispatch_compensation
+_original_dispatch_compensation = transitions.compensation._dispatch_compensation
 _original_recover_expired = transitions.recover_expired
 
 
 def dispatch_compensation_forward(record: TaskRecord, ctx: Context, start: int) -> Decision:
-    """``transitions._dispatch_compensation`` that undoes the lowest step first."""
+    """``transitions.compensation._dispatch_compensation`` that undoes the lowest step first."""
     index = next(
         (
             i
             for i in range(len(record.steps))
-            if record.steps[i].status in transitions._MAY_HAVE_EFFECT and ctx.steps[i].compensation
+            if record.steps[i].status in transitions.context._MAY_HAVE_EFFECT and ctx.steps[i].compensation
         ),
         None,
     )
     if index is None:
         return _original_dispatch_compensation(record, ctx, -1)
-    return transitions._dispatch(record, ctx, index, compensating=True)
+    return transitions.dispatch._dispatch(record, ctx, index, compensating=True)
 
 
 def recover_expired_counting_holds(
@@ -105,7 +106,7 @@ def recover_expired_counting_holds(
     step.failures += 1
     record.state.failure_count += 1
     if step.failures >= ctx.settings.supervisor_max_failures:
-        return transitions._enter_error(record, ctx, f"{step.failures} failures: held", "supervisor")
+        return transitions.endings._enter_error(record, ctx, f"{step.failures} failures: held", "supervisor")
     return decision
 
 
@@ -129,7 +130,7 @@ def recover_expired_without_counting(
     step = record.steps[state.current_step]
     retry_at = ctx.now + timedelta(seconds=ctx.settings.backoff(step.failures + 1))
     reason = f"supervisor: retry after failure {step.failures + 1} of {step.name}"
-    return transitions._give_back(record, ctx, retry_at, reason, Outcome.RETRIED)
+    return transitions.recovery._give_back(record, ctx, retry_at, reason, Outcome.RETRIED)
 
 
 def extend_step_without_the_change(record: TaskRecord, ctx: Context, index: int, seconds: float) -> Decision:
@@ -137,18 +138,20 @@ def extend_step_without_the_change(record: TaskRecord, ctx: Context, index: int,
     step's CompleteBy: the operator is answered, the audit entry written, the deadline unchanged."""
     step = record.steps[index] if index < len(record.steps) else None
     if (
-        transitions._on_current_step(Operation.EXTEND_STEP, record, ctx, index) is None
+        transitions.operator._on_current_step(Operation.EXTEND_STEP, record, ctx, index) is None
         or step is None
         or step.complete_by is None
         or step.complete_by <= ctx.now
         or seconds <= 0
     ):
         return REFUSED
-    transitions._touch(record, ctx)
+    transitions.context._touch(record, ctx)
     later = step.complete_by + timedelta(seconds=seconds)
     compensating = record.state.phase is Phase.COMPENSATE
     resend = f":until:{later.timestamp():.3f}"
-    return Decision(Outcome.MOVED, (transitions._request(record, ctx, index, compensating, resend=resend),))
+    return Decision(
+        Outcome.MOVED, (transitions.dispatch._request(record, ctx, index, compensating, resend=resend),)
+    )
 
 
 def recover_expired_kicking_silently(
@@ -163,22 +166,22 @@ def recover_expired_kicking_silently(
 
 # ---- conditions, results passed on, steps without undo ----------------------------------------------
 def dispatch_forward_ignoring_conditions(record: TaskRecord, ctx: Context) -> Decision:
-    """``transitions._dispatch_forward`` from before conditions: the first step not done runs, whatever its
-    condition says."""
-    index = next((i for i, s in enumerate(record.steps) if s.status not in transitions._DONE), None)
+    """``transitions.forward._dispatch_forward`` from before conditions: the first step not done runs,
+    whatever its condition says."""
+    index = next((i for i, s in enumerate(record.steps) if s.status not in transitions.context._DONE), None)
     if index is None:
-        return transitions._finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
-    return transitions._dispatch(record, ctx, index, compensating=False)
+        return transitions.endings._finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
+    return transitions.dispatch._dispatch(record, ctx, index, compensating=False)
 
 
 def dispatch_compensation_of_every_step(record: TaskRecord, ctx: Context, start: int) -> Decision:
-    """``transitions._dispatch_compensation`` that undoes every step that may have had an effect, one without
-    an undo action too (:func:`request_undoing_by_the_action` sends it)."""
+    """``transitions.compensation._dispatch_compensation`` that undoes every step that may have had an effect,
+    one without an undo action too (:func:`request_undoing_by_the_action` sends it)."""
     index = next(
         (
             i
             for i in range(min(start, len(record.steps) - 1), -1, -1)
-            if record.steps[i].status in transitions._MAY_HAVE_EFFECT
+            if record.steps[i].status in transitions.context._MAY_HAVE_EFFECT
         ),
         None,
     )
@@ -186,14 +189,15 @@ def dispatch_compensation_of_every_step(record: TaskRecord, ctx: Context, start:
         return _original_dispatch_compensation(record, ctx, -1)
     wait = record.steps[index].undo_not_before
     if wait is not None and wait > ctx.now:
-        return transitions._undo_later(record, ctx, index, wait)
-    return transitions._dispatch(record, ctx, index, compensating=True)
+        return transitions.compensation._undo_later(record, ctx, index, wait)
+    return transitions.dispatch._dispatch(record, ctx, index, compensating=True)
 
 
 def request_undoing_by_the_action(
     record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = ""
 ) -> Outgoing:
-    """``transitions._request`` whose undo of a step without an undo action is the step's action again."""
+    """``transitions.dispatch._request`` whose undo of a step without an undo action is the step's action
+    again."""
     definition = ctx.steps[index]
     if not compensating or definition.compensation is not None:
         return _original_request(record, ctx, index, compensating, resend)
@@ -233,7 +237,7 @@ def cancel_waiting_only_for_steps_with_undo(record: TaskRecord, ctx: Context) ->
     state = record.state
     if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
         state.phase = Phase.COMPENSATE
-        return transitions._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+        return transitions.endings._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
     running = [
         s.complete_by
         for i, s in enumerate(record.steps)
@@ -242,14 +246,14 @@ def cancel_waiting_only_for_steps_with_undo(record: TaskRecord, ctx: Context) ->
     resume_at = max([ctx.now, *(transitions.settled(complete_by, ctx) for complete_by in running)])
     state.phase = Phase.COMPENSATE
     state.process_state = ProcessState.COMPENSATING
-    transitions._fresh_failure_counts(record)
+    transitions.context._fresh_failure_counts(record)
     state.locked_by = None
     state.next_attempt_at = resume_at
     state.complete_by = resume_at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     state.current_step = max(i for i, s in enumerate(record.steps) if s.status is not StepStatus.NOT_STARTED)
-    transitions._touch(record, ctx)
+    transitions.context._touch(record, ctx)
     at = resume_at if resume_at > ctx.now else None
-    return transitions._moved(
+    return transitions.context._moved(
         transitions.status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
         transitions.command(state.order_id, CommandKind.RESUME, "cancel", at=at, new_id=ctx.new_id),
     )
@@ -283,29 +287,29 @@ def document_with_one_dict_for_every_order(
     return {"input": record.input, "results": _SHARED}
 
 
-_original_request = transitions._request
+_original_request = transitions.dispatch._request
 
 
 # ---- waits -------------------------------------------------------------------------------------------
 def wake_whatever_its_time(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision:
     """``transitions.wake`` without its look at the time: a wake-up for the current wait ends it, whenever
     it comes (one delivered early, one scheduled before an extend)."""
-    if record.state.attempt != attempt or not transitions._waiting(record, ctx, index, Timer):
+    if record.state.attempt != attempt or not transitions.waiting._waiting(record, ctx, index, Timer):
         return REFUSED
     if transitions.allows(Operation.WAKE, record) is None:
         return REFUSED
-    return transitions._end_wait(record, ctx, "timer due", scheduler=True)
+    return transitions.wait_ends._end_wait(record, ctx, "timer due", scheduler=True)
 
 
 def reject_as_approve(record: TaskRecord, ctx: Context, index: int, reason: str) -> Decision:
     """``transitions.reject`` written from ``approve``: the decision is recorded in the step's reason, and
     the wait ends as an approved one does (the order goes on)."""
     if (
-        not transitions._waiting(record, ctx, index, Approval)
+        not transitions.waiting._waiting(record, ctx, index, Approval)
         or transitions.allows(Operation.REJECT, record) is None
     ):
         return REFUSED
-    return transitions._end_wait(
+    return transitions.wait_ends._end_wait(
         record, ctx, f"rejected: {reason}" if reason else "rejected", scheduler=False
     )
 
@@ -318,7 +322,7 @@ def cancel_leaving_the_wait(record: TaskRecord, ctx: Context) -> Decision:
     for step in waiting:
         if step.status is StepStatus.FAILED:
             step.status, step.last_error = StepStatus.WAITING, None
-    transitions._touch(record, ctx)
+    transitions.context._touch(record, ctx)
     return decision
 
 
@@ -333,7 +337,7 @@ def approve_any_wait(record: TaskRecord, ctx: Context, index: int) -> Decision:
         return REFUSED
     if transitions.deadline_passed(record, ctx):
         return REFUSED
-    return transitions._end_wait(record, ctx, "approved", scheduler=False)
+    return transitions.wait_ends._end_wait(record, ctx, "approved", scheduler=False)
 
 
 # ---- callbacks ---------------------------------------------------------------------------------------
@@ -403,7 +407,7 @@ def cancel_waiting_for_running_steps_only(record: TaskRecord, ctx: Context) -> D
     state = record.state
     if not any(s.status is not StepStatus.NOT_STARTED for s in record.steps):
         state.phase = Phase.COMPENSATE
-        return transitions._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+        return transitions.endings._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
     for step in record.steps:
         if step.status is StepStatus.WAITING:
             step.status = StepStatus.FAILED
@@ -412,22 +416,22 @@ def cancel_waiting_for_running_steps_only(record: TaskRecord, ctx: Context) -> D
     resume_at = max([ctx.now, *(transitions.settled(complete_by, ctx) for complete_by in running)])
     state.phase = Phase.COMPENSATE
     state.process_state = ProcessState.COMPENSATING
-    transitions._fresh_failure_counts(record)
+    transitions.context._fresh_failure_counts(record)
     state.locked_by = None
     state.next_attempt_at = resume_at
     state.complete_by = resume_at + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     state.current_step = max(i for i, s in enumerate(record.steps) if s.status is not StepStatus.NOT_STARTED)
-    transitions._touch(record, ctx)
+    transitions.context._touch(record, ctx)
     at = resume_at if resume_at > ctx.now else None
-    return transitions._moved(
+    return transitions.context._moved(
         transitions.status(record, ctx, StatusEvent.COMPENSATING, detail="cancelled"),
         transitions.command(state.order_id, CommandKind.RESUME, "cancel", at=at, new_id=ctx.new_id),
     )
 
 
 def _undo_every_step(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_of_every_step)
-    mp.setattr(transitions, "_request", request_undoing_by_the_action)
+    replace(mp, transitions.compensation, "_dispatch_compensation", dispatch_compensation_of_every_step)
+    replace(mp, transitions.dispatch, "_request", request_undoing_by_the_action)
 
 
 # ---- parking (the state store's parked orders; on the pinned catalog WAITS, whose waits park) ------------
@@ -532,19 +536,19 @@ def _without_if_match(mp: pytest.MonkeyPatch) -> None:
 
 
 # ---- groups: steps side by side ---------------------------------------------------------------------
-_STEP_SUCCEEDED = transitions._step_succeeded
+_STEP_SUCCEEDED = transitions.replies._step_succeeded
 
 
 def step_succeeded_joining_at_the_first(
     record: TaskRecord, ctx: Context, result: dict[str, Any], index: int
 ) -> Decision:
-    """``transitions._step_succeeded`` whose join moves on when the first step of a group completes: the
-    step after the group is dispatched while the others of the group still run."""
+    """``transitions.replies._step_succeeded`` whose join moves on when the first step of a group completes:
+    the step after the group is dispatched while the others of the group still run."""
     group = ctx.group(index)
     after = group.stop
     if (
         not ctx.grouped(index)
-        or not transitions._group_in_flight(record, ctx, index)
+        or not transitions.groups._group_in_flight(record, ctx, index)
         or after >= len(record.steps)
         or record.steps[after].status is not StepStatus.NOT_STARTED
         or ctx.steps[after].wait is not None
@@ -556,14 +560,16 @@ def step_succeeded_joining_at_the_first(
     step.last_error = None
     step.retry_at = None
     done = transitions.status(record, ctx, StatusEvent.STEP_COMPLETED, step=step.name, index=index)
-    moved = transitions._dispatch(record, ctx, after, compensating=False)  # the join moves on at once
-    transitions._at_group(record, ctx, group)
+    moved = transitions.dispatch._dispatch(
+        record, ctx, after, compensating=False
+    )  # the join moves on at once
+    transitions.groups._at_group(record, ctx, group)
     return moved.after(done)
 
 
 def group_failed_without_settling(record: TaskRecord, ctx: Context, index: int, error: str) -> Decision:
-    """``transitions._group_failed`` that does not let the others of the group settle: the undo is resumed
-    at once, while a step of the group still in flight may land after its own undo."""
+    """``transitions.groups._group_failed`` that does not let the others of the group settle: the undo is
+    resumed at once, while a step of the group still in flight may land after its own undo."""
     state = record.state
     group = ctx.group(index)
     for i in group:
@@ -578,7 +584,7 @@ def group_failed_without_settling(record: TaskRecord, ctx: Context, index: int, 
     state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
     state.current_step = group.stop - 1
     state.attempt = record.steps[group.stop - 1].compensation_attempts
-    transitions._touch(record, ctx)
+    transitions.context._touch(record, ctx)
     name = record.steps[index].name
     return Decision(
         Outcome.MOVED,
@@ -590,8 +596,8 @@ def group_failed_without_settling(record: TaskRecord, ctx: Context, index: int, 
 
 
 def step_failed_undoing_from_itself(record: TaskRecord, ctx: Context, error: str, index: int) -> Decision:
-    """``transitions._step_failed`` whose undo starts at the failed step, not at the last of its group: the
-    steps of the group declared after it are never undone."""
+    """``transitions.replies._step_failed`` whose undo starts at the failed step, not at the last of its
+    group: the steps of the group declared after it are never undone."""
     step = record.steps[index]
     step.status = StepStatus.FAILED
     step.last_error = error
@@ -599,9 +605,9 @@ def step_failed_undoing_from_itself(record: TaskRecord, ctx: Context, error: str
     record.state.last_error = f"{step.name}: {error}"
     record.state.phase = Phase.COMPENSATE
     record.state.process_state = ProcessState.COMPENSATING
-    transitions._fresh_failure_counts(record)
-    if transitions._group_in_flight(record, ctx, index):
-        decision = transitions._group_failed(record, ctx, index, error)
+    transitions.context._fresh_failure_counts(record)
+    if transitions.groups._group_in_flight(record, ctx, index):
+        decision = transitions.groups._group_failed(record, ctx, index, error)
         record.state.current_step = index  # the undo resumes at the failed step
         record.state.attempt = step.compensation_attempts
         return decision
@@ -609,7 +615,7 @@ def step_failed_undoing_from_itself(record: TaskRecord, ctx: Context, error: str
     compensating = transitions.status(
         record, ctx, StatusEvent.COMPENSATING, step=step.name, detail=error, index=grouped
     )
-    return transitions._dispatch_compensation(record, ctx, start=index).after(compensating)
+    return transitions.compensation._dispatch_compensation(record, ctx, start=index).after(compensating)
 
 
 class _SweepTracing:
@@ -663,19 +669,19 @@ def status_to_the_shared_queue(*args: Any, **kwargs: Any) -> Outgoing:
 
 # ---- groups, on the declared catalog (returns version 2 settles a return in a group) -------------------
 def dispatch_compensation_stopping_at_the_group(record: TaskRecord, ctx: Context, start: int) -> Decision:
-    """``transitions._dispatch_compensation`` that ends the undo once a group is undone: the steps before the
-    group stay applied, the order says Compensated."""
+    """``transitions.compensation._dispatch_compensation`` that ends the undo once a group is undone: the
+    steps before the group stay applied, the order says Compensated."""
     if 0 <= start + 1 < len(record.steps) and ctx.grouped(start + 1) and not ctx.grouped(start):
         record.state.phase = Phase.COMPENSATE
-        return transitions._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
+        return transitions.endings._finish(record, ctx, ProcessState.COMPENSATED, StatusEvent.COMPENSATED)
     return _original_dispatch_compensation(record, ctx, start)
 
 
 def request_with_the_group_s_key(
     record: TaskRecord, ctx: Context, index: int, compensating: bool, resend: str = ""
 ) -> Outgoing:
-    """``transitions._request`` whose steps of a group all call under the key of the group's first step
-    (the group's request copied for each step)."""
+    """``transitions.dispatch._request`` whose steps of a group all call under the key of the group's first
+    step (the group's request copied for each step)."""
     outgoing = _original_request(record, ctx, index, compensating, resend)
     if not ctx.grouped(index) or not isinstance(outgoing.body, AgentRequest):
         return outgoing
@@ -758,14 +764,14 @@ def reply_without_the_result(*args: Any) -> AgentReply:
 
 # ---- approvals and timers ----------------------------------------------------------------------------
 def wait_expired_leaving_approvals(record: TaskRecord, ctx: Context) -> Decision:
-    """``transitions._wait_expired`` that applies no approval's deadline: an approval nobody decides waits
-    for ever."""
+    """``transitions.recovery._wait_expired`` that applies no approval's deadline: an approval nobody decides
+    waits for ever."""
     if isinstance(ctx.steps[record.state.current_step].wait, Approval):
         return REFUSED
     return _WAIT_EXPIRED(record, ctx)
 
 
-_WAIT_EXPIRED = transitions._wait_expired
+_WAIT_EXPIRED = transitions.recovery._wait_expired
 _TIMER_DUE = transitions.timer_due
 
 
@@ -777,28 +783,26 @@ def timer_due_twice_its_setting(record: TaskRecord, ctx: Context, index: int, ti
 
 # ---- conditions and carried results -------------------------------------------------------------------
 def dispatch_forward_judging_without_the_input(record: TaskRecord, ctx: Context) -> Decision:
-    """``transitions._dispatch_forward`` whose conditions read the results but not the input (the document
-    built before the input was put in): a shipment of physical goods is left out."""
-    original = transitions.document
+    """``transitions.forward._dispatch_forward`` whose conditions read the results but not the input (the
+    document built before the input was put in): a shipment of physical goods is left out."""
+    original = transitions.context.document
 
     def without_input(record: TaskRecord, upto: int, before: int | None = None) -> dict[str, Any]:
         return {**original(record, upto, before), "input": {}}
 
-    transitions.document = without_input
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        replace(mp, transitions.context, "document", without_input)
         return _DISPATCH_FORWARD(record, ctx)
-    finally:
-        transitions.document = original
 
 
-_DISPATCH_FORWARD = transitions._dispatch_forward
+_DISPATCH_FORWARD = transitions.forward._dispatch_forward
 
 
 def step_succeeded_without_its_result(
     record: TaskRecord, ctx: Context, result: dict[str, Any], index: int
 ) -> Decision:
-    """``transitions._step_succeeded`` that records no result: the values a later step or an undo needs
-    are never passed on."""
+    """``transitions.replies._step_succeeded`` that records no result: the values a later step or an undo
+    needs are never passed on."""
     return _STEP_SUCCEEDED(record, ctx, {}, index)
 
 
@@ -819,7 +823,7 @@ class Plant:
 PLANTS: dict[str, Plant] = {
     "reply accepted without its attempt's fence": Plant(
         # Seed 14 by "never reported" until the steps kept their calls; now seed 0, by its records.
-        lambda mp: mp.setattr(transitions, "apply_reply", apply_reply_without_attempt_fence),
+        lambda mp: replace(mp, transitions.replies, "apply_reply", apply_reply_without_attempt_fence),
         "its records show no call of attempt",
         seed=0,
     ),
@@ -829,22 +833,24 @@ PLANTS: dict[str, Plant] = {
         seed=0,
     ),
     "compensation in forward order": Plant(
-        lambda mp: mp.setattr(transitions, "_dispatch_compensation", dispatch_compensation_forward),
+        lambda mp: replace(
+            mp, transitions.compensation, "_dispatch_compensation", dispatch_compensation_forward
+        ),
         "was still applied",
         seed=2,
     ),
     "a breaker hold counted as a failure": Plant(
-        lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_counting_holds),
+        lambda mp: replace(mp, transitions.recovery, "recover_expired", recover_expired_counting_holds),
         "the policy needs",
         seed=9,
     ),
     "a timeout the Supervisor does not count": Plant(
-        lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_without_counting),
+        lambda mp: replace(mp, transitions.recovery, "recover_expired", recover_expired_without_counting),
         "the policy puts it in Error",
         seed=0,
     ),
     "an extend answered as done that moves nothing": Plant(
-        lambda mp: mp.setattr(transitions, "extend_step", extend_step_without_the_change),
+        lambda mp: replace(mp, transitions.operator, "extend_step", extend_step_without_the_change),
         "was saved as done, but its CompleteBy",
         seed=4,
     ),
@@ -857,12 +863,14 @@ PLANTS: dict[str, Plant] = {
         seed=1,
     ),
     "a re-kick that sends no command": Plant(
-        lambda mp: mp.setattr(transitions, "recover_expired", recover_expired_kicking_silently),
+        lambda mp: replace(mp, transitions.recovery, "recover_expired", recover_expired_kicking_silently),
         "at its bound",
         seed=9,
     ),
     "conditions ignored": Plant(
-        lambda mp: mp.setattr(transitions, "_dispatch_forward", dispatch_forward_ignoring_conditions),
+        lambda mp: replace(
+            mp, transitions.forward, "_dispatch_forward", dispatch_forward_ignoring_conditions
+        ),
         "its condition does not hold",
         "constructs",
         seed=0,
@@ -874,43 +882,43 @@ PLANTS: dict[str, Plant] = {
         seed=0,
     ),
     "a cancel that does not wait for a running step without undo": Plant(
-        lambda mp: mp.setattr(transitions, "cancel", cancel_waiting_only_for_steps_with_undo),
+        lambda mp: replace(mp, transitions.operator, "cancel", cancel_waiting_only_for_steps_with_undo),
         "which cannot be undone, was applied after an undo",
         "constructs",
         seed=0,
     ),
     "an undo without its step's own values": Plant(
-        lambda mp: mp.setattr(transitions, "document", document_without_the_step_s_own_values),
+        lambda mp: replace(mp, transitions.context, "document", document_without_the_step_s_own_values),
         "a result passed on is not the one returned",
         "constructs",
         seed=0,
     ),
     "one results dict for every order": Plant(
-        lambda mp: mp.setattr(transitions, "document", document_with_one_dict_for_every_order),
+        lambda mp: replace(mp, transitions.context, "document", document_with_one_dict_for_every_order),
         "a result passed on is not the one returned",
         "constructs",
         seed=0,
     ),
     "a timer ended whatever its time": Plant(
-        lambda mp: mp.setattr(transitions, "wake", wake_whatever_its_time),
+        lambda mp: replace(mp, transitions.wait_ends, "wake", wake_whatever_its_time),
         "nothing runs before its timer",
         "waits",
         seed=2,
     ),
     "a reject that lets the order go on": Plant(
-        lambda mp: mp.setattr(transitions, "reject", reject_as_approve),
+        lambda mp: replace(mp, transitions.wait_ends, "reject", reject_as_approve),
         "a rejected or expired approval never reaches the next step",
         "waits",
         seed=0,
     ),
     "a cancel that leaves the wait waiting": Plant(
-        lambda mp: mp.setattr(transitions, "cancel", cancel_leaving_the_wait),
+        lambda mp: replace(mp, transitions.operator, "cancel", cancel_leaving_the_wait),
         "with a wait under way",
         "waits",
         seed=0,
     ),
     "an approve that ignores the wait's kind": Plant(
-        lambda mp: mp.setattr(transitions, "approve", approve_any_wait),
+        lambda mp: replace(mp, transitions.wait_ends, "approve", approve_any_wait),
         "nothing runs before its timer",
         "waits",
         seed=0,
@@ -922,14 +930,16 @@ PLANTS: dict[str, Plant] = {
         seed=4,
     ),
     "an accepted call taken for a done one": Plant(
-        lambda mp: mp.setattr(transitions, "reply_operation", reply_operation_taking_accepted_for_done),
+        lambda mp: replace(
+            mp, transitions.replies, "reply_operation", reply_operation_taking_accepted_for_done
+        ),
         # The step completes on the 202, with no result: its action never reported succeeded.
         "never reported succeeded",
         "callbacks",
         seed=0,
     ),
     "a cancel that does not wait for a callback": Plant(
-        lambda mp: mp.setattr(transitions, "cancel", cancel_waiting_for_running_steps_only),
+        lambda mp: replace(mp, transitions.operator, "cancel", cancel_waiting_for_running_steps_only),
         "the undo did not wait for the callback",
         "callbacks",
         seed=2,
@@ -965,20 +975,20 @@ PLANTS: dict[str, Plant] = {
         seed=2,
     ),
     "a join that moves on at the first step of a group": Plant(
-        lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_joining_at_the_first),
+        lambda mp: replace(mp, transitions.replies, "_step_succeeded", step_succeeded_joining_at_the_first),
         "before its group's steps had all completed",
         "groups",
         seed=0,
     ),
     "a group failure that does not let the others settle": Plant(
-        lambda mp: mp.setattr(transitions, "_group_failed", group_failed_without_settling),
+        lambda mp: replace(mp, transitions.groups, "_group_failed", group_failed_without_settling),
         # The charge beside the failed step is still being decided when its undo reaches the payment.
         "the undo did not wait for the callback",
         "groups",
         seed=2,
     ),
     "a group failure that undoes from the failed step only": Plant(
-        lambda mp: mp.setattr(transitions, "_step_failed", step_failed_undoing_from_itself),
+        lambda mp: replace(mp, transitions.replies, "_step_failed", step_failed_undoing_from_itself),
         "was still applied",
         "groups",
         seed=2,
@@ -1003,7 +1013,7 @@ PLANTS: dict[str, Plant] = {
         seed=1,
     ),
     "a storefront's status sent to the shared queue": Plant(
-        lambda mp: mp.setattr(transitions, "status", status_to_the_shared_queue),
+        lambda mp: replace(mp, transitions.context, "status", status_to_the_shared_queue),
         "receives only its own orders' statuses",
         None,
         seed=0,
@@ -1016,15 +1026,18 @@ PLANTS: dict[str, Plant] = {
     ),
     # the constructs of the last round, on the declared catalog
     "an undo that stops at its group": Plant(
-        lambda mp: mp.setattr(
-            transitions, "_dispatch_compensation", dispatch_compensation_stopping_at_the_group
+        lambda mp: replace(
+            mp,
+            transitions.compensation,
+            "_dispatch_compensation",
+            dispatch_compensation_stopping_at_the_group,
         ),
         "still applied",
         None,
         seed=0,
     ),
     "the steps of a group calling under one key": Plant(
-        lambda mp: mp.setattr(transitions, "_request", request_with_the_group_s_key),
+        lambda mp: replace(mp, transitions.dispatch, "_request", request_with_the_group_s_key),
         "the key of no step",
         None,
         seed=0,
@@ -1067,26 +1080,28 @@ PLANTS: dict[str, Plant] = {
         seed=0,
     ),
     "an approval whose deadline never comes": Plant(
-        lambda mp: mp.setattr(transitions, "_wait_expired", wait_expired_leaving_approvals),
+        lambda mp: replace(mp, transitions.recovery, "_wait_expired", wait_expired_leaving_approvals),
         # The Supervisor comes to the approval past its deadline and leaves it waiting: a wait never ended.
         "without recovering it",
         None,
         seed=0,
     ),
     "a timer that waits twice its setting": Plant(
-        lambda mp: mp.setattr(transitions, "timer_due", timer_due_twice_its_setting),
+        lambda mp: replace(mp, transitions.waiting, "timer_due", timer_due_twice_its_setting),
         "not from when it started",
         None,
         seed=0,
     ),
     "conditions judged without the input": Plant(
-        lambda mp: mp.setattr(transitions, "_dispatch_forward", dispatch_forward_judging_without_the_input),
+        lambda mp: replace(
+            mp, transitions.forward, "_dispatch_forward", dispatch_forward_judging_without_the_input
+        ),
         "its condition holds",
         None,
         seed=4,
     ),
     "a step's result recorded without its values": Plant(
-        lambda mp: mp.setattr(transitions, "_step_succeeded", step_succeeded_without_its_result),
+        lambda mp: replace(mp, transitions.replies, "_step_succeeded", step_succeeded_without_its_result),
         "a result passed on is not the one returned",
         None,
         seed=0,

@@ -29,6 +29,7 @@ from engine.supervisor import Supervisor
 from engine.transitions import Context
 from simulation.run import Result, run
 from tests.simulation.catalogs import PINNED
+from tests.simulation.moves import replace
 from tests.simulation.store_bugs import take_out
 
 # Puts a bug back (through the monkeypatch, undone when it ends).
@@ -80,9 +81,9 @@ def _no_kick_of_a_lost_resume(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _undo_a_skipped_step_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def undo_at_once(record: TaskRecord, ctx: Context, index: int, at: datetime) -> Decision:
-        return transitions._dispatch(record, ctx, index, compensating=True)
+        return transitions.dispatch._dispatch(record, ctx, index, compensating=True)
 
-    monkeypatch.setattr(transitions, "_undo_later", undo_at_once)
+    replace(monkeypatch, transitions.compensation, "_undo_later", undo_at_once)
 
 
 def _no_alert_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,22 +98,24 @@ def _grace_only_for_a_deadline_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
         ahead = complete_by > ctx.now
         return complete_by + timedelta(seconds=ctx.settings.cancel_grace_seconds) if ahead else complete_by
 
-    monkeypatch.setattr(transitions, "settled", settled)
+    replace(monkeypatch, transitions.context, "settled", settled)
 
 
 def _left_out_entries_say_the_state_then(monkeypatch: pytest.MonkeyPatch) -> None:
     def dispatch_forward(record: TaskRecord, ctx: Context) -> Decision:
         while True:
-            index = next((i for i, s in enumerate(record.steps) if s.status not in transitions._DONE), None)
+            index = next(
+                (i for i, s in enumerate(record.steps) if s.status not in transitions.context._DONE), None
+            )
             if index is None:
-                return transitions._finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
+                return transitions.endings._finish(record, ctx, ProcessState.PROCESSED, StatusEvent.PROCESSED)
             condition = ctx.steps[index].when
             if condition is None or condition.holds(transitions.document(record, index - 1)):
-                return transitions._dispatch(record, ctx, index, compensating=False)
+                return transitions.dispatch._dispatch(record, ctx, index, compensating=False)
             # The entry keeps the state the task had while the step was left out, not the save's change.
-            transitions._leave_out(record, ctx, index, f"condition not met: {condition.describe()}")
+            transitions.dispatch._leave_out(record, ctx, index, f"condition not met: {condition.describe()}")
 
-    monkeypatch.setattr(transitions, "_dispatch_forward", dispatch_forward)
+    replace(monkeypatch, transitions.forward, "_dispatch_forward", dispatch_forward)
 
 
 REGRESSIONS = (

@@ -56,7 +56,7 @@ class Operators(Bounds):
             truth.expiries.pop((before.current_step, before.phase), None)  # the operator took over
             for i, view in enumerate(truth.views):
                 if view.status in (StepStatus.RUNNING, StepStatus.WAITING):
-                    # Every step in flight is counted afresh too (transitions._operator_took_over).
+                    # Every step in flight is counted afresh too (transitions.operator._operator_took_over).
                     truth.expiries.pop((i, before.phase), None)
             errored, truth.errored = truth.errored, None
             if errored is not None and errored != before.current_step:
