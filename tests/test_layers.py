@@ -96,14 +96,35 @@ def test_the_face_names_what_it_holds_and_nothing_it_does_not() -> None:
     assert sorted(set(engine.__all__) - used) == []
 
 
-def _engine_modules() -> dict[str, Path]:
-    """The engine's modules by their dotted name below ``engine`` (``scheduler``; a package by its own name,
-    ``transitions``, its modules by theirs, ``transitions.forward``); the face (engine/__init__.py) is ""."""
+def _modules(base: Path) -> dict[str, Path]:
+    """The modules under ``base`` by their dotted name below it (``scheduler``; a package by its own name,
+    ``transitions``, its modules by theirs, ``transitions.forward``); ``base``'s own __init__ is ""."""
     modules: dict[str, Path] = {}
-    for path in sorted((SRC / "engine").rglob("*.py")):
-        parts = path.relative_to(SRC / "engine").with_suffix("").parts
+    for path in sorted(base.rglob("*.py")):
+        parts = path.relative_to(base).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
+
+
+def _circles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import circle of ``graph`` a depth-first walk meets: a module met again while still on the
+    path closes one."""
+    state: dict[str, int] = {}
+    circles: list[str] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return circles
 
 
 def _imports_within_the_engine(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -140,23 +161,10 @@ def _imports_within_the_engine(name: str, path: Path, modules: dict[str, Path]) 
 
 def test_the_engine_s_modules_never_import_its_face_nor_form_a_circle() -> None:
     """Every module of the engine, those of its packages (engine/transitions/) too."""
-    modules = _engine_modules()
+    modules = _modules(SRC / "engine")
     graph = {name: _imports_within_the_engine(name, path, modules) for name, path in modules.items() if name}
-    # Depth-first: a module met again while still on the path closes a circle.
-    state: dict[str, int] = {}
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for dep in sorted(graph.get(module, ())):
-            if state.get(dep) == 1:
-                raise AssertionError(f"import circle: {' -> '.join([*path, module, dep])}")
-            if dep not in state:
-                visit(dep, [*path, module])
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [])
+    circles = _circles(graph)
+    assert circles == [], f"import circles among the engine's modules: {circles}"
 
 
 def test_src_holds_what_is_deployed_and_nothing_deployed_imports_the_workshop() -> None:
@@ -199,12 +207,7 @@ def _simulation_graph() -> dict[str, set[str]]:
     """The modules of tools/simulation (dotted under it: ``oracle.core``; a package by its own name), each
     with the modules of it that it imports. Importing a module runs its packages' ``__init__`` first: an
     import of ``oracle.core`` from outside the package also depends on ``oracle``."""
-    base = TOOLS / "simulation"
-    names: dict[str, Path] = {}
-    for path in sorted(base.rglob("*.py")):
-        parts = path.relative_to(base).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        names[name] = path
+    names = _modules(TOOLS / "simulation")
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -237,20 +240,5 @@ def _simulation_graph() -> dict[str, set[str]]:
 def test_the_simulation_s_modules_form_no_import_circle() -> None:
     """No module of the simulation imports one that imports it back, directly or through others: the oracle,
     the actors, the checks and the run each build on what is below them."""
-    graph = _simulation_graph()
-    state: dict[str, int] = {}
-    circles: list[str] = []
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for dep in sorted(graph.get(module, ())):
-            if state.get(dep) == 1:
-                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
-            elif dep not in state:
-                visit(dep, [*path, dep])
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    circles = _circles(_simulation_graph())
     assert circles == [], f"import circles among tools/simulation's modules: {circles}"
