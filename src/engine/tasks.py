@@ -4,7 +4,6 @@ operator's resubmit and step-level retry, extend and skip, each audited."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from . import (
     tracing,
     transitions,
 )
-from .decisions import Decision, Outcome
+from .decisions import Outcome
 from .errors import (
     ConcurrencyError,
     Conflict,
@@ -39,7 +38,6 @@ from .ports import CreateOutcome, Page, StateCounts
 from .retention import Purged
 from .search import SearchQuery
 from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
-from .transitions import Context
 from .waits import APPROVAL
 from .workflow import WorkflowDefinition
 
@@ -240,15 +238,7 @@ class TaskService:
         if action.on_step:
             index = await self._step_index(order_id, step or "")
         given = Given(step=index or 0, seconds=seconds, note=caller.note or "" if note is None else note)
-        return await self._change(
-            order_id,
-            action.operation,
-            lambda r, c: action.move(r, c, given),
-            action.name,
-            caller,
-            index,
-            detail=action.detail(given),
-        )
+        return await self._change(order_id, action, given, caller, index)
 
     # Each action by name, for code that names one.
     async def resubmit(self, order_id: str, action: Caller | None = None) -> TaskRecord:
@@ -292,27 +282,19 @@ class TaskService:
         return names.index(step)
 
     async def _change(
-        self,
-        order_id: str,
-        operation: Operation,
-        change: Callable[[TaskRecord, Context], Decision],
-        what: str,
-        action: Caller | None,
-        index: int | None = None,
-        detail: str | None = None,
+        self, order_id: str, action: OperatorAction, given: Given, caller: Caller, index: int | None
     ) -> TaskRecord:
-        """Load, check the version the caller read (if any), apply the move, audit it and save it in one
-        transaction, then send what it decided.
+        """Load, check the version the caller read (if any), make the action's move, audit it and save it in
+        one transaction, then send what it decided.
 
         With a version, a task changed since then raises :class:`~engine.errors.PreconditionFailed`,
         and so does losing a race while saving: the caller decided on what it saw. Without one, a lost
         race is retried on the fresh record.
         """
-        action = action or Caller()
-        allowed = [s.value for s in machine.sources(operation)]
+        allowed = [s.value for s in machine.sources(action.operation)]
         for _ in range(_RETRIES_ON_RACE):
             record = await self.get(order_id)
-            if action.version is not None and record.version != action.version:
+            if caller.version is not None and record.version != caller.version:
                 raise PreconditionFailed(order_id)
             ctx = self.parts.context(record=record)
             if ctx.workflow is None:
@@ -327,28 +309,30 @@ class TaskService:
             before = record.state.process_state
             current = record.state.current_step if index is None else index
             step_before = record.steps[current].status if current < len(record.steps) else None
-            decision = change(record, ctx)
+            decision = action.move(record, ctx, given)
             if decision.outcome is Outcome.REFUSED:
                 raise InvalidState(
                     order_id,
                     before.value,
                     allowed,
-                    reason=_refusal(record, operation, index, allowed, ctx.group(record.state.current_step)),
+                    reason=_refusal(
+                        record, action.operation, index, allowed, ctx.group(record.state.current_step)
+                    ),
                 )
             if not decision.changed:
                 return record  # allowed and already under way: nothing to do
             record.audit(
                 AuditEntry(
                     at=ctx.now,
-                    actor=action.actor,
-                    action=what,
+                    actor=caller.actor,
+                    action=action.name,
                     step=record.steps[current].name if current < len(record.steps) else None,
                     process_state_before=before,
                     process_state_after=record.state.process_state,
                     step_state_before=step_before,
                     step_state_after=record.steps[current].status if current < len(record.steps) else None,
-                    note=action.note,
-                    detail=detail,
+                    note=caller.note,
+                    detail=action.detail(given),
                 )
             )
             # A span in the order's trace, linked to the request that asked for it: what the action sends
@@ -359,18 +343,18 @@ class TaskService:
                 links=(tracing.traceparent(),),
                 attributes={
                     **tracing.task_attributes(record, current),
-                    tracing.OPERATION: what,
-                    "enduser.id": action.actor,
+                    tracing.OPERATION: action.name,
+                    "enduser.id": caller.actor,
                 },
             ):
                 try:
                     saved = await self.parts.store.save(record)
                 except ConcurrencyError:
-                    if action.version is not None:
+                    if caller.version is not None:
                         raise PreconditionFailed(order_id) from None
                     continue  # the Scheduler moved it meanwhile: look again
                 await carry_out(self.parts.sender, decision, saved, self.parts.store)
-            telemetry.info(log, what, **telemetry.context(order_id), actor=action.actor)
+            telemetry.info(log, action.name, **telemetry.context(order_id), actor=caller.actor)
             return saved
         raise InvalidState(
             order_id,
