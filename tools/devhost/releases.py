@@ -25,10 +25,10 @@ def package_path(root: Path) -> str:
 
 
 def protos_folder(root: Path) -> str:
-    """Where a checkout's devhost keeps its .proto and the classes generated from it."""
-    return next(
-        f"{name}/devhost/protos" for name in reversed(PACKAGE_FOLDERS) if (root / name / "devhost").is_dir()
-    )
+    """Where a checkout's devhost keeps its .proto and the classes generated from it (``src/`` for a
+    revision that has no devhost: the path then holds nothing)."""
+    found = [name for name in reversed(PACKAGE_FOLDERS) if (root / name / "devhost").is_dir()]
+    return f"{(found or [PACKAGE_FOLDERS[0]])[0]}/devhost/protos"
 
 
 class ReleaseUnavailable(RuntimeError):
