@@ -134,6 +134,11 @@ def queries() -> dict[str, str]:
     return {item["name"]: item["content"]["query"] for item in workbook()["items"] if item["type"] == 3}
 
 
+def titles() -> dict[str, str]:
+    """Every KQL query item's title (what the portal shows), by item name."""
+    return {item["name"]: item["content"]["title"] for item in workbook()["items"] if item["type"] == 3}
+
+
 def statements(query: str) -> list[tuple[list[str], str]]:
     """Each statement of a query (split at ';' outside strings) as (its sources, its text); a source is the
     table, union of tables, or ``let`` name a tabular statement starts from. Scalar lets have none."""
@@ -335,7 +340,8 @@ def test_the_parameters_are_a_time_range_and_an_order_id() -> None:
 
 @pytest.mark.parametrize("name", sorted(queries()))
 def test_every_query_reads_only_what_the_engine_emits(name: str) -> None:
-    assert query_problems(queries()[name]) == []
+    problems = query_problems(queries()[name])
+    assert not problems, f"panel {name!r} ({titles()[name]!r}):\n  " + "\n  ".join(problems)
 
 
 def test_every_metric_and_alert_event_has_a_panel() -> None:
