@@ -11,7 +11,7 @@ IS_PYTHON_VERSION := import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$(P
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: install test lint check-infra generate refresh-contracts demo workbook-preview devhost bench bench-simulation bench-history bench-waiting bench-groups bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
+.PHONY: install test lint check-infra generate refresh-contracts demo devhost bench bench-simulation bench-history bench-waiting bench-groups bench-emulator bench-emulator-compare emulator clean simulate simulate-long simulate-hunt
 
 install: $(STAMP) node_modules/.installed
 
@@ -83,16 +83,6 @@ simulate-long: $(STAMP)
 # The whole system under a fault profile, e.g. DEMO_ARGS="--orders 200 --hang 0.05" make demo
 demo: install
 	$(BIN)/python -m devhost.demo $(DEMO_ARGS)
-
-# The operations workbook (infra/app/workbook.json) drawn from a demo's telemetry, labelled as local: there is
-# no Application Insights here. Writes $(PREVIEW_DIR)/workbook.html and docs/workbook.png (needs chromium),
-# e.g. DEMO_ARGS="--orders 50" make workbook-preview
-PREVIEW_DIR := .devhost/workbook-preview
-workbook-preview: install
-	rm -rf $(PREVIEW_DIR)
-	$(BIN)/python -m devhost.demo --data-dir $(PREVIEW_DIR) $(DEMO_ARGS)
-	$(BIN)/python -m devhost.workbook_preview --data-dir $(PREVIEW_DIR) --out $(PREVIEW_DIR)/workbook.html \
-		--png docs/workbook.png
 
 # The local stack in the foreground; Ctrl+C stops every component.
 devhost: install
