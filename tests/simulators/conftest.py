@@ -1,16 +1,28 @@
-"""Fixtures that start the real simulators process on a free port, with its data directory per test."""
+"""Fixtures that serve the real simulators app on a free port, with its data directory per test.
+
+Most tests get the app served by uvicorn in a thread of the test's process (``simulators``): a real HTTP
+server with a fresh ledger, started in milliseconds. The tests of the process itself (its command line, a
+restart, a signal, a fault seed given on the command line) start ``python -m simulators``
+(``simulators_factory``), which takes a second or more each.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
+from simulators.app import create_app
 from tests.support import free_port, stop_process, wait_for
 
 
@@ -104,14 +116,93 @@ def simulators_factory(tmp_path: Path) -> Iterator[SimulatorsFactory]:
         stop_process(running.process)
 
 
-@pytest.fixture
-def simulators(simulators_factory: SimulatorsFactory) -> RunningSimulators:
-    """One simulators process with an empty ledger and no faults."""
-    return simulators_factory()
+@dataclass
+class ServedSimulators:
+    """The simulators app served by uvicorn in a thread of this process, logging to ``log_path``."""
+
+    server: _ThreadServer
+    thread: threading.Thread
+    port: int
+    data_dir: Path
+    log_path: Path
+    handler: logging.Handler = field(repr=False)
+
+    @property
+    def base_url(self) -> str:
+        """The root URL of the HTTP API."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, timeout: float = 10.0) -> httpx.Client:
+        """A new client of this server (the caller closes it)."""
+        return httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def log(self) -> str:
+        """Everything the app has logged so far."""
+        self.handler.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        """Shut the server down as the process does (hangs end at once), and close the ledger."""
+        app = self.server.config.app
+        if self.thread.is_alive():
+            loop = self.server.loop
+            if loop is not None:
+                loop.call_soon_threadsafe(app.state.simulators.stop_waiting)
+            self.server.should_exit = True
+            self.thread.join(10)
+        app.state.simulators.ledger.close()
+        logging.getLogger("simulators").removeHandler(self.handler)
+        self.handler.close()
+
+
+def serve_simulators(data_dir: Path, log_path: Path) -> ServedSimulators:
+    """Serve a fresh simulators app over HTTP on a free port in a thread; return once it listens."""
+    handler = logging.FileHandler(log_path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("simulators")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    app = create_app(data_dir)
+    port = free_port()
+    # The same settings as the process's (simulators.cli), on asyncio: uvicorn's "auto" loop would set
+    # uvloop's policy for the whole test process.
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_config=None, lifespan="off", http="httptools", loop="asyncio"
+    )
+    server = _ThreadServer(config)
+    thread = threading.Thread(target=server.run, name=f"simulators-{port}", daemon=True)
+    thread.start()
+    served = ServedSimulators(server, thread, port, data_dir, log_path, handler)
+    try:
+        wait_for(lambda: server.started or not thread.is_alive(), timeout=20, what="the simulators to listen")
+        if not server.started:
+            raise AssertionError(f"the simulators did not start:\n{served.log()}")
+    except BaseException:
+        served.stop()
+        raise
+    return served
+
+
+class _ThreadServer(uvicorn.Server):
+    """uvicorn's server, remembering its loop (to end hangs from another thread at shutdown)."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
 
 
 @pytest.fixture
-def client(simulators: RunningSimulators) -> Iterator[httpx.Client]:
+def simulators(tmp_path: Path) -> Iterator[ServedSimulators]:
+    """A simulators app with an empty ledger and no faults, served in a thread of this process."""
+    served = serve_simulators(tmp_path / "data", tmp_path / "simulators.log")
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def client(simulators: ServedSimulators) -> Iterator[httpx.Client]:
     """An HTTP client of ``simulators`` with a 10 s timeout."""
     with simulators.client() as http:
         yield http
@@ -124,9 +215,9 @@ def shared_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Cl
     Tests using it must not leave faults set, and must use keys of their own.
     """
     directory = tmp_path_factory.mktemp("shared")
-    running = start_simulators(directory / "data", directory / "simulators.log")
+    served = serve_simulators(directory / "data", directory / "simulators.log")
     try:
-        with running.client() as http:
+        with served.client() as http:
             yield http
     finally:
-        stop_process(running.process)
+        served.stop()

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 from orders.callbacks import verify
 from orders.catalog import SERVICES
 from orders.services.client import CALLBACK_CONTEXT_HEADER, CALLBACK_URL_HEADER, apply_path, undo_path
-from tests.simulators.conftest import RunningSimulators, SimulatorsFactory
+from tests.simulators.conftest import ServedSimulators, serve_simulators
 from tests.support import wait_for
 
 SECRET = "simulated-provider-secret"
@@ -64,15 +65,17 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def provider(simulators_factory: SimulatorsFactory, monkeypatch: pytest.MonkeyPatch) -> RunningSimulators:
-    """Simulators that hold the payment's callback secret (their process reads it from its environment)."""
+def provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServedSimulators]:
+    """Simulators that hold the payment's callback secret (the app reads it from its environment)."""
     assert PAYMENT.callback_secret_setting is not None
     monkeypatch.setenv(PAYMENT.callback_secret_setting, SECRET)
-    return simulators_factory()
+    served = serve_simulators(tmp_path / "data", tmp_path / "simulators.log")
+    yield served
+    served.stop()
 
 
 def charge(
-    provider: RunningSimulators,
+    provider: ServedSimulators,
     key: str,
     callback_url: str | None,
     context: str,
@@ -87,23 +90,23 @@ def charge(
         return client.post(apply_path(PAYMENT, CHARGES), json=BODY, headers=headers)
 
 
-def faults(provider: RunningSimulators, **settings: Any) -> None:
+def faults(provider: ServedSimulators, **settings: Any) -> None:
     with provider.client() as client:
         assert client.post("/faults", json={PAYMENT.name: settings}).status_code == 200
 
 
-def stats(provider: RunningSimulators) -> dict[str, int]:
+def stats(provider: ServedSimulators) -> dict[str, int]:
     with provider.client() as client:
         return dict(client.get("/stats").json()[PAYMENT.name])
 
 
-def ledger(provider: RunningSimulators) -> dict[str, Any]:
+def ledger(provider: ServedSimulators) -> dict[str, Any]:
     with provider.client() as client:
         return dict(client.get("/ledger").json()[PAYMENT.name])
 
 
 def test_an_apply_answered_later_is_applied_then_called_back_signed_and_twice_when_told(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     faults(provider, asyncRate=1, callbackDelayMs=50, callbackDuplicateRate=1)
     answered = charge(provider, "o-1:charge-payment", receiver.url, "o-1:1:f:1")
@@ -122,7 +125,7 @@ def test_an_apply_answered_later_is_applied_then_called_back_signed_and_twice_wh
 
 
 def test_a_callback_is_sent_in_the_trace_the_apply_came_in(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     """The app's handling of the callback joins the caller's trace; the effect records it as an apply's."""
     faults(provider, asyncRate=1, callbackDelayMs=0)
@@ -138,7 +141,7 @@ def test_a_callback_is_sent_in_the_trace_the_apply_came_in(
 
 
 def test_a_refused_apply_is_called_back_refused_and_nothing_is_applied(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     faults(provider, asyncRate=1, callbackDelayMs=0, permanentRate=1)
     assert charge(provider, "o-2:charge-payment", receiver.url, "o-2:1:f:1").status_code == 202
@@ -149,7 +152,7 @@ def test_a_refused_apply_is_called_back_refused_and_nothing_is_applied(
 
 
 def test_a_lost_callback_is_never_sent_and_a_late_one_comes_later(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     faults(provider, asyncRate=1, callbackDelayMs=0, callbackLostRate=1)
     assert charge(provider, "o-3:charge-payment", receiver.url, "o-3:1:f:1").status_code == 202
@@ -165,7 +168,7 @@ def test_a_lost_callback_is_never_sent_and_a_late_one_comes_later(
 
 
 def test_without_a_callback_url_or_an_async_rate_the_answer_comes_at_once(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     assert charge(provider, "o-5:charge-payment", receiver.url, "o-5:1:f:1").status_code == 201
     faults(provider, asyncRate=1)
@@ -173,13 +176,13 @@ def test_without_a_callback_url_or_an_async_rate_the_answer_comes_at_once(
     assert stats(provider)["accepted"] == 0 and not receiver.received
 
 
-def refund(provider: RunningSimulators, key: str) -> httpx.Response:
+def refund(provider: ServedSimulators, key: str) -> httpx.Response:
     with provider.client() as client:
         return client.post(undo_path(PAYMENT, CHARGES, key), json={"orderId": BODY["orderId"]})
 
 
 def test_a_call_with_the_key_while_the_service_decides_is_taken_again_and_called_back_alike(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     """The Supervisor's re-dispatch of a charge still being decided is answered 202 and called back with
     the one decision: never a rejection of its own (which undid the order while the first call's decision
@@ -197,7 +200,7 @@ def test_a_call_with_the_key_while_the_service_decides_is_taken_again_and_called
 
 
 def test_an_undo_while_the_service_decides_withdraws_the_apply_for_good(
-    provider: RunningSimulators, receiver: Receiver
+    provider: ServedSimulators, receiver: Receiver
 ) -> None:
     """A refund that overtakes a charge still being decided (a decision slower than the step's CompleteBy)
     voids it: the charge is never taken, its dispatch is told so, and the key is refused from then on."""

@@ -26,7 +26,7 @@ from orders.services.declaration import ItemsBody, Resource, ServiceDefinition, 
 from simulators.app import CONTROLS, resource_specs
 from simulators.hosted import ROUTE_PREFIX, is_control_path, is_service_path
 from simulators.ledger_check import ledger_report
-from tests.simulators.conftest import RunningSimulators
+from tests.simulators.conftest import ServedSimulators
 from tests.simulators.helpers import (
     FAULT_DEFAULTS,
     RESULT_NAMES,
@@ -215,7 +215,7 @@ async def run_order(
 
 
 def test_the_agents_client_runs_every_workflow_against_the_simulators_and_the_ledger_check_agrees(
-    simulators: RunningSimulators, client: httpx.Client
+    simulators: ServedSimulators, client: httpx.Client
 ) -> None:
     """The agents' own actions, as the workflows name them, on each example input, run to the end and
     undone: each apply is recorded once with the values it returned, each body carries the values the

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.simulators.conftest import RunningSimulators, SimulatorsFactory
+from tests.simulators.conftest import ServedSimulators, SimulatorsFactory
 from tests.simulators.helpers import (
     FAULT_DEFAULTS,
     FINAL,
@@ -131,7 +131,7 @@ def test_lost_reply_on_compensation_compensates_then_answers_503(client: httpx.C
 
 
 def test_hang_outlasts_the_client_timeout_and_applies_nothing(
-    simulators: RunningSimulators, client: httpx.Client
+    simulators: ServedSimulators, client: httpx.Client
 ) -> None:
     set_faults(client, {SECOND.name: {"hangRate": 1, "hangMs": 1500}})
     started = time.monotonic()
@@ -181,7 +181,7 @@ def test_latency_delays_the_answer(client: httpx.Client, operation: str) -> None
 
 @needs_services(2)
 def test_latency_of_one_service_does_not_block_the_others(
-    simulators: RunningSimulators, client: httpx.Client
+    simulators: ServedSimulators, client: httpx.Client
 ) -> None:
     set_faults(client, {FIRST.name: {"latencyMs": 1500}})
     slow: list[httpx.Response] = []
@@ -285,7 +285,9 @@ def test_a_seed_makes_the_faults_reproducible(simulators_factory: SimulatorsFact
     assert {201, 422, 503} <= set(first)
 
 
-def test_shutdown_ends_a_hang_at_once(simulators: RunningSimulators, client: httpx.Client) -> None:
+def test_shutdown_ends_a_hang_at_once(simulators_factory: SimulatorsFactory) -> None:
+    simulators = simulators_factory()
+    client = simulators.client()
     set_faults(client, {FIRST.name: {"hangRate": 1, "hangMs": 60000}})
     outcome: list[object] = []
 

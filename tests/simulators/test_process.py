@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from simulators.ledger import Ledger
-from tests.simulators.conftest import RunningSimulators, SimulatorsFactory, simulators_command
+from tests.simulators.conftest import ServedSimulators, SimulatorsFactory, simulators_command
 from tests.simulators.helpers import (
     FIRST,
     LAST,
@@ -69,7 +69,7 @@ def on_disk(data_dir: Path, scratch: Path) -> dict[str, Any]:
 
 
 def test_the_files_hold_every_change_once_answered(
-    simulators: RunningSimulators, client: httpx.Client, tmp_path: Path
+    simulators: ServedSimulators, client: httpx.Client, tmp_path: Path
 ) -> None:
     apply(client, LAST, "key-1")
     assert on_disk(simulators.data_dir, tmp_path / "copy")[LAST.name]["key-1"]["applied"] == 1
@@ -155,15 +155,17 @@ def test_a_torn_last_line_is_ignored_at_start(simulators_factory: SimulatorsFact
     assert "ignoring an incomplete last line" in second.log()
 
 
-def test_sigterm_stops_cleanly(simulators: RunningSimulators, client: httpx.Client) -> None:
-    apply(client, FIRST, "key-1")
-    client.close()
+def test_sigterm_stops_cleanly(simulators_factory: SimulatorsFactory) -> None:
+    simulators = simulators_factory()
+    with simulators.client() as client:
+        apply(client, FIRST, "key-1")
     os.kill(simulators.process.pid, signal.SIGTERM)
     assert simulators.process.wait(10) == 0
     assert "Shutting down" in simulators.log()
 
 
-def test_sigint_stops_cleanly(simulators: RunningSimulators) -> None:
+def test_sigint_stops_cleanly(simulators_factory: SimulatorsFactory) -> None:
+    simulators = simulators_factory()
     os.kill(simulators.process.pid, signal.SIGINT)
     assert simulators.process.wait(10) == 0
     assert "Traceback" not in simulators.log()
