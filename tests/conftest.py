@@ -92,6 +92,12 @@ def _cpu_seconds() -> float:
 _cpu_mark = [0.0]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slowest-files", type=int, default=15, help="how many files the summary of where time went lists"
+    )
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     _cpu_mark[0] = _cpu_seconds()
 
@@ -107,8 +113,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """After the 15 slowest tests (``--durations``): the wall time and the 15 files that took longest, with
-    the CPU each used (its processes' and their children's)."""
+    """After the 15 slowest tests (``--durations``): the wall time and the 15 files that took longest
+    (``--slowest-files``), with the CPU each used (its processes' and their children's)."""
     per_file: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -118,8 +124,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                 seconds[1] += sum(v for k, v in report.user_properties if k == "cpu" and isinstance(v, float))
     if not per_file:
         return
-    terminalreporter.section("slowest 15 files (seconds in their tests, summed; CPU seconds)")
-    for path, (seconds, cpu) in sorted(per_file.items(), key=lambda kv: -kv[1][0])[:15]:
+    count = terminalreporter.config.getoption("slowest_files")
+    terminalreporter.section(f"slowest {count} files (seconds in their tests, summed; CPU seconds)")
+    for path, (seconds, cpu) in sorted(per_file.items(), key=lambda kv: -kv[1][0])[:count]:
         terminalreporter.write_line(f"{seconds:8.1f}s  {cpu:8.1f} CPU s  {path}")
     total = sum(cpu for _, cpu in per_file.values())
     terminalreporter.write_line(f"wall time: {time.monotonic() - _started:.0f}s; CPU in tests: {total:.0f}s")

@@ -90,7 +90,11 @@ def test_status_messages_carry_the_order_id(calm: LocalStack, workflow: Workflow
 
 
 def test_transient_faults_are_retried_transparently(calm: LocalStack) -> None:
-    calm.faults(**{service: {"transientRate": 0.5} for service in SERVICES})
+    # A quarter of the calls fail: about eight of some thirty, and five in a row (a breaker's fail_max,
+    # which opens it) about once in a thousand runs. At one half a breaker opened in one run of 30 or so
+    # on a busy machine, and the Supervisor then rightly counted the step's deadlines: a breaker's test
+    # (tests/e2e/test_breakers.py), not this one.
+    calm.faults(**{service: {"transientRate": 0.25} for service in SERVICES})
     ids = submit_mix(calm, 6)
     for order_id in ids:
         assert_processed_once(calm, order_id)
