@@ -1,8 +1,11 @@
 """What a transition decided: the messages to send once the change is saved, the alerts to raise, and
-what kind of move it was. Callers need no side channels to learn what happened."""
+what kind of move it was. Callers need no side channels to learn what happened. A command to the Scheduler,
+which many moves send (and a kind of wait: a timer's wake-up), is made here (:func:`command`)."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -10,7 +13,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from . import telemetry
+from . import queues, telemetry
+from .messages import CommandKind, SchedulerCommand
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,31 @@ class Decision:
 
 REFUSED = Decision(Outcome.REFUSED)
 UNCHANGED = Decision(Outcome.UNCHANGED)
+
+
+def random_id() -> str:
+    """A fresh random id: where the unique part of a command's message id comes from by default."""
+    return uuid.uuid4().hex
+
+
+def command(
+    order_id: str,
+    kind: CommandKind,
+    reason: str,
+    at: datetime | None = None,
+    new_id: Callable[[], str] = random_id,
+    dispatch: tuple[int, int] | None = None,
+) -> Outgoing:
+    """A message asking the Scheduler to look at a task (now, or at ``at``); ``dispatch`` (step index,
+    attempt) names the one wait a wake-up is for."""
+    step_index, attempt = dispatch if dispatch is not None else (None, None)
+    named = f"{step_index}:{attempt}:" if dispatch is not None else ""
+    return Outgoing(
+        queue=queues.SCHEDULER_QUEUE,
+        body=SchedulerCommand(
+            order_id=order_id, kind=kind, reason=reason, step_index=step_index, attempt=attempt
+        ),
+        message_id=f"{order_id}:{kind.value}:{named}{new_id()}",
+        correlation_id=order_id,
+        scheduled_at=at,
+    )

@@ -30,14 +30,12 @@ replaces it in the module that defines it and in every module of this package th
 
 from __future__ import annotations
 
-from ..decisions import Decision, Outgoing
+from ..decisions import Decision, Outgoing, command, random_id
 from ..settings import EngineSettings
 from .context import (
     Context,
     allows,
-    command,
     document,
-    random_id,
     settled,
     status,
     wake_command,

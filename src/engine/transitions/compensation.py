@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from ..decisions import Decision
+from ..decisions import Decision, command
 from ..messages import (
     CommandKind,
     StatusEvent,
@@ -17,7 +17,6 @@ from .context import (
     _engine,
     _moved,
     _touch,
-    command,
     status,
 )
 from .dispatch import _dispatch

@@ -1,23 +1,22 @@
 """What every move of the state machine shares: its :class:`Context`, the table's verdict (:func:`allows`),
 the bookkeeping of a move (:func:`_touch`, :func:`_moved`), the messages it sends (:func:`status`,
-:func:`command`, :func:`wake_command`), what a step's condition and call read (:func:`document`), the step
-statuses the moves sort steps by (may have had an effect, done, in flight), when a call in flight can no
-longer land (:func:`settled`), and the failure counts an undo starts afresh."""
+:func:`wake_command`; its commands are ``engine.decisions.command``'s), what a step's condition and call
+read (:func:`document`), the step statuses the moves sort steps by (may have had an effect, done, in
+flight), when a call in flight can no longer land (:func:`settled`), and the failure counts an undo starts
+afresh."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from .. import machine, queues, sealing
-from ..decisions import Decision, Outcome, Outgoing
+from ..decisions import Decision, Outcome, Outgoing, command, random_id
 from ..machine import Operation
 from ..messages import (
     CommandKind,
-    SchedulerCommand,
     StatusEvent,
     StatusMessage,
 )
@@ -29,11 +28,6 @@ from ..workflow import StepDefinition, WorkflowDefinition
 # failed or was running may still have been applied (a lost reply), and undoing an effect that never
 # happened is a no-op for an idempotent service.
 _MAY_HAVE_EFFECT = (StepStatus.COMPLETED, StepStatus.RUNNING, StepStatus.FAILED, StepStatus.COMPENSATING)
-
-
-def random_id() -> str:
-    """A fresh random id: where the unique part of a command's message id comes from by default."""
-    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -137,29 +131,6 @@ def status(
         body=body,
         message_id=f"{state.order_id}:{event.value}:{at}:{state.phase.value}:{attempt}",
         correlation_id=body.order_id,
-    )
-
-
-def command(
-    order_id: str,
-    kind: CommandKind,
-    reason: str,
-    at: datetime | None = None,
-    new_id: Callable[[], str] = random_id,
-    dispatch: tuple[int, int] | None = None,
-) -> Outgoing:
-    """A message asking the Scheduler to look at a task (now, or at ``at``); ``dispatch`` (step index,
-    attempt) names the one wait a wake-up is for."""
-    step_index, attempt = dispatch if dispatch is not None else (None, None)
-    named = f"{step_index}:{attempt}:" if dispatch is not None else ""
-    return Outgoing(
-        queue=queues.SCHEDULER_QUEUE,
-        body=SchedulerCommand(
-            order_id=order_id, kind=kind, reason=reason, step_index=step_index, attempt=attempt
-        ),
-        message_id=f"{order_id}:{kind.value}:{named}{new_id()}",
-        correlation_id=order_id,
-        scheduled_at=at,
     )
 
 

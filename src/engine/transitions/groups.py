@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from ..breaker import BreakerRecord, BreakerState, hold_until
-from ..decisions import REFUSED, Decision, Outcome, Outgoing
+from ..decisions import REFUSED, Decision, Outcome, Outgoing, command
 from ..machine import Operation
 from ..messages import (
     CommandKind,
@@ -24,7 +24,6 @@ from .context import (
     _moved,
     _touch,
     allows,
-    command,
     document,
     settled,
     status,

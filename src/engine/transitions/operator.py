@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .. import machine
-from ..decisions import REFUSED, UNCHANGED, Decision
+from ..decisions import REFUSED, UNCHANGED, Decision, command
 from ..machine import Operation
 from ..messages import (
     CommandKind,
@@ -22,7 +22,6 @@ from .context import (
     _moved,
     _touch,
     allows,
-    command,
     settled,
     status,
 )

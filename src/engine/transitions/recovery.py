@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from ..breaker import BreakerRecord, BreakerState, hold_until
-from ..decisions import REFUSED, Decision, Outcome
+from ..decisions import REFUSED, Decision, Outcome, command
 from ..machine import Operation
 from ..messages import (
     CommandKind,
@@ -21,7 +21,6 @@ from .context import (
     _engine,
     _touch,
     allows,
-    command,
     wake_command,
 )
 from .endings import _enter_error

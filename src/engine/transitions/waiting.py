@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..conditions import value_at
-from ..decisions import Decision
+from ..decisions import Decision, command
 from ..messages import (
     CommandKind,
     StatusEvent,
@@ -19,7 +19,6 @@ from .context import (
     _fresh_failure_counts,
     _moved,
     _touch,
-    command,
     document,
     status,
     wake_command,
