@@ -91,6 +91,11 @@ class Timer(Declared):
         setting = f" (setting {self.setting})" if self.setting else ""
         return f"{self.after_seconds:g} s after the step before it{setting}"
 
+    @property
+    def seconds(self) -> float:
+        """How long it waits as declared: its delay (0 when it waits for an input's time)."""
+        return self.after_seconds or 0.0
+
 
 class Approval(Declared):
     """A step that waits for a person to approve or reject it (``POST .../approve`` or ``.../reject``),
@@ -111,6 +116,11 @@ class Approval(Declared):
         setting = f" (setting {self.setting})" if self.setting else ""
         return f"an approval within {self.deadline_seconds:g} s{setting}, else {self.on_deadline}"
 
+    @property
+    def seconds(self) -> float:
+        """How long it waits as declared: its deadline."""
+        return self.deadline_seconds
+
 
 Wait = Timer | Approval
 
@@ -118,7 +128,7 @@ Wait = Timer | Approval
 def wait_seconds(wait: Wait) -> float:
     """How long a wait lasts as declared: a timer's delay (0 when it waits for an input's time), an
     approval's deadline."""
-    return (wait.after_seconds or 0.0) if isinstance(wait, Timer) else wait.deadline_seconds
+    return wait.seconds
 
 
 class StepDefinition(Declared):
