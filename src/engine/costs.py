@@ -20,8 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import queues
-from .workflow import Timer, WorkflowDefinition
+from . import queues, waits
+from .workflow import WorkflowDefinition
 
 RECEIVED, STEP_COMPLETED, PROCESSED = "received", "step-completed", "processed"
 WAITING = "waiting"
@@ -82,10 +82,11 @@ def processed_order(
         step for step in workflow.steps if document is None or step.when is None or step.when.holds(document)
     ]
     calls = [step.call_agent for step in steps if step.calls]
-    # A wait says it waits, then that it is done; a timer's wake-up is one more command.
+    # A wait says it waits, then that it is done; what its kind sends (a timer's wake-up) is more commands.
     events = [e for step in steps for e in ((STEP_COMPLETED,) if step.calls else (WAITING, STEP_COMPLETED))]
+    sent = sum(waits.BY_NAME[step.wait.kind].commands for step in steps if step.wait is not None)
     return OrderTraffic(
-        commands=int(kicked) + sum(1 for step in steps if isinstance(step.wait, Timer)),
+        commands=int(kicked) + sent,
         requests=dict(Counter(calls)),
         replies=len(calls),
         status_events=(RECEIVED, *events, PROCESSED),

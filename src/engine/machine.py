@@ -2,16 +2,18 @@
 
 Every operation on a task (the Scheduler's claim and reply handling, the Supervisor's recovery, the
 application's cancel, an operator's resubmit and step-level retry, extend and skip) asks this table
-whether it is allowed before it changes anything.
+whether it is allowed before it changes anything. The rows every task shares are listed here; each kind of
+wait declares its own (a timer's wake-up, an approval's decision, a service's callback: :mod:`engine.waits`),
+and they are put in at the places the list leaves for them (:class:`~engine.rules.Slot`).
 The state diagram in ``docs/architecture.md`` is generated from the same table (``python -m engine.machine``),
 and a test checks that the two agree.
 """
 
 from __future__ import annotations
 
-from .rules import Operation, Rule
+from . import waits
+from .rules import Operation, Rule, Slot
 from .state import Phase, ProcessState, StepStatus, TaskState
-from .waits import APPROVAL, CALLBACK, TIMER
 
 INITIAL = ProcessState.PENDING
 
@@ -23,7 +25,7 @@ FORWARD, BACK = Phase.FORWARD, Phase.COMPENSATE
 RUNNING, UNDOING = StepStatus.RUNNING, StepStatus.COMPENSATING
 NOT_STARTED, WAITING = StepStatus.NOT_STARTED, StepStatus.WAITING
 
-TABLE: tuple[Rule, ...] = (
+_LISTED: tuple[Rule | Slot, ...] = (
     # Steps side by side (a group): the task is Processing while any of them is in flight; each step's
     # reply, callback and recovery touch that step alone, and the task moves on when all are done.
     Rule(
@@ -174,19 +176,8 @@ TABLE: tuple[Rule, ...] = (
         step=RUNNING,
         grouped=False,
     ),
-    # Waits: a timer ends when its wake-up comes at its time; an approval when a person decides. Either
-    # may start another wait at once (two waits in a row).
-    Rule(
-        Op.WAKE,
-        W,
-        ((R, "timer due, next step dispatched"), (W, "timer due, next step waits"), (D, "timer due, done")),
-        phase=FORWARD,
-        step=WAITING,
-        wait=TIMER,
-    ),
-    # A person decides; the task goes back to a Scheduler (it alone dispatches), as after a skip or a cancel.
-    Rule(Op.APPROVE, W, ((P, "approved"),), phase=FORWARD, step=WAITING, wait=APPROVAL),
-    Rule(Op.REJECT, W, ((C, "rejected: undo"),), phase=FORWARD, step=WAITING, wait=APPROVAL),
+    # What ends a wait that calls nothing: its time, a person (each kind's own rows, engine.waits).
+    Slot.ENDS,
     Rule(
         Op.STEP_FAILED,
         R,
@@ -194,39 +185,9 @@ TABLE: tuple[Rule, ...] = (
         phase=FORWARD,
         step=RUNNING,
     ),
-    # A service that answers later: the step waits for its callback until its CompleteBy; the callback's
-    # outcome is applied as an Agent's reply would be. An undo accepted so: nothing to record.
-    Rule(
-        Op.ACCEPT,
-        R,
-        ((W, "service accepted, waits for its callback"),),
-        phase=FORWARD,
-        step=RUNNING,
-        grouped=False,
-    ),
-    Rule(
-        Op.ACCEPT, C, ((C, "undo accepted, waits for its callback"),), phase=BACK, step=UNDOING, changes=False
-    ),
-    Rule(
-        Op.STEP_SUCCEEDED,
-        W,
-        (
-            (R, "callback: step done, next step dispatched"),
-            (W, "callback: step done, next step waits"),
-            (D, "callback: last step done"),
-        ),
-        phase=FORWARD,
-        step=WAITING,
-        wait=CALLBACK,
-    ),
-    Rule(
-        Op.STEP_FAILED,
-        W,
-        ((C, "callback: refused"), (CD, "callback: refused, nothing to undo")),
-        phase=FORWARD,
-        step=WAITING,
-        wait=CALLBACK,
-    ),
+    # A service that answers later: the step waits for its callback, whose outcome is applied as an Agent's
+    # reply would be (engine.waits.callback).
+    Slot.ANSWERS,
     Rule(
         Op.COMPENSATION_SUCCEEDED,
         C,
@@ -240,20 +201,6 @@ TABLE: tuple[Rule, ...] = (
     # An undo given back (or cancelled) waits unlocked for a Scheduler, as a Pending task does: its lost
     # command is no failure of the step, whose undo was not even dispatched.
     Rule(Op.KICK, C, ((C, "resume lost (Supervisor re-kicks)"),), unlocked=True),
-    # A wait past its CompleteBy: a timer's wake-up was lost (re-sent, no failure: nothing failed); an
-    # approval's deadline passed (its declared policy: undo, or Error with an alert).
-    Rule(Op.REWAKE, W, ((W, "wake-up lost (Supervisor re-sends)"),), phase=FORWARD, step=WAITING, wait=TIMER),
-    Rule(
-        Op.DEADLINE,
-        W,
-        (
-            (C, "approval deadline passed, policy compensate (Supervisor)"),
-            (E, "approval deadline passed, policy error (Supervisor, alert)"),
-        ),
-        phase=FORWARD,
-        step=WAITING,
-        wait=APPROVAL,
-    ),
     Rule(
         Op.EXPIRE,
         R,
@@ -271,15 +218,9 @@ TABLE: tuple[Rule, ...] = (
             (E, "CompleteBy passed, FailureCount >= max (Supervisor, alert)"),
         ),
     ),
-    Rule(
-        Op.EXPIRE,
-        W,
-        (
-            (P, "no callback by CompleteBy, FailureCount < max (Supervisor, backoff)"),
-            (E, "no callback by CompleteBy, FailureCount >= max (Supervisor, alert)"),
-        ),
-        wait=CALLBACK,
-    ),
+    # A wait past its CompleteBy, as its kind says (engine.waits): a timer's wake-up sent again, an
+    # approval's deadline policy, a callback counted as a step's timeout.
+    Slot.EXPIRES,
     # The Supervisor, for a task past its CompleteBy whose step's service has an open circuit breaker: the
     # step did not fail, its service is down, so no failure is counted. It looks again when the breaker's
     # open interval ends; then (or when a trial call is due) it gives the task back, still uncharged.
@@ -300,7 +241,7 @@ TABLE: tuple[Rule, ...] = (
     # failed or is still running.
     Rule(Op.RETRY_STEP, P, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING),
     Rule(Op.RETRY_STEP, R, ((P, "operator retry step"),), phase=FORWARD, step=RUNNING, grouped=False),
-    Rule(Op.RETRY_STEP, W, ((P, "operator retry step"),), phase=FORWARD, step=WAITING, wait=CALLBACK),
+    Slot.RETRIES,  # a wait retried now (a callback: its step called again)
     Rule(Op.RETRY_STEP, C, ((C, "operator retry undo"),), phase=BACK, step=UNDOING),
     Rule(
         Op.RETRY_STEP,
@@ -309,24 +250,10 @@ TABLE: tuple[Rule, ...] = (
         phase=FORWARD,
         step=RUNNING,
     ),
-    # An approval whose deadline put the order in Error: wait again, or decide now.
+    # A wait that put the order in Error (an approval past its deadline): wait again, or (as its kind
+    # allows) decide now.
     Rule(Op.RETRY_STEP, E, ((P, "operator waits again (FailureCount reset)"),), phase=FORWARD, step=WAITING),
-    Rule(
-        Op.APPROVE,
-        E,
-        ((P, "approved after the deadline (FailureCount reset)"),),
-        phase=FORWARD,
-        step=WAITING,
-        wait=APPROVAL,
-    ),
-    Rule(
-        Op.REJECT,
-        E,
-        ((C, "rejected after the deadline: undo"),),
-        phase=FORWARD,
-        step=WAITING,
-        wait=APPROVAL,
-    ),
+    Slot.IN_ERROR,
     Rule(
         Op.RETRY_STEP,
         E,
@@ -355,6 +282,11 @@ TABLE: tuple[Rule, ...] = (
     Rule(Op.WORKFLOW_GONE, C, ((E, "workflow version not deployed (alert)"),)),
 )
 del P, R, W, D, C, CD, E, Op, FORWARD, BACK, RUNNING, UNDOING, NOT_STARTED, WAITING
+
+# The table: the rows above, each slot filled with the kinds' rows for it (engine.waits).
+TABLE: tuple[Rule, ...] = tuple(
+    row for listed in _LISTED for row in (waits.rows(listed) if isinstance(listed, Slot) else (listed,))
+)
 
 
 def rule(

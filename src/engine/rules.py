@@ -1,12 +1,15 @@
-"""The state machine's words: every operation on a task (:class:`Operation`) and one row of its table
-(:class:`Rule`). The table itself is :mod:`engine.machine`'s; this module is below it, so that what declares
-rows of its own (a kind of wait) need not import the table.
+"""The state machine's words: every operation on a task (:class:`Operation`), one row of its table
+(:class:`Rule`), and the places in the table where a kind of wait puts its own rows (:class:`Slot`).
+
+The table itself is :mod:`engine.machine`'s: the rows every task shares, with each kind of wait's rows
+(:mod:`engine.waits`) put in at its slots. This module is below both, so a kind can declare its rows and the
+machine can collect them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 
 from .state import Phase, ProcessState, StepStatus, TaskState
 
@@ -46,10 +49,10 @@ class Rule:
 
     Guards: ``unlocked`` needs no Scheduler holding the task (``LockedBy`` empty); ``phase`` and
     ``step`` need the task's phase and its current step's status; ``wait`` needs the current step to be
-    that kind of wait (``WaitingFor``: ``timer``, ``approval``); ``grouped`` needs the step to be (True)
-    or not to be (False) one of a group that runs side by side, whose steps are each fenced, recovered and
-    acted on by their own status. A rule with ``changes=False`` is allowed and does nothing (asking again
-    for what is already under way).
+    that kind of wait (``WaitingFor``: ``timer``, ``approval``, ``callback``; the rows that guard on a kind
+    are its own, :mod:`engine.waits`); ``grouped`` needs the step to be (True) or not to be (False) one of a
+    group that runs side by side, whose steps are each fenced, recovered and acted on by their own status.
+    A rule with ``changes=False`` is allowed and does nothing (asking again for what is already under way).
     """
 
     operation: Operation
@@ -78,3 +81,16 @@ class Rule:
     def target_states(self) -> tuple[ProcessState, ...]:
         """The states the operation may leave the task in."""
         return tuple(target for target, _ in self.targets)
+
+
+class Slot(Enum):
+    """Where in the table a kind of wait's rows go. The table is read in order: its first row that admits
+    an operation is the one that applies, and the diagram lists the edges and their labels in the order it
+    meets them, so a kind's rows go beside the rows they belong with (each slot's rows in the order of the
+    kinds, :data:`engine.waits.KINDS`)."""
+
+    ENDS = "ends"  # after a step's success: what ends a wait that calls nothing (its time, a person)
+    ANSWERS = "answers"  # after a lasting agent error: a service that answers later, and its answer
+    EXPIRES = "expires"  # after a task past its CompleteBy: a wait past its CompleteBy (the Supervisor)
+    RETRIES = "retries"  # after an operator's retry of a step that runs: the retry of a wait
+    IN_ERROR = "in error"  # after an operator's retry of a wait in Error: what else a wait allows there

@@ -7,14 +7,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import lifecycle, metrics, telemetry, tracing, transitions
+from . import lifecycle, metrics, telemetry, tracing, transitions, waits
 from .breaker import BreakerRecord
 from .decisions import Outcome
 from .errors import ConcurrencyError, NotUnderstood
 from .outbox import alert_raised, carry_out
 from .parts import EngineParts
 from .state import ProcessState, TaskRecord
-from .waits import APPROVAL
 
 log = logging.getLogger("engine.supervisor")
 
@@ -172,7 +171,9 @@ class Supervisor:
                     continue
             before = record.state.process_state
             asked = [step.retry_at for step in record.steps]
-            overdue = before is ProcessState.WAITING and record.state.waiting_for == APPROVAL
+            # What the wait's kind raises when the Supervisor acts on it past its CompleteBy (an approval).
+            waiting = waits.of(record.state.waiting_for) if before is ProcessState.WAITING else None
+            overdue = waiting.overdue if waiting is not None else None
             if breakers is None or breakers_read < lifecycle.latest_due(record, self.parts.clock.now()):
                 # Read again when the reading is older than the timeout about to be judged: a slow sweep
                 # would judge it by a breaker closed before the step timed out, and count what the open
@@ -206,10 +207,10 @@ class Supervisor:
                     # sweeps skip the task until the hold ends instead of loading it to find that out.
                     await store.rewatch(entry, record.state.complete_by)
                 await carry_out(self.parts.sender, decision, record, store)
-                if overdue:
+                if overdue is not None:
                     step = record.steps[record.state.current_step]
                     telemetry.emit_event(
-                        telemetry.APPROVAL_OVERDUE,
+                        overdue,
                         orderId=record.order_id,
                         step=step.name,
                         deadline=step.complete_by.isoformat() if step.complete_by else "",

@@ -18,6 +18,7 @@ from . import (
     telemetry,
     tracing,
     transitions,
+    waits,
 )
 from .decisions import Outcome
 from .errors import (
@@ -38,7 +39,6 @@ from .ports import CreateOutcome, Page, StateCounts
 from .retention import Purged
 from .search import SearchQuery
 from .state import AuditEntry, ProcessState, StepState, StepStatus, TaskRecord, TaskState
-from .waits import APPROVAL
 from .workflow import WorkflowDefinition
 
 if TYPE_CHECKING:
@@ -374,26 +374,18 @@ def _refusal(
     state = record.state
     current = record.steps[state.current_step]
     waiting = state.process_state is ProcessState.WAITING and current.status is StepStatus.WAITING
-    if (
-        operation is Operation.APPROVE
-        and waiting
-        and index == state.current_step
-        and state.waiting_for == APPROVAL
-    ):
-        # Refused although the state allows it: the approval's deadline has passed.
-        deadline = current.complete_by.isoformat() if current.complete_by else "?"
-        return (
-            f"the approval of step {current.name} is past its deadline ({deadline}): its workflow's "
-            "policy applies (the Supervisor undoes the order, or puts it in Error to be decided there)"
-        )
+    kind = waits.of(state.waiting_for)
+    if waiting and index == state.current_step and kind is not None:
+        # Refused although the state allows it, for a reason of the wait's kind (an approval past its
+        # deadline).
+        refused = kind.refusal(operation, current)
+        if refused is not None:
+            return refused
     if index not in group:
         name = record.steps[index].name
         return f"step {name} is not the current step of order {state.order_id} ({current.name} is)"
-    needs = (
-        "an approval that waits"
-        if operation in (Operation.APPROVE, Operation.REJECT)
-        else "the step in progress"
-    )
+    ends = waits.ended_by(operation)  # an operation that ends one kind of wait (approve, reject)
+    needs = f"{ends.text} that waits" if ends is not None else "the step in progress"
     return (
         f"order {state.order_id} is {state.process_state.value} ({state.phase.value}) with step "
         f"{current.name} {current.status.value}; {operation.value} needs {' or '.join(allowed)} "

@@ -13,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .conditions import Condition, Declared, check_input_path, parts, refuse_unknown
-from .waits import APPROVAL, TIMER
 
 # The mark of a sensitive input field in its JSON Schema (``json_schema_extra``): the API's document shows it.
 SENSITIVE = "x-sensitive"
@@ -69,9 +68,11 @@ class Timer(Declared):
 
     ``setting`` names an app setting that, when set, gives ``after_seconds`` instead (a window that is
     short locally and long in Azure); it is read when the wait starts.
+
+    How a timer waits, ends and expires is its kind's (``engine.waits.timer``, named by ``kind``).
     """
 
-    kind: Literal["timer"] = TIMER
+    kind: Literal["timer"] = "timer"  # engine.waits.TIMER (tests/engine/test_wait_kinds.py)
     after_seconds: float | None = Field(default=None, ge=0)
     until: str | None = Field(default=None, pattern=r"^input(\.[A-Za-z_][A-Za-z0-9_-]*)+$")
     setting: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9_]{0,63}$")
@@ -100,9 +101,11 @@ class Timer(Declared):
 class Approval(Declared):
     """A step that waits for a person to approve or reject it (``POST .../approve`` or ``.../reject``),
     for at most ``deadline_seconds``; then ``on_deadline`` applies: ``compensate`` undoes what was done,
-    ``error`` puts the order in Error with an alert for an operator to decide. A reject always undoes."""
+    ``error`` puts the order in Error with an alert for an operator to decide. A reject always undoes.
 
-    kind: Literal["approval"] = APPROVAL
+    How an approval waits, ends and expires is its kind's (``engine.waits.approval``, named by ``kind``)."""
+
+    kind: Literal["approval"] = "approval"  # engine.waits.APPROVAL (tests/engine/test_wait_kinds.py)
     deadline_seconds: float = Field(gt=0)
     on_deadline: Literal["compensate", "error"] = "compensate"
     setting: str | None = Field(

@@ -43,6 +43,8 @@ from engine.messages import (
 from engine.scheduler import Scheduler
 from engine.state import Phase, ProcessState, StepStatus, TaskRecord
 from engine.transitions import Context
+from engine.waits import APPROVAL, TIMER
+from engine.waits import timer as timer_kind
 from engine.workflow import Approval, Timer
 from orders.callbacks import CallbackBody, Callbacks, Refused, Taken, verify
 from tests.simulation.moves import replace
@@ -294,7 +296,7 @@ _original_request = transitions.dispatch._request
 def wake_whatever_its_time(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision:
     """``transitions.wake`` without its look at the time: a wake-up for the current wait ends it, whenever
     it comes (one delivered early, one scheduled before an extend)."""
-    if record.state.attempt != attempt or not transitions.waiting._waiting(record, ctx, index, Timer):
+    if record.state.attempt != attempt or not transitions.waiting._waiting(record, ctx, index, TIMER):
         return REFUSED
     if transitions.allows(Operation.WAKE, record) is None:
         return REFUSED
@@ -305,7 +307,7 @@ def reject_as_approve(record: TaskRecord, ctx: Context, index: int, reason: str)
     """``transitions.reject`` written from ``approve``: the decision is recorded in the step's reason, and
     the wait ends as an approved one does (the order goes on)."""
     if (
-        not transitions.waiting._waiting(record, ctx, index, Approval)
+        not transitions.waiting._waiting(record, ctx, index, APPROVAL)
         or transitions.allows(Operation.REJECT, record) is None
     ):
         return REFUSED
@@ -772,12 +774,13 @@ def wait_expired_leaving_approvals(record: TaskRecord, ctx: Context) -> Decision
 
 
 _WAIT_EXPIRED = transitions.recovery._wait_expired
-_TIMER_DUE = transitions.timer_due
+_TIMER_DUE = timer_kind.timer_due
 
 
-def timer_due_twice_its_setting(record: TaskRecord, ctx: Context, index: int, timer: Timer) -> datetime:
-    """``transitions.timer_due`` that adds the timer's duration twice: the window stays open twice as long."""
-    due = _TIMER_DUE(record, ctx, index, timer)
+def timer_due_twice_its_setting(record: TaskRecord, timer: Timer, ctx: Context) -> datetime:
+    """``engine.waits.timer.timer_due`` that adds the timer's duration twice: the window stays open twice as
+    long."""
+    due = _TIMER_DUE(record, timer, ctx)
     return due + (due - ctx.now) if timer.until is None else due
 
 
@@ -1087,7 +1090,7 @@ PLANTS: dict[str, Plant] = {
         seed=0,
     ),
     "a timer that waits twice its setting": Plant(
-        lambda mp: replace(mp, transitions.waiting, "timer_due", timer_due_twice_its_setting),
+        lambda mp: replace(mp, timer_kind, "timer_due", timer_due_twice_its_setting),
         "not from when it started",
         None,
         seed=0,

@@ -8,19 +8,20 @@ Supervisor recovers it.
 
 The moves live by family, each module importing only those listed before it here (no circle):
 
-- :mod:`.context`: what every move shares (:class:`Context`, the table's verdict, status messages and
-  commands, the document a condition and a call read, the step statuses moves sort by);
+- :mod:`.context`: what every move shares (:class:`Context`, the table's verdict, status messages, the
+  document a condition and a call read, the step statuses moves sort by);
 - :mod:`.call_log`: the steps' call records as the moves keep them;
 - :mod:`.dispatch`: one step's request, its dispatch (forward or undo), or its leaving out;
 - :mod:`.endings`: Processed, Compensated, or Error with its alert;
 - :mod:`.groups`: steps side by side (dispatch, join, a step retried, recovered, or failed in a group);
-- :mod:`.waiting`: a wait's start, its rules, and a wait that ends badly;
+- :mod:`.waiting`: a wait's start, as its kind says (``engine.waits``), its rules, and a wait that ends
+  badly;
 - :mod:`.compensation`: undo in reverse order;
 - :mod:`.forward`: submission, claim, and the dispatch of the next step;
 - :mod:`.replies`: an Agent's reply (or a callback) applied;
 - :mod:`.operator`: the operator's moves on a task and its current step;
 - :mod:`.wait_ends`: a timer's wake-up, an approval, a rejection;
-- :mod:`.recovery`: the Supervisor's recovery of a task past its CompleteBy.
+- :mod:`.recovery`: the Supervisor's recovery of a task past its CompleteBy (a wait's, as its kind says).
 
 This package's face re-exports the public moves (``transitions.claim``, ``from engine.transitions import
 Context``). A move calls another through the name its own module imported, so a test that replaces a move
@@ -32,13 +33,13 @@ from __future__ import annotations
 
 from ..decisions import Decision, Outgoing, command, random_id
 from ..settings import EngineSettings
+from ..waits.timer import wake_command
 from .context import (
     Context,
     allows,
     document,
     settled,
     status,
-    wake_command,
 )
 from .endings import error_alert, workflow_not_deployed
 from .forward import claim, new_record_state
@@ -47,7 +48,7 @@ from .operator import cancel, extend_step, resubmit, retry_step, skip_step
 from .recovery import recover_expired
 from .replies import apply_reply, awaits, reply_operation, step_failed, step_succeeded
 from .wait_ends import approve, reject, wake, wake_early
-from .waiting import deadline_passed, timer_due
+from .waiting import deadline_passed
 
 __all__ = [
     "Context",
@@ -78,7 +79,6 @@ __all__ = [
     "status",
     "step_failed",
     "step_succeeded",
-    "timer_due",
     "wake",
     "wake_command",
     "wake_early",

@@ -1,9 +1,8 @@
 """What every move of the state machine shares: its :class:`Context`, the table's verdict (:func:`allows`),
-the bookkeeping of a move (:func:`_touch`, :func:`_moved`), the messages it sends (:func:`status`,
-:func:`wake_command`; its commands are ``engine.decisions.command``'s), what a step's condition and call
-read (:func:`document`), the step statuses the moves sort steps by (may have had an effect, done, in
-flight), when a call in flight can no longer land (:func:`settled`), and the failure counts an undo starts
-afresh."""
+the bookkeeping of a move (:func:`_touch`, :func:`_moved`), the status messages it sends (:func:`status`;
+its commands are ``engine.decisions.command``'s), what a step's condition and call read (:func:`document`),
+the step statuses the moves sort steps by (may have had an effect, done, in flight), when a call in flight
+can no longer land (:func:`settled`), and the failure counts an undo starts afresh."""
 
 from __future__ import annotations
 
@@ -13,10 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import machine, queues, sealing
-from ..decisions import Decision, Outcome, Outgoing, command, random_id
+from ..decisions import Decision, Outcome, Outgoing, random_id
 from ..machine import Operation
 from ..messages import (
-    CommandKind,
     StatusEvent,
     StatusMessage,
 )
@@ -132,14 +130,6 @@ def status(
         message_id=f"{state.order_id}:{event.value}:{at}:{state.phase.value}:{attempt}",
         correlation_id=body.order_id,
     )
-
-
-def wake_command(
-    record: TaskRecord, at: datetime, reason: str, new_id: Callable[[], str] = random_id
-) -> Outgoing:
-    """The wake-up of the task's current wait (a timer), scheduled for ``at``."""
-    state = record.state
-    return command(state.order_id, CommandKind.WAKE, reason, at, new_id, (state.current_step, state.attempt))
 
 
 def document(record: TaskRecord, upto: int, before: int | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .. import machine
+from .. import machine, waits
 from ..decisions import REFUSED, UNCHANGED, Decision, command
 from ..machine import Operation
 from ..messages import (
@@ -13,7 +13,6 @@ from ..messages import (
     StatusEvent,
 )
 from ..state import Phase, ProcessState, StepStatus, TaskRecord
-from ..workflow import Timer
 from .call_log import _log_end
 from .context import (
     _IN_FLIGHT,
@@ -185,11 +184,10 @@ def extend_step(record: TaskRecord, ctx: Context, index: int, seconds: float) ->
         resend = f":until:{step.complete_by.timestamp():.3f}"
         return _moved(_request(record, ctx, index, False, resend=resend))
     if state.process_state is ProcessState.WAITING:
-        # A later time or deadline: a wake-up already scheduled for the old time finds it early and
-        # schedules itself again.
-        wait = ctx.steps[index].wait
-        margin = ctx.settings.step_complete_by_seconds if isinstance(wait, Timer) else 0.0
-        state.complete_by = step.complete_by + timedelta(seconds=margin)
+        # A later time or deadline, with the CompleteBy its kind gives after it: a wake-up already
+        # scheduled for the old time finds it early and schedules itself again.
+        kind = waits.of(state.waiting_for)
+        state.complete_by = kind.complete_by(step.complete_by, ctx) if kind is not None else step.complete_by
         state.wait_until = step.complete_by
         _touch(record, ctx)
         return _moved()

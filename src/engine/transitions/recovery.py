@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from .. import waits
 from ..breaker import BreakerRecord, BreakerState, hold_until
 from ..decisions import REFUSED, Decision, Outcome, command
 from ..machine import Operation
@@ -13,15 +14,12 @@ from ..messages import (
     CommandKind,
 )
 from ..state import ProcessState, TaskRecord
-from ..waits import CALLBACK
-from ..workflow import Approval, Timer
 from .call_log import _current_entry, _log_end, _log_timeout
 from .context import (
     Context,
     _engine,
     _touch,
     allows,
-    wake_command,
 )
 from .endings import _enter_error
 from .groups import (
@@ -59,7 +57,9 @@ def recover_expired(
         return Decision(
             Outcome.KICKED, (command(state.order_id, kind, "supervisor: kick lost", new_id=ctx.new_id),)
         )
-    if state.process_state is ProcessState.WAITING and state.waiting_for != CALLBACK:
+    # A wait expires as its kind says, unless its kind counts it as a step's timeout (a callback: below).
+    counted = (waiting := waits.of(state.waiting_for)) is not None and waiting.expires is Operation.EXPIRE
+    if state.process_state is ProcessState.WAITING and not counted:
         return _wait_expired(record, ctx)
     if state.process_state is ProcessState.PROCESSING and ctx.grouped(state.current_step):
         return _recover_group(record, ctx, ctx.group(state.current_step), breakers)
@@ -101,26 +101,26 @@ def recover_expired(
 
 
 def _wait_expired(record: TaskRecord, ctx: Context) -> Decision:
-    """A wait past its CompleteBy. A timer's wake-up did not come: it is sent again (nothing failed, so
-    nothing is counted). An approval's deadline passed: its declared policy applies."""
+    """A wait past its CompleteBy, as its kind expires (``engine.waits``). REWAKE (a timer): what it sends
+    did not come, and is sent again (nothing failed, so nothing is counted). DEADLINE (an approval): its
+    deadline passed, and its declared policy applies."""
     state = record.state
     index = state.current_step
     wait = ctx.steps[index].wait
+    kind = waits.of(wait.kind) if wait is not None else None
     step = record.steps[index]
-    if isinstance(wait, Timer) and allows(Operation.REWAKE, record):
+    if kind is not None and kind.expires is Operation.REWAKE and allows(Operation.REWAKE, record):
         state.complete_by = ctx.now + timedelta(seconds=ctx.settings.step_complete_by_seconds)
         entry = _current_entry(record, index)
         if entry is not None:
             entry.recovery = "wake-up lost: sent again"
         _touch(record, ctx)
         # Its time passed a window before the CompleteBy that brought the Supervisor here: due now.
-        return Decision(
-            Outcome.KICKED, (wake_command(record, ctx.now, "supervisor: wake-up lost", ctx.new_id),)
-        )
-    if not isinstance(wait, Approval) or allows(Operation.DEADLINE, record) is None:
+        return Decision(Outcome.KICKED, kind.sends(record, ctx.now, "supervisor: wake-up lost", ctx.new_id))
+    if kind is None or kind.expires is not Operation.DEADLINE or allows(Operation.DEADLINE, record) is None:
         return REFUSED
-    reason = "no approval by its deadline"
-    if wait.on_deadline == "error":
+    reason = f"no {kind.name} by its deadline"
+    if kind.policy(wait) == "error":
         _log_end(record, ctx, index, "expired", reason)
         return _enter_error(record, ctx, f"{step.name}: {reason}", _engine(ctx, "supervisor"))
     return Decision(Outcome.DEADLINE, _wait_failed(record, ctx, reason).messages)

@@ -13,7 +13,7 @@ from ..messages import (
     StatusEvent,
 )
 from ..state import Phase, ProcessState, StepStatus, TaskRecord
-from ..waits import CALLBACK
+from ..waits import CALLBACK_WAIT
 from .call_log import _log_reply
 from .compensation import _compensation_failed, _compensation_succeeded, _dispatch_compensation
 from .context import (
@@ -100,14 +100,15 @@ def _accepted(record: TaskRecord, ctx: Context, index: int) -> Decision:
     then Error). A step of a group waits on its own: the task stays Processing."""
     state = record.state
     step = record.steps[index]
-    detail = f"callback until {step.complete_by.isoformat() if step.complete_by else '?'}"
+    until = CALLBACK_WAIT.until(record, index, None, ctx)
+    detail = CALLBACK_WAIT.detail(until)
     if ctx.grouped(index):
         step.status = StepStatus.WAITING
         _touch(record, ctx)
         return _moved(status(record, ctx, StatusEvent.WAITING, step=step.name, detail=detail, index=index))
     step.status = StepStatus.WAITING
     state.process_state = ProcessState.WAITING
-    state.waiting_for, state.wait_until = CALLBACK, step.complete_by
+    state.waiting_for, state.wait_until = CALLBACK_WAIT.name, until
     _touch(record, ctx)
     return _moved(status(record, ctx, StatusEvent.WAITING, step=step.name, detail=detail))
 

@@ -1,4 +1,6 @@
-"""What ends a wait: a timer's wake-up (early, due, or stale), and a person's approval or rejection."""
+"""What ends a wait that calls nothing: a timer's wake-up (early, due, or stale), and a person's approval or
+rejection. These are the moves of the operations a kind's rows own (``engine.waits``: WAKE is a timer's,
+APPROVE and REJECT an approval's); a callback ends as an Agent's reply does (:mod:`.replies`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from ..messages import (
     StatusEvent,
 )
 from ..state import ProcessState, StepStatus, TaskRecord
-from ..workflow import Approval, Timer
+from ..waits import APPROVAL, TIMER
 from .call_log import _log_end
 from .context import (
     Context,
@@ -45,7 +47,7 @@ def wake_early(record: TaskRecord, ctx: Context, index: int, attempt: int) -> da
     not for the current wait). Nothing runs before its timer: an early wake-up only schedules another."""
     state = record.state
     step = record.steps[index] if index < len(record.steps) else None
-    if step is None or state.attempt != attempt or not _waiting(record, ctx, index, Timer):
+    if step is None or state.attempt != attempt or not _waiting(record, ctx, index, TIMER):
         return None
     due = step.complete_by
     return due if due is not None and due > ctx.now else None
@@ -55,7 +57,7 @@ def wake(record: TaskRecord, ctx: Context, index: int, attempt: int) -> Decision
     """A timer's wake-up: end the wait if it is for the current wait (step and attempt) and its time has
     come. A late, duplicate or early one is refused and changes nothing."""
     state = record.state
-    if state.attempt != attempt or not _waiting(record, ctx, index, Timer):
+    if state.attempt != attempt or not _waiting(record, ctx, index, TIMER):
         return REFUSED
     due = record.steps[index].complete_by
     if due is None or due > ctx.now or allows(Operation.WAKE, record) is None:
@@ -67,7 +69,7 @@ def approve(record: TaskRecord, ctx: Context, index: int) -> Decision:
     """A person approves the waiting approval of step ``index``; the task moves on (out of Error too, when
     its deadline put it there). Past its deadline a Waiting approval can no longer be given: its policy
     applies, whether or not the Supervisor has come yet."""
-    if not _waiting(record, ctx, index, Approval) or allows(Operation.APPROVE, record) is None:
+    if not _waiting(record, ctx, index, APPROVAL) or allows(Operation.APPROVE, record) is None:
         return REFUSED
     if deadline_passed(record, ctx):
         return REFUSED
@@ -76,7 +78,7 @@ def approve(record: TaskRecord, ctx: Context, index: int) -> Decision:
 
 def reject(record: TaskRecord, ctx: Context, index: int, reason: str) -> Decision:
     """A person rejects the waiting approval of step ``index``: what was done is undone."""
-    if not _waiting(record, ctx, index, Approval) or allows(Operation.REJECT, record) is None:
+    if not _waiting(record, ctx, index, APPROVAL) or allows(Operation.REJECT, record) is None:
         return REFUSED
     if record.state.process_state is ProcessState.ERROR:
         _operator_took_over(record)
