@@ -9,7 +9,9 @@ The engine reads a kind here, by name (:func:`of`) or all of them (:data:`KINDS`
 their rows in its table, the moves (``engine.transitions``) start, end and expire a wait as its kind says,
 the Supervisor parks the kinds that park and raises what a kind raises when it is overdue, and the task
 service answers a refusal in the kind's words. A new kind is a module here, its line in :data:`KINDS` and
-in :data:`WaitKind`, and, if a step declares it, its declaration in ``engine.workflow``."""
+in :data:`WaitKind`, and, if a step declares it, its declaration in ``engine.workflow``; an operation of its
+own that ends it (a signal's call) is also an ``engine.rules.Operation``, its move in
+``engine.transitions.wait_ends`` and, when people call it, a row of ``engine.operator_actions``."""
 
 from __future__ import annotations
 
