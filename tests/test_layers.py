@@ -203,11 +203,12 @@ def _runtime_imports(tree: ast.Module) -> list[ast.ImportFrom | ast.Import]:
     return found
 
 
-def _simulation_graph() -> dict[str, set[str]]:
-    """The modules of tools/simulation (dotted under it: ``oracle.core``; a package by its own name), each
-    with the modules of it that it imports. Importing a module runs its packages' ``__init__`` first: an
-    import of ``oracle.core`` from outside the package also depends on ``oracle``."""
-    names = _modules(TOOLS / "simulation")
+def _package_graph(base: Path) -> dict[str, set[str]]:
+    """The modules of the package at ``base`` (dotted under it: ``oracle.core``; a package by its own
+    name), each with the modules of it that it imports. Importing a module runs its packages' ``__init__``
+    first: an import of ``oracle.core`` from outside the package also depends on ``oracle``."""
+    top = base.name
+    names = _modules(base)
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -215,15 +216,15 @@ def _simulation_graph() -> dict[str, set[str]]:
         deps: set[str] = set()
         for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names if a.name.startswith("simulation.")]
-                targets = [t.removeprefix("simulation.") for t in targets]
+                targets = [a.name for a in node.names if a.name.startswith(f"{top}.")]
+                targets = [t.removeprefix(f"{top}.") for t in targets]
             elif node.level:
                 anchor = package.split(".") if package else []
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 module = ".".join([*anchor, *([node.module] if node.module else [])])
                 targets = [module, *(f"{module}.{a.name}".strip(".") for a in node.names)]
-            elif node.module == "simulation" or (node.module or "").startswith("simulation."):
-                module = node.module.removeprefix("simulation").strip(".")
+            elif node.module == top or (node.module or "").startswith(f"{top}."):
+                module = (node.module or "").removeprefix(top).strip(".")
                 targets = [module, *(f"{module}.{a.name}".strip(".") for a in node.names)]
             else:
                 continue
@@ -237,8 +238,14 @@ def _simulation_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_the_simulation_s_modules_form_no_import_circle() -> None:
-    """No module of the simulation imports one that imports it back, directly or through others: the oracle,
-    the actors, the checks and the run each build on what is below them."""
-    circles = _circles(_simulation_graph())
-    assert circles == [], f"import circles among tools/simulation's modules: {circles}"
+@pytest.mark.parametrize(
+    "base",
+    [*(SRC / package for package in sorted(DEPLOYED - {"engine"})), *(TOOLS / p for p in sorted(WORKSHOP))],
+    ids=lambda base: f"{base.parent.name}/{base.name}",
+)
+def test_no_package_s_modules_form_an_import_circle(base: Path) -> None:
+    """No module of a package imports one that imports it back, directly or through others (the engine's
+    own test above also holds it to its face): the simulation's oracle, actors, checks and run, the
+    adapters' table store units, the app's routes and handlers each build on what is below them."""
+    circles = _circles(_package_graph(base))
+    assert circles == [], f"import circles among {base.name}'s modules: {circles}"
