@@ -60,7 +60,35 @@ EMAIL_LEFT_OUT = "condition not met: input.recipientEmail exists"
 NEW_SERVICES = ("invoicing", "giftcards", "mailer")
 
 
-DECLARATION = "src/orders"
+# The declaration a team edits (docs/customizing.md, "One declaration"): the workflows, their inputs, and a
+# module per service beside the services' own code (declaration.py, client.py), which is the product's.
+DECLARATION = ("src/orders/catalog.py", "src/orders/inputs.py")
+SERVICE_MODULES = "src/orders/services"
+
+
+def is_service_module(text: str) -> bool:
+    """Whether a module of ``SERVICE_MODULES`` declares a service (``SERVICE = ServiceDefinition(...)``)."""
+    return re.search(r"^SERVICE = ServiceDefinition\(", text, re.MULTILINE) is not None
+
+
+def declaration(commit: str | None = None) -> list[str]:
+    """The files of the declaration here (``commit`` None) or in ``commit``."""
+
+    def read(path: str) -> str:
+        return ((ROOT / path).read_bytes() if commit is None else git_show(commit, path)).decode("utf-8")
+
+    if commit is None:
+        names = [path.name for path in (ROOT / SERVICE_MODULES).iterdir()]
+    else:
+        listed = subprocess.run(
+            ["git", "ls-tree", "-z", "--name-only", f"{commit}:{SERVICE_MODULES}"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
+        names = listed.split("\0")
+    modules = sorted(f"{SERVICE_MODULES}/{name}" for name in names if name.endswith(".py"))
+    return [*DECLARATION, *(module for module in modules if is_service_module(read(module)))]
 
 
 def page_base(page: str) -> str | None:
@@ -103,9 +131,10 @@ def walk_through(copy: RepoCopy) -> None:
             pytest.skip(
                 f"the page's edits do not apply to this declaration, and no history holds its own: {refused}"
             )
-        copy.restore(DECLARATION, base)
+        # The team's declaration out, the example one in; the rest of the product's code stays this one.
+        copy.restore(sorted({*declaration(), *declaration(base)}), base)
         warnings.warn(
-            f"docs/customizing.md's edits do not apply to {DECLARATION} as it is: walked through on the "
+            "docs/customizing.md's edits do not apply to the declaration as it is: walked through on the "
             f"example declaration of {base[:12]}, where the page last changed",
             stacklevel=1,
         )
