@@ -118,6 +118,17 @@ def runs(workflow: WorkflowDefinition, order_id: str) -> tuple[StepDefinition, .
     return tuple(step for step in runs_on(workflow, example, order_id) if step.calls)
 
 
+def first_on_their_service(workflow: WorkflowDefinition, order_id: str) -> tuple[StepDefinition, ...]:
+    """The calls of the tests' order ``order_id`` of ``workflow`` that no earlier call of it makes on the same
+    service. A fault profile is per service: faulting the service of one of these faults no step before it
+    (those after it, or beside it in its group, on the same service meet the fault too while it holds)."""
+    found: list[StepDefinition] = []
+    for step in runs(workflow, order_id):
+        if all(step.call_agent != earlier.call_agent for earlier in found):
+            found.append(step)
+    return tuple(found)
+
+
 # What a submission that names no workflow runs, and its steps by role: tests that need "a step" (to hang
 # its service, to act on it) take one of these, so a workflow with other steps needs no test edited. A
 # fault profile is per service: the role's step should be the only one on its service in the workflow.

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,20 +104,18 @@ class RepoCopy:
         finally:
             patch.unlink()
 
-    def restore(self, folder: str, commit: str) -> None:
-        """Make ``folder`` of the copy what it was in this repository's ``commit``: its files then, and no
-        other."""
-        shutil.rmtree(self.root / folder, ignore_errors=True)
-        listed = subprocess.run(
-            ["git", "ls-tree", "-r", "-z", "--name-only", commit, "--", folder],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        ).stdout.decode()
-        for name in filter(None, listed.split("\0")):
+    def restore(self, paths: Iterable[str], commit: str) -> None:
+        """Make each of ``paths`` of the copy what it was in this repository's ``commit``; one that ``commit``
+        does not hold is removed."""
+        for name in paths:
             target = self.root / name
+            try:
+                text = git_show(commit, name)
+            except subprocess.CalledProcessError:  # not there then
+                target.unlink(missing_ok=True)
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(git_show(commit, name))
+            target.write_bytes(text)
 
     def start(self, data_dir: Path, env: dict[str, str], workers: int = 1) -> launch.RunningDevhost:
         """The local stack on the copy's code (its function_app.py, its declaration, its queue config)."""

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -59,20 +60,57 @@ EMAIL_LEFT_OUT = "condition not met: input.recipientEmail exists"
 NEW_SERVICES = ("invoicing", "giftcards", "mailer")
 
 
-DECLARATION = "src/orders"
+# The declaration a team edits (docs/customizing.md, "One declaration"): the workflows, their inputs, and a
+# module per service beside the services' own code (declaration.py, client.py), which is the product's.
+DECLARATION = ("src/orders/catalog.py", "src/orders/inputs.py")
+SERVICE_MODULES = "src/orders/services"
 
 
-def page_base() -> str | None:
-    """The commit that last changed the page: the declaration it walks through is the one of that commit,
-    where the page's edits were last seen to apply. None: no history to read it from."""
+def is_service_module(text: str) -> bool:
+    """Whether a module of ``SERVICE_MODULES`` declares a service (``SERVICE = ServiceDefinition(...)``)."""
+    return re.search(r"^SERVICE = ServiceDefinition\(", text, re.MULTILINE) is not None
+
+
+def declaration(commit: str | None = None) -> list[str]:
+    """The files of the declaration here (``commit`` None) or in ``commit``."""
+
+    def read(path: str) -> str:
+        return ((ROOT / path).read_bytes() if commit is None else git_show(commit, path)).decode("utf-8")
+
+    if commit is None:
+        names = [path.name for path in (ROOT / SERVICE_MODULES).iterdir()]
+    else:
+        listed = subprocess.run(
+            ["git", "ls-tree", "-z", "--name-only", f"{commit}:{SERVICE_MODULES}"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
+        names = listed.split("\0")
+    modules = sorted(f"{SERVICE_MODULES}/{name}" for name in names if name.endswith(".py"))
+    return [*DECLARATION, *(module for module in modules if is_service_module(read(module)))]
+
+
+def page_base(page: str) -> str | None:
+    """The last commit that changed the page whose declaration takes the page's edits: the example
+    declaration the page was written for. A later commit that changed the page only where it is generated
+    (``make generate`` rewrites its tables after a team declares a workflow of its own) holds the team's
+    declaration, which the edits no longer apply to: passed over. None: no history holds one."""
     done = subprocess.run(
-        ["git", "log", "-1", "--format=%H", "--", str(DOC.relative_to(ROOT))],
+        ["git", "log", "--format=%H", "--", str(DOC.relative_to(ROOT))],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
     )
-    return done.stdout.strip() or None
+    with tempfile.TemporaryDirectory() as scratch:
+        for n, commit in enumerate(done.stdout.split()):
+            try:
+                edit_files(Path(scratch) / str(n), page, lambda path, commit=commit: git_show(commit, path))
+            except (DiffDoesNotApply, subprocess.CalledProcessError):  # not taken, or a file not there yet
+                continue
+            return commit
+    return None
 
 
 def walk_through(copy: RepoCopy) -> None:
@@ -88,14 +126,15 @@ def walk_through(copy: RepoCopy) -> None:
     try:
         _edit(copy, declared, diffs)
     except DiffDoesNotApply as refused:
-        base = page_base()
+        base = page_base(page)
         if base is None:
             pytest.skip(
                 f"the page's edits do not apply to this declaration, and no history holds its own: {refused}"
             )
-        copy.restore(DECLARATION, base)
+        # The team's declaration out, the example one in; the rest of the product's code stays this one.
+        copy.restore(sorted({*declaration(), *declaration(base)}), base)
         warnings.warn(
-            f"docs/customizing.md's edits do not apply to {DECLARATION} as it is: walked through on the "
+            "docs/customizing.md's edits do not apply to the declaration as it is: walked through on the "
             f"example declaration of {base[:12]}, where the page last changed",
             stacklevel=1,
         )
@@ -110,29 +149,35 @@ def _edit(copy: RepoCopy, declared: list[tuple[str, str]], diffs: list[str]) -> 
         copy.apply(diff)
 
 
+def touched(page: str) -> set[str]:
+    """The files the page's diffs edit."""
+    diffs = blocks(page, "diff")
+    return {path for diff in diffs for path in re.findall(r"^\+\+\+ b/(\S+)$", diff, re.MULTILINE)}
+
+
+def edit_files(dest: Path, page: str, read: Callable[[str], bytes], also: tuple[str, ...] = ()) -> None:
+    """The files the page's diffs touch (and ``also``), as ``read`` gives them, copied to ``dest``, then
+    every edit of the page in order; raises DiffDoesNotApply if a diff does not take."""
+    for path in [*sorted(touched(page)), *also]:
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_bytes(read(path))
+    _edit(RepoCopy(dest), files(page), blocks(page, "diff"))
+
+
 def test_the_page_s_edits_apply_to_the_repository_as_it_is_and_pass_the_linters(tmp_path: Path) -> None:
     """Fast: the files the page's diffs touch, copied as they are here (or as the page was written for, see
     :func:`walk_through`), take every diff in order, and the code the team ends up with passes the linters
     ``make test`` runs first."""
     page = DOC.read_text(encoding="utf-8")
-    diffs = blocks(page, "diff")
-    touched = {path for diff in diffs for path in re.findall(r"^\+\+\+ b/(\S+)$", diff, re.MULTILINE)}
-    assert touched, "the page's diffs name no file"
-
-    def edited(read: Callable[[str], bytes]) -> None:
-        for path in [*sorted(touched), "pyproject.toml"]:
-            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / path).write_bytes(read(path))
-        _edit(RepoCopy(tmp_path), files(page), diffs)
-
+    assert touched(page), "the page's diffs name no file"
     try:
-        edited(lambda path: (ROOT / path).read_bytes())
+        edit_files(tmp_path, page, lambda path: (ROOT / path).read_bytes(), also=("pyproject.toml",))
     except DiffDoesNotApply:
-        base = page_base()  # a declaration of the team's own: the example one the page was written for
+        base = page_base(page)  # a declaration of the team's own: the example one the page was written for
         if base is None:
             pytest.skip("the page's edits do not apply to this declaration, and no history holds its own")
-        edited(lambda path: git_show(base, path))
-    written = sorted(touched | {path for path, _ in files(page)})
+        edit_files(tmp_path, page, lambda path: git_show(base, path), also=("pyproject.toml",))
+    written = sorted(touched(page) | {path for path, _ in files(page)})
     ruff = Path(sys.executable).parent / "ruff"
     for command in (["check"], ["format", "--check", "--diff"]):
         done = subprocess.run(

@@ -87,6 +87,17 @@ def _structure(workflow: Any) -> list[tuple[Any, ...]]:
     ]
 
 
+def declared_by_both(catalog: WorkflowCatalog, version: str) -> WorkflowCatalog:
+    """The workflows of ``catalog`` that release ``version`` declares too (the same name and version): one
+    declared since (a workflow of its own, a new version) is not the release's to run, and is left out.
+    One it declares otherwise is kept, for :class:`Beside` to refuse."""
+    theirs = {(w.name, w.version) for w in previous.load(version, "orders.catalog").CATALOG.workflows}
+    kept = tuple(w for w in catalog.workflows if (w.name, w.version) in theirs)
+    if not kept:
+        raise ValueError(f"beside {version}: the release declares none of the run's workflows")
+    return catalog if len(kept) == len(catalog.workflows) else WorkflowCatalog(workflows=kept)
+
+
 class PreviousTasks:
     """The previous release's ``TaskService`` as the simulation's actors call it: its refusals raised as
     this release's (the actors tell a refusal from a fault by class), a search asked with its own query."""

@@ -23,7 +23,7 @@ from orders.services.declaration import ServiceDefinition
 
 from . import checks
 from .actors import Approver, Client, Operator, Timers, build_host, consume
-from .beside import Beside
+from .beside import Beside, declared_by_both
 from .bus import Bus
 from .callbacks import Webhooks
 from .liveness import Limits
@@ -171,8 +171,9 @@ class Simulation:
         beside: str | None = None,
     ) -> None:
         """``beside``: a previous release (``"1.0.0"``) whose engine and adapters run half the processes,
-        beside this release's (:mod:`simulation.beside`; on the declared catalog, through the Service Bus
-        adapter). Raises ``devhost.releases.ReleaseUnavailable`` where this clone's history lacks it.
+        beside this release's (:mod:`simulation.beside`; on the declared workflows the release declares too,
+        through the Service Bus adapter). Raises ``devhost.releases.ReleaseUnavailable`` where this clone's
+        history lacks it.
 
         ``first_violation``: end the run at its first violation, unchecked further (what a planted
         bug's test needs: the run up to it is the same).
@@ -194,6 +195,8 @@ class Simulation:
         orders beside those of no storefront (default: on the declared catalog only, so that the seeds of the
         pinned catalogs explore what they explored)."""
         base = catalog or default_catalog()
+        if beside is not None and catalog is None:
+            base = declared_by_both(base, beside)
         self.storefronts = catalog is None if storefronts is None else storefronts
         self.first_violation = first_violation
         self._main_task: asyncio.Task[None] | None = None
