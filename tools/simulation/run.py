@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import importlib
 import importlib.util
@@ -41,6 +42,11 @@ from .world import StoreUnavailable, Worker, World
 _STOREFRONTS: tuple[str | None, ...] = ("web", "kiosk", None)
 _SAME_ID = 0.1
 _SEARCHED = 0.05
+# The cyclic garbage collector's youngest generation while a run lasts: a run makes garbage in reference
+# cycles (tasks and their coroutines, exceptions and their tracebacks) at a high rate, and at Python's
+# default of 2,000 allocations the collector ran about 350 times a run of 300 orders, 7% of its CPU, mostly
+# walking objects that were about to die anyway. The other generations' thresholds are left as they are.
+_GC_YOUNG = 20_000
 
 
 def _input_keys(seed: int) -> dict[str, Any]:
@@ -525,6 +531,8 @@ class Simulation:
         self.loop.set_exception_handler(lambda loop, context: None)
         state = random.getstate()
         random.seed(self.seed)  # tenacity's jitter draws from the module's generator
+        thresholds = gc.get_threshold()
+        gc.set_threshold(_GC_YOUNG, *thresholds[1:])
         self.spans.start()
         try:
             self._main_task = self.loop.create_task(self._main())
@@ -535,6 +543,7 @@ class Simulation:
                 checks.final(self)
         finally:
             self.spans.stop()
+            gc.set_threshold(*thresholds)
             random.setstate(state)
             engine_log.removeHandler(handler)
             engine_log.setLevel(saved_level)
