@@ -219,13 +219,21 @@ class TaskRecord(BaseModel):
 
     def changed_steps(self) -> list[int]:
         """The indexes of the steps that differ from what was last loaded or saved, in order."""
-        saved = self._saved_steps
-        return [i for i, step in enumerate(self.steps) if i >= len(saved) or step.model_dump() != saved[i]]
+        return self.unsaved_steps()[0]
 
-    def mark_saved(self) -> None:
-        """The store wrote the record: its steps as they are now are the saved view, and its audit
-        entries are written."""
+    def unsaved_steps(self) -> tuple[list[int], list[dict[str, Any]]]:
+        """:meth:`changed_steps`, and every step as it is now (``model_dump()``): a store that writes the
+        changed steps hands the latter to :meth:`mark_saved` once it wrote them, so that they are not
+        dumped again."""
+        saved = self._saved_steps
         steps = [step.model_dump() for step in self.steps]
+        return [i for i, step in enumerate(steps) if i >= len(saved) or step != saved[i]], steps
+
+    def mark_saved(self, steps: list[dict[str, Any]] | None = None) -> None:
+        """The store wrote the record: its steps as they are now (or ``steps``, as :meth:`unsaved_steps`
+        gave them for the write) are the saved view, and its audit entries are written."""
+        if steps is None:
+            steps = [step.model_dump() for step in self.steps]
         if self._saved_state is not None:
             # What this save made so is counted here, once, whoever saved it (Scheduler, Supervisor,
             # operator): a decision whose save lost its race counts nothing.

@@ -65,7 +65,7 @@ from .codec import (
     _stamp,
     _state_key,
     _step_key,
-    _understood,
+    _Understood,
     _unknown,
     to_audit,
     to_state,
@@ -280,7 +280,7 @@ class Live(Unit):
             return None
         state = to_state(state_entity)
         steps = sorted((to_step(e) for e in entities if e.get("Kind") == "step"), key=lambda s: s.index)
-        with _understood(input_entity):
+        with _Understood(input_entity):
             body = "".join(input_entity.get(f"Body{i}", "") for i in range(int(input_entity["BodyChunks"])))
             document = json.loads(body) if body else {}
         etags = {_state_key(order_id): _etag(state_entity), _input_key(order_id): _etag(input_entity)}
@@ -314,7 +314,8 @@ class Live(Unit):
         conditional = {"mode": UpdateMode.REPLACE, **_IF_MATCH}
         listing = self.codec.listing_operations(record, state_entity)
         operations: list[Any] = [("update", state_entity, {**conditional, "etag": state_etag})]
-        for index in record.changed_steps():
+        changed, written = record.unsaved_steps()
+        for index in changed:
             kept = record.kept.get(_step_key(order_id, index), {})
             entity = self.codec.step_entity(order_id, record.steps[index], kept)
             operations.append(("update", entity, {**conditional, "etag": record.etags[entity["RowKey"]]}))
@@ -343,7 +344,7 @@ class Live(Unit):
                 record.etags[entity["RowKey"]] = result["etag"]
         record.indexed = bool(state_entity["Watched"])
         record.listed = state_entity["IndexKey"]
-        record.mark_saved()
+        record.mark_saved(written)
         return record
 
     async def audit(self, order_id: str, archived: bool = False) -> list[AuditEntry]:
