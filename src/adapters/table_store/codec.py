@@ -23,11 +23,10 @@ read is reported as :class:`NotUnderstood` (a listing, a search or a clean-up pa
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -365,7 +364,7 @@ class Codec:
         """A task read from the history table: finished (read-only), or parked (saved back to the live
         records)."""
         state = to_state(entity)
-        with _understood(entity):
+        with _Understood(entity):
             steps = _STEPS.validate_json(_joined(entity, "Steps"))
             body = _joined(entity, "Body")
             document = json.loads(body) if body else {}
@@ -407,7 +406,7 @@ class Codec:
 def to_state(entity: Mapping[str, Any]) -> TaskState:
     """The task state a record holds; raises :class:`NotUnderstood` (reported) for one of a later
     format or one this release cannot read."""
-    with _understood(entity):
+    with _Understood(entity):
         values = {alias: entity[alias] for alias in _STATE_FIELDS.values() if entity.get(alias) is not None}
         if isinstance(values.get("Search"), str):
             values["Search"] = json.loads(values["Search"])
@@ -421,7 +420,7 @@ def readable_state(entity: Mapping[str, Any]) -> TaskState | None:
 
 
 def to_step(entity: Mapping[str, Any]) -> StepState:
-    with _understood(entity):
+    with _Understood(entity):
         values = {alias: entity[alias] for alias in _STEP_FIELDS.values() if entity.get(alias) is not None}
         if "Result" in values:
             values["Result"] = json.loads(values["Result"])
@@ -431,7 +430,7 @@ def to_step(entity: Mapping[str, Any]) -> StepState:
 
 
 def to_audit(entity: Mapping[str, Any]) -> AuditEntry:
-    with _understood(entity):
+    with _Understood(entity):
         return AuditEntry.model_validate({a: entity[a] for a in _AUDIT_FIELDS if entity.get(a) is not None})
 
 
@@ -465,18 +464,34 @@ def _marker(pk: str, order_id: str, created_at: Any) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _understood(entity: Mapping[str, Any]) -> Iterator[None]:
+class _Understood:
     """Turns what this release cannot read in a stored record (a later format, a value it does not know,
-    a corrupted property) into :class:`NotUnderstood`, reported with the order and the record named."""
-    order_id = entity.get("OrderID") if isinstance(entity.get("OrderID"), str) else None
-    try:
-        formats.record_format(entity.get(_FORMAT))
-        yield
-    except NotUnderstood as exc:
-        raise _reported(entity, exc.what, order_id) from exc
-    except (ValidationError, ValueError, KeyError, TypeError) as exc:
-        raise _reported(entity, f"it cannot be read: {exc}", order_id) from exc
+    a corrupted property) into :class:`NotUnderstood`, reported with the order and the record named.
+
+    A class rather than a ``contextlib.contextmanager`` generator: it wraps every record read, and a
+    generator costs about as much to start and stop as a step's own reading."""
+
+    __slots__ = ("_entity",)
+
+    def __init__(self, entity: Mapping[str, Any]) -> None:
+        self._entity = entity
+
+    def __enter__(self) -> None:
+        try:
+            formats.record_format(self._entity.get(_FORMAT))
+        except NotUnderstood as exc:
+            raise self._reported(exc.what) from exc
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, NotUnderstood):
+            raise self._reported(exc.what) from exc
+        if isinstance(exc, ValidationError | ValueError | KeyError | TypeError):
+            raise self._reported(f"it cannot be read: {exc}") from exc
+
+    def _reported(self, what: str) -> NotUnderstood:
+        entity = self._entity
+        order_id = entity.get("OrderID") if isinstance(entity.get("OrderID"), str) else None
+        return _reported(entity, what, order_id)
 
 
 def _or_passed_over[T](read: Callable[[Mapping[str, Any]], T], entity: Mapping[str, Any]) -> T | None:
