@@ -8,6 +8,7 @@ recognises them in the state store.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -174,6 +175,19 @@ class AuditEntry(BaseModel):
     detail: str | None = Field(default=None, alias="Detail", max_length=2000)
 
 
+@dataclass(frozen=True, slots=True)
+class _SinceSaved:
+    """What a :class:`TaskRecord` keeps of its last load or save: its steps then (``model_dump()``), its
+    step and phase, its state; and what was attached since (audit entries, a changed input). One private
+    attribute rather than five: each read of a pydantic private attribute goes through ``__getattr__``."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    position: tuple[int, Phase] | None = None
+    state: ProcessState | None = None
+    audit: list[AuditEntry] = field(default_factory=list)
+    input_changed: bool = False
+
+
 class TaskRecord(BaseModel):
     """A task as loaded from the state store: its state, its steps, its input and their ETags.
 
@@ -203,11 +217,7 @@ class TaskRecord(BaseModel):
     # Properties a later release stored on its records that this one does not know, by the record they
     # were on: written back unchanged with it, so a save never drops them (engine.formats).
     kept: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    _saved_steps: list[dict[str, Any]] = PrivateAttr(default_factory=list)
-    _saved_position: tuple[int, Phase] | None = PrivateAttr(default=None)
-    _saved_state: ProcessState | None = PrivateAttr(default=None)
-    _audit: list[AuditEntry] = PrivateAttr(default_factory=list)
-    _input_changed: bool = PrivateAttr(default=False)
+    _saved: _SinceSaved = PrivateAttr(default_factory=_SinceSaved)
 
     def model_post_init(self, context: Any, /) -> None:
         """A record is built from what the store holds (or is about to write): that is its saved view."""
@@ -225,7 +235,7 @@ class TaskRecord(BaseModel):
         """:meth:`changed_steps`, and every step as it is now (``model_dump()``): a store that writes the
         changed steps hands the latter to :meth:`mark_saved` once it wrote them, so that they are not
         dumped again."""
-        saved = self._saved_steps
+        saved = self._saved.steps
         steps = [step.model_dump() for step in self.steps]
         return [i for i, step in enumerate(steps) if i >= len(saved) or step != saved[i]], steps
 
@@ -234,45 +244,38 @@ class TaskRecord(BaseModel):
         gave them for the write) are the saved view, and its audit entries are written."""
         if steps is None:
             steps = [step.model_dump() for step in self.steps]
-        if self._saved_state is not None:
+        state, saved = self.state, self._saved
+        if saved.state is not None:
             # What this save made so is counted here, once, whoever saved it (Scheduler, Supervisor,
             # operator): a decision whose save lost its race counts nothing.
             metrics.observe_save(
-                self.state.workflow,
-                self._saved_state.value,
-                self.state.process_state.value,
-                self._saved_steps,
-                steps,
+                state.workflow, saved.state.value, state.process_state.value, saved.steps, steps
             )
-        self._saved_state = self.state.process_state
-        self._saved_steps = steps
-        self._saved_position = (self.state.current_step, self.state.phase)
-        self._audit = []
-        self._input_changed = False
+        self._saved = _SinceSaved(steps, (state.current_step, state.phase), state.process_state)
 
     def change_input(self, values: dict[str, Any]) -> None:
         """Replace the input (its sensitive fields sealed or dropped, ``engine.sealing``): the next save
         writes it again, in the same transaction."""
         self.input = values
-        self._input_changed = True
+        self._saved = replace(self._saved, input_changed=True)
 
     def input_changed(self) -> bool:
         """Whether the input differs from what was last loaded or saved."""
-        return self._input_changed
+        return self._saved.input_changed
 
     def note_position(self, now: datetime) -> None:
         """Stamp ``StepSince`` when the task's step (or phase) differs from what was last saved."""
         state = self.state
-        if state.step_since is None or (state.current_step, state.phase) != self._saved_position:
+        if state.step_since is None or (state.current_step, state.phase) != self._saved.position:
             state.step_since = now
 
     def audit(self, entry: AuditEntry) -> None:
         """Attach an audit entry: the store writes it with the next save, in the same transaction."""
-        self._audit.append(entry)
+        self._saved.audit.append(entry)
 
     def pending_audit(self) -> list[AuditEntry]:
         """Audit entries attached since the record was last loaded or saved."""
-        return list(self._audit)
+        return list(self._saved.audit)
 
     @property
     def version(self) -> str:
