@@ -83,10 +83,16 @@ class VirtualClock:
 
     def __init__(self, loop: VirtualLoop) -> None:
         self._loop = loop
+        self._seconds = 0.0
+        self._now = EPOCH
 
     def now(self) -> datetime:
-        """The virtual time as an aware UTC datetime."""
-        return EPOCH + timedelta(seconds=self._loop.time())
+        """The virtual time as an aware UTC datetime (the same object until the loop's time moves: the
+        engine asks several times a turn)."""
+        seconds = self._loop.time()
+        if seconds != self._seconds:
+            self._seconds, self._now = seconds, EPOCH + timedelta(seconds=seconds)
+        return self._now
 
     def seconds(self) -> float:
         """The virtual time in seconds since :data:`EPOCH`."""
