@@ -254,13 +254,13 @@ class Bus:
     async def _handle(self, worker: Any, message: Message, token: int) -> None:
         """The host: run the function, then complete the message, or abandon it if the function raised."""
         worker.handlers += 1
-        failed: BaseException | None = None
+        failed: str | None = None  # why, as the broker keeps it (not the exception: it would hold this frame)
         try:
             await self.consume(worker, message)
         except (Crash, asyncio.CancelledError):
             return
         except Exception as exc:
-            failed = exc
+            failed = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             worker.handlers -= 1
             if message.token == token:
@@ -281,7 +281,7 @@ class Bus:
                 return
             self._finish(message, "completed")
         else:
-            message.reason = f"{type(failed).__name__}: {failed}"[:300]
+            message.reason = failed
             self._release(message)
 
     def unsettled(self) -> list[Message]:

@@ -92,6 +92,15 @@ def _operation(item: Any) -> tuple[str, Operation]:
     raise TypeError(f"unknown transaction operation {verb!r}")
 
 
+def _transaction_error(refused: TableError) -> TableTransactionError:
+    """The SDK's error for a refused transaction (built here, not in the frame that raises it: a local
+    holding it would keep that frame and the error in a cycle for the garbage collector)."""
+    error = TableTransactionError(message=f"{refused.index}:{refused.code}")
+    error.status_code = refused.status
+    error.error_code = refused.code  # type: ignore[attr-defined]  # the SDK sets it the same way
+    return error
+
+
 class _Page:
     """One page of a query's answer."""
 
@@ -293,10 +302,7 @@ class SimTableClient:
             # A submission's write of an id already there is an answer (the order exists), not a failure.
             etags = await self._request("transaction", pk, ops, answered=creation)
         except TableError as exc:
-            error = TableTransactionError(message=f"{exc.index}:{exc.code}")
-            error.status_code = exc.status
-            error.error_code = exc.code  # type: ignore[attr-defined]  # the SDK sets it the same way
-            raise error from exc
+            raise _transaction_error(exc) from exc
         return [{"etag": etag} if etag is not None else {} for etag in etags]
 
     async def close(self) -> None:
