@@ -175,11 +175,12 @@ class AuditEntry(BaseModel):
     detail: str | None = Field(default=None, alias="Detail", max_length=2000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _SinceSaved:
     """What a :class:`TaskRecord` keeps of its last load or save: its steps then (``model_dump()``), its
-    step and phase, its state; and what was attached since (audit entries, a changed input). One private
-    attribute rather than five: each read of a pydantic private attribute goes through ``__getattr__``."""
+    step and phase, its state; and what was attached since (audit entries, a changed input). Replaced, not
+    changed (but for its list of audit entries), so a copy of a record never shares what the other
+    changes."""
 
     steps: list[dict[str, Any]] = field(default_factory=list)
     position: tuple[int, Phase] | None = None
@@ -219,6 +220,11 @@ class TaskRecord(BaseModel):
     kept: dict[str, dict[str, Any]] = Field(default_factory=dict)
     _saved: _SinceSaved = PrivateAttr(default_factory=_SinceSaved)
 
+    def _since_saved(self) -> _SinceSaved:
+        """``self._saved``, read where pydantic keeps private attributes: a read of ``self._saved`` goes
+        through ``BaseModel.__getattr__``, which raises and catches an AttributeError every time."""
+        return self.__pydantic_private__["_saved"]  # type: ignore[index]
+
     def model_post_init(self, context: Any, /) -> None:
         """A record is built from what the store holds (or is about to write): that is its saved view."""
         self.mark_saved()
@@ -235,7 +241,7 @@ class TaskRecord(BaseModel):
         """:meth:`changed_steps`, and every step as it is now (``model_dump()``): a store that writes the
         changed steps hands the latter to :meth:`mark_saved` once it wrote them, so that they are not
         dumped again."""
-        saved = self._saved.steps
+        saved = self._since_saved().steps
         steps = [step.model_dump() for step in self.steps]
         return [i for i, step in enumerate(steps) if i >= len(saved) or step != saved[i]], steps
 
@@ -244,7 +250,7 @@ class TaskRecord(BaseModel):
         gave them for the write) are the saved view, and its audit entries are written."""
         if steps is None:
             steps = [step.model_dump() for step in self.steps]
-        state, saved = self.state, self._saved
+        state, saved = self.state, self._since_saved()
         if saved.state is not None:
             # What this save made so is counted here, once, whoever saved it (Scheduler, Supervisor,
             # operator): a decision whose save lost its race counts nothing.
@@ -257,25 +263,25 @@ class TaskRecord(BaseModel):
         """Replace the input (its sensitive fields sealed or dropped, ``engine.sealing``): the next save
         writes it again, in the same transaction."""
         self.input = values
-        self._saved = replace(self._saved, input_changed=True)
+        self._saved = replace(self._since_saved(), input_changed=True)
 
     def input_changed(self) -> bool:
         """Whether the input differs from what was last loaded or saved."""
-        return self._saved.input_changed
+        return self._since_saved().input_changed
 
     def note_position(self, now: datetime) -> None:
         """Stamp ``StepSince`` when the task's step (or phase) differs from what was last saved."""
         state = self.state
-        if state.step_since is None or (state.current_step, state.phase) != self._saved.position:
+        if state.step_since is None or (state.current_step, state.phase) != self._since_saved().position:
             state.step_since = now
 
     def audit(self, entry: AuditEntry) -> None:
         """Attach an audit entry: the store writes it with the next save, in the same transaction."""
-        self._saved.audit.append(entry)
+        self._since_saved().audit.append(entry)
 
     def pending_audit(self) -> list[AuditEntry]:
         """Audit entries attached since the record was last loaded or saved."""
-        return list(self._saved.audit)
+        return list(self._since_saved().audit)
 
     @property
     def version(self) -> str:
