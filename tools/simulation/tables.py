@@ -50,7 +50,9 @@ class Row:
     etag: str
 
 
-@dataclass(frozen=True, slots=True)
+# Operation and Change are never changed once built; not frozen, since a frozen dataclass sets each field
+# through object.__setattr__ (four times the cost, for about 100,000 of them in a run of 300 orders).
+@dataclass(slots=True)
 class Operation:
     """One operation of a request: ``verb`` create (409 if present), upsert (insert or write), update (404
     absent, 412 ETag) or delete (404, 412); ``merge`` keeps the properties not sent; ``etag`` None is
@@ -63,7 +65,7 @@ class Operation:
     merge: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Change:
     """What an applied operation did to one entity (for the simulation's observers)."""
 
