@@ -55,6 +55,10 @@ _AUDIT_FIELDS = [field.alias or name for name, field in AuditEntry.model_fields.
 # (json.loads and then a validation of the dicts costs about twice as much).
 _CALLS = TypeAdapter(list[CallEntry])
 _STEPS = TypeAdapter(list[StepState])
+# What a record stores as JSON text, written as json.dumps writes it (compact; the searchable fields and the
+# input with their keys sorted), by encoders made once rather than at every call of json.dumps.
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+_COMPACT_SORTED = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 _FORMAT = formats.FORMAT_PROPERTY
 # The properties this release writes on each of a task's live records. Any other a record holds was written
 # by a later release: kept as it is (TaskRecord.kept) and written back with the record, never dropped.
@@ -206,7 +210,7 @@ class Codec:
             if value is None:
                 continue  # Table storage has no nulls: a missing property reads back as None
             if name == "search":
-                value = json.dumps(value, separators=(",", ":"), sort_keys=True)
+                value = _COMPACT_SORTED(value)
             entity[alias] = value.value if hasattr(value, "value") else value
         return entity
 
@@ -262,19 +266,16 @@ class Codec:
             if value is None:
                 continue
             if name == "result":
-                value = json.dumps(value, separators=(",", ":"))
+                value = _COMPACT(value)
             elif name == "calls":
                 if not value:
                     continue
-                value = json.dumps(
-                    [entry.model_dump(mode="json", by_alias=True, exclude_none=True) for entry in value],
-                    separators=(",", ":"),
-                )
+                value = _COMPACT(_CALLS.dump_python(value, mode="json", by_alias=True, exclude_none=True))
             entity[alias] = value.value if hasattr(value, "value") else value
         return entity
 
     def input_entity(self, record: TaskRecord) -> dict[str, Any]:
-        body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
+        body = _COMPACT_SORTED(record.input)
         chunks = _chunks(body)
         entity: dict[str, Any] = {
             **record.kept.get(_input_key(record.order_id), {}),
@@ -335,11 +336,8 @@ class Codec:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         state = record.state
         summary = {**self.state_properties(state), "IndexKey": key, "Audited": audited}
-        steps = json.dumps(
-            [step.model_dump(mode="json", by_alias=True, exclude_none=True) for step in record.steps],
-            separators=(",", ":"),
-        )
-        body = json.dumps(record.input, separators=(",", ":"), sort_keys=True)
+        steps = _COMPACT(_STEPS.dump_python(record.steps, mode="json", by_alias=True, exclude_none=True))
+        body = _COMPACT_SORTED(record.input)
         whole: dict[str, Any] = {
             **record.kept.get(_state_key(state.order_id), {}),
             **summary,
