@@ -42,16 +42,20 @@ def _suffix(fields: dict[str, Any]) -> str:
 
 
 def info(logger: logging.Logger, message: str, **fields: Any) -> None:
-    """Log at INFO with the fields both in the text and as record attributes."""
-    logger.info("%s %s", message, _suffix(fields), extra=fields)
+    """Log at INFO with the fields both in the text and as record attributes (the text is built only
+    when the logger logs INFO at all)."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s %s", message, _suffix(fields), extra=fields)
 
 
 def warning(logger: logging.Logger, message: str, **fields: Any) -> None:
-    """Log at WARNING with the fields both in the text and as record attributes."""
-    logger.warning("%s %s", message, _suffix(fields), extra=fields)
+    """Log at WARNING with the fields both in the text and as record attributes (when it logs WARNING)."""
+    if logger.isEnabledFor(logging.WARNING):
+        logger.warning("%s %s", message, _suffix(fields), extra=fields)
 
 
 def emit_event(name: str, **fields: Any) -> None:
     """Emit a named custom event (an alert source when the name is in ALERT_EVENTS)."""
     level = logging.ERROR if name in ALERT_EVENTS else logging.INFO
-    log.log(level, "event %s %s", name, _suffix(fields), extra={_CUSTOM_EVENT_ATTRIBUTE: name, **fields})
+    if log.isEnabledFor(level):
+        log.log(level, "event %s %s", name, _suffix(fields), extra={_CUSTOM_EVENT_ATTRIBUTE: name, **fields})
