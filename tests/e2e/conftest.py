@@ -118,15 +118,31 @@ def runs(workflow: WorkflowDefinition, order_id: str) -> tuple[StepDefinition, .
     return tuple(step for step in runs_on(workflow, example, order_id) if step.calls)
 
 
-def first_on_their_service(workflow: WorkflowDefinition, order_id: str) -> tuple[StepDefinition, ...]:
-    """The calls of the tests' order ``order_id`` of ``workflow`` that no earlier call of it makes on the same
-    service. A fault profile is per service: faulting the service of one of these faults no step before it
-    (those after it, or beside it in its group, on the same service meet the fault too while it holds)."""
-    found: list[StepDefinition] = []
-    for step in runs(workflow, order_id):
-        if all(step.call_agent != earlier.call_agent for earlier in found):
-            found.append(step)
-    return tuple(found)
+def reached(step: StepDefinition, workflow: WorkflowDefinition) -> list[StepDefinition]:
+    """The steps of ``workflow`` an order has come to by the time ``step`` is decided: every step before it,
+    and the steps of its group (dispatched with it)."""
+    index = list(workflow.steps).index(step)
+    return [
+        other
+        for n, other in enumerate(workflow.steps)
+        if n <= index or (step.group is not None and other.group == step.group)
+    ]
+
+
+def alone_on_their_service(workflow: WorkflowDefinition, order_id: str) -> tuple[StepDefinition, ...]:
+    """The calls of the tests' order ``order_id`` of ``workflow`` whose service no other call of it uses
+    before them or beside them in their group. A fault profile is per service: faulting the service of one
+    of these faults no other step until that one is decided (a call after it on the same service meets the
+    fault only if it still holds then)."""
+    calls = runs(workflow, order_id)
+
+    def alone(step: StepDefinition) -> bool:
+        came = reached(step, workflow)
+        return not any(
+            other != step and other.call_agent == step.call_agent for other in calls if other in came
+        )
+
+    return tuple(step for step in calls if alone(step))
 
 
 # What a submission that names no workflow runs, and its steps by role: tests that need "a step" (to hang

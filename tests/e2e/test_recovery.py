@@ -18,8 +18,9 @@ from tests.e2e.conftest import (
     TERMINAL,
     WORKFLOWS,
     LocalStack,
-    first_on_their_service,
+    alone_on_their_service,
     passed,
+    reached,
     runs,
     straight_id,
 )
@@ -116,7 +117,8 @@ def test_hang_past_complete_by_is_recovered_by_the_supervisor(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
     order_id = straight_id(workflow)
-    step = runs(workflow, order_id)[-1]
+    # The last call on a service no other call before it or beside it uses: one that did would hang first.
+    step = alone_on_their_service(workflow, order_id)[-1]
     last = workflow.steps.index(step)
     calm.faults(**{step.agent: {"hangRate": 1, "hangMs": 10_000}})
     calm.submit(order_id, workflow=workflow)
@@ -140,9 +142,9 @@ def test_hang_past_complete_by_is_recovered_by_the_supervisor(
 @by_workflow
 def test_lost_replies_do_not_double_the_effect(calm: LocalStack, workflow: WorkflowDefinition) -> None:
     order_id = straight_id(workflow)
-    # A call after the first, on a service no call before it uses: else that call, losing its replies too,
-    # would hold the order before this one. The first call if there is none.
-    first, *later = first_on_their_service(workflow, order_id)
+    # A call after the first, on a service no other call before it or beside it uses: else that call, losing
+    # its replies too, would hold the order before this one. The first such call if there is none.
+    first, *later = alone_on_their_service(workflow, order_id)
     step = next(iter(later), first)
     index = workflow.steps.index(step)
     calm.faults(**{step.agent: {"lostReplyRate": 1}})
@@ -160,20 +162,28 @@ def test_permanent_failure_at_the_last_step_compensates_in_reverse(
     calm: LocalStack, workflow: WorkflowDefinition
 ) -> None:
     order_id = straight_id(workflow)
-    *earlier, last = runs(workflow, order_id)
+    # The last call on a service no other call before it or beside it uses (a fault profile is per service:
+    # one that did would be refused first), which is the last call unless that one shares its service. The
+    # steps of its group run beside it; those after it are never reached.
+    last = alone_on_their_service(workflow, order_id)[-1]
+    came = reached(last, workflow)
+    ran = [step for step in runs(workflow, order_id) if step in came]
+    earlier = [step for step in ran if step != last]
     calm.faults(**{last.agent: {"permanentRate": 1}})
     calm.submit(order_id, workflow=workflow)
     order = calm.wait_terminal(order_id)
     assert order["processState"] == "Compensated"
     # Every step that ran is undone, but a step that cannot be undone: one before stays Completed, the
-    # refused one Failed. A step left out stays so.
+    # refused one Failed. A step left out stays so; one never reached was never started.
     expected = {
         step.name: "Compensated" if step.compensation else "Completed" if step in earlier else "Failed"
-        for step in runs(workflow, order_id)
+        for step in ran
     }
     # A wait passed at once (a timer of none) is Completed, and nothing undoes it.
-    expected |= dict.fromkeys(passed(workflow, order_id), "Completed")
-    assert [s["state"] for s in order["steps"]] == [expected.get(s.name, "LeftOut") for s in workflow.steps]
+    expected |= {step.name: "Completed" for step in came if step.name in passed(workflow, order_id)}
+    assert [s["state"] for s in order["steps"]] == [
+        expected.get(s.name, "LeftOut" if s in came else "NotStarted") for s in workflow.steps
+    ]
     entries = calm.step_entries(order_id)
     assert {step: (e["orderId"], e["applied"], e["compensated"]) for step, e in entries.items()} == {
         step.name: (order_id, 1, int(step.compensation is not None)) for step in earlier
@@ -182,7 +192,7 @@ def test_permanent_failure_at_the_last_step_compensates_in_reverse(
     assert_ledger_agrees(calm, order_id)
     events = calm.status_events(order_id, until="compensated")
     undone = [step for event, step in events if event == "step-compensated"]
-    assert undone == [step.name for step in reversed(runs(workflow, order_id)) if step.compensation]
+    assert undone == [step.name for step in reversed(ran) if step.compensation]
 
 
 @by_workflow
