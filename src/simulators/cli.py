@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Server(uvicorn.Server):
+class Server(uvicorn.Server):
     """uvicorn's server, telling the simulators when shutdown starts so that hanging calls end at once."""
 
     def __init__(self, config: uvicorn.Config, simulators: Simulators) -> None:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         http="httptools",
         loop="auto",
     )
-    server = _Server(config, app.state.simulators)
+    server = Server(config, app.state.simulators)
 
     # uvicorn installs its own handlers while it serves, and afterwards re-raises the signal it caught
     # with the handlers found before. Those are these: a signal before or after serving also asks the

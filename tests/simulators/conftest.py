@@ -8,9 +8,7 @@ restart, a signal, a fault seed given on the command line) start ``python -m sim
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import socket
 import subprocess
 import sys
 import threading
@@ -23,16 +21,14 @@ import pytest
 import uvicorn
 
 from simulators.app import create_app
+from simulators.cli import Server
 from tests.support import free_port, stop_process, wait_for
 
 
-@dataclass
-class RunningSimulators:
-    """A simulators process started for one test."""
+class _Listening:
+    """What simulators listening on ``port`` answer to, in a process or in a thread."""
 
-    process: subprocess.Popen[bytes]
     port: int
-    data_dir: Path
     log_path: Path
 
     @property
@@ -41,12 +37,22 @@ class RunningSimulators:
         return f"http://127.0.0.1:{self.port}"
 
     def client(self, timeout: float = 10.0) -> httpx.Client:
-        """A new client of this process (the caller closes it)."""
+        """A new client of these simulators (the caller closes it)."""
         return httpx.Client(base_url=self.base_url, timeout=timeout)
 
     def log(self) -> str:
-        """Everything the process has logged so far."""
+        """Everything they have logged so far."""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+@dataclass
+class RunningSimulators(_Listening):
+    """A simulators process started for one test."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    data_dir: Path
+    log_path: Path
 
     def stop(self) -> int | None:
         """SIGTERM the process by its PID and return its exit status."""
@@ -117,41 +123,31 @@ def simulators_factory(tmp_path: Path) -> Iterator[SimulatorsFactory]:
 
 
 @dataclass
-class ServedSimulators:
+class ServedSimulators(_Listening):
     """The simulators app served by uvicorn in a thread of this process, logging to ``log_path``."""
 
-    server: _ThreadServer
+    server: Server
     thread: threading.Thread
     port: int
     data_dir: Path
     log_path: Path
     handler: logging.Handler = field(repr=False)
-
-    @property
-    def base_url(self) -> str:
-        """The root URL of the HTTP API."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def client(self, timeout: float = 10.0) -> httpx.Client:
-        """A new client of this server (the caller closes it)."""
-        return httpx.Client(base_url=self.base_url, timeout=timeout)
+    level: int = logging.NOTSET  # the simulators' logger's level before, given back at the stop
 
     def log(self) -> str:
         """Everything the app has logged so far."""
         self.handler.flush()
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        return super().log()
 
     def stop(self) -> None:
-        """Shut the server down as the process does (hangs end at once), and close the ledger."""
-        app = self.server.config.app
-        if self.thread.is_alive():
-            loop = self.server.loop
-            if loop is not None:
-                loop.call_soon_threadsafe(app.state.simulators.stop_waiting)
-            self.server.should_exit = True
-            self.thread.join(10)
-        app.state.simulators.ledger.close()
-        logging.getLogger("simulators").removeHandler(self.handler)
+        """Shut the server down as the process does (simulators.cli.Server: hangs end at once), and close
+        the ledger."""
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.server.config.app.state.simulators.ledger.close()
+        logger = logging.getLogger("simulators")
+        logger.removeHandler(self.handler)
+        logger.setLevel(self.level)
         self.handler.close()
 
 
@@ -160,8 +156,9 @@ def serve_simulators(data_dir: Path, log_path: Path) -> ServedSimulators:
     handler = logging.FileHandler(log_path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("simulators")
+    level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
+    logger.setLevel(logging.DEBUG)  # as the process runs in these tests (--log-level DEBUG)
     app = create_app(data_dir)
     port = free_port()
     # The same settings as the process's (simulators.cli), on asyncio: uvicorn's "auto" loop would set
@@ -169,10 +166,10 @@ def serve_simulators(data_dir: Path, log_path: Path) -> ServedSimulators:
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, lifespan="off", http="httptools", loop="asyncio"
     )
-    server = _ThreadServer(config)
+    server = Server(config, app.state.simulators)
     thread = threading.Thread(target=server.run, name=f"simulators-{port}", daemon=True)
     thread.start()
-    served = ServedSimulators(server, thread, port, data_dir, log_path, handler)
+    served = ServedSimulators(server, thread, port, data_dir, log_path, handler, level)
     try:
         wait_for(lambda: server.started or not thread.is_alive(), timeout=20, what="the simulators to listen")
         if not server.started:
@@ -181,16 +178,6 @@ def serve_simulators(data_dir: Path, log_path: Path) -> ServedSimulators:
         served.stop()
         raise
     return served
-
-
-class _ThreadServer(uvicorn.Server):
-    """uvicorn's server, remembering its loop (to end hangs from another thread at shutdown)."""
-
-    loop: asyncio.AbstractEventLoop | None = None
-
-    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        self.loop = asyncio.get_running_loop()
-        await super().serve(sockets)
 
 
 @pytest.fixture
