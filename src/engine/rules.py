@@ -83,6 +83,14 @@ class Rule:
         return tuple(target for target, _ in self.targets)
 
 
+def on_wait(
+    operation: Operation, source: ProcessState, targets: tuple[tuple[ProcessState, str], ...], *, wait: str
+) -> Rule:
+    """A row for the step a task waits at, in its forward phase, while it waits for ``wait`` (a kind's
+    name): the guard most of a kind's own rows share."""
+    return Rule(operation, source, targets, phase=Phase.FORWARD, step=StepStatus.WAITING, wait=wait)
+
+
 class Slot(Enum):
     """Where in the table a kind of wait's rows go. The table is read in order: its first row that admits
     an operation is the one that applies, and the diagram lists the edges and their labels in the order it

@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from typing import Final, Literal
 
 from .. import telemetry
-from ..rules import Operation, Rule, Slot
-from ..state import Phase, ProcessState, StepState, StepStatus, TaskRecord
+from ..rules import Operation, Slot, on_wait
+from ..state import ProcessState, StepState, TaskRecord
 from ..workflow import Approval
 from .kind import Kind, MoveContext
 
@@ -40,61 +40,51 @@ class ApprovalWait(Kind[Approval]):
         # cancel.
         (
             Slot.ENDS,
-            Rule(
+            on_wait(
                 Operation.APPROVE,
                 ProcessState.WAITING,
                 ((ProcessState.PENDING, "approved"),),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=APPROVAL,
             ),
         ),
         (
             Slot.ENDS,
-            Rule(
+            on_wait(
                 Operation.REJECT,
                 ProcessState.WAITING,
                 ((ProcessState.COMPENSATING, "rejected: undo"),),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=APPROVAL,
             ),
         ),
         # Its deadline passed: its declared policy (undo, or Error with an alert).
         (
             Slot.EXPIRES,
-            Rule(
+            on_wait(
                 Operation.DEADLINE,
                 ProcessState.WAITING,
                 (
                     (ProcessState.COMPENSATING, "approval deadline passed, policy compensate (Supervisor)"),
                     (ProcessState.ERROR, "approval deadline passed, policy error (Supervisor, alert)"),
                 ),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=APPROVAL,
             ),
         ),
         # Its deadline put the order in Error: it can still be decided there.
         (
             Slot.IN_ERROR,
-            Rule(
+            on_wait(
                 Operation.APPROVE,
                 ProcessState.ERROR,
                 ((ProcessState.PENDING, "approved after the deadline (FailureCount reset)"),),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=APPROVAL,
             ),
         ),
         (
             Slot.IN_ERROR,
-            Rule(
+            on_wait(
                 Operation.REJECT,
                 ProcessState.ERROR,
                 ((ProcessState.COMPENSATING, "rejected after the deadline: undo"),),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=APPROVAL,
             ),
         ),

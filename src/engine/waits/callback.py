@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from ..rules import Operation, Rule, Slot
+from ..rules import Operation, Rule, Slot, on_wait
 from ..state import Phase, ProcessState, StepStatus, TaskRecord
 from .kind import Kind, MoveContext
 
@@ -61,7 +61,7 @@ class CallbackWait(Kind[None]):
         ),
         (
             Slot.ANSWERS,
-            Rule(
+            on_wait(
                 Operation.STEP_SUCCEEDED,
                 ProcessState.WAITING,
                 (
@@ -69,22 +69,18 @@ class CallbackWait(Kind[None]):
                     (ProcessState.WAITING, "callback: step done, next step waits"),
                     (ProcessState.PROCESSED, "callback: last step done"),
                 ),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=CALLBACK,
             ),
         ),
         (
             Slot.ANSWERS,
-            Rule(
+            on_wait(
                 Operation.STEP_FAILED,
                 ProcessState.WAITING,
                 (
                     (ProcessState.COMPENSATING, "callback: refused"),
                     (ProcessState.COMPENSATED, "callback: refused, nothing to undo"),
                 ),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=CALLBACK,
             ),
         ),
@@ -110,12 +106,10 @@ class CallbackWait(Kind[None]):
         # An operator need not wait for its CompleteBy: the step is called again now.
         (
             Slot.RETRIES,
-            Rule(
+            on_wait(
                 Operation.RETRY_STEP,
                 ProcessState.WAITING,
                 ((ProcessState.PENDING, "operator retry step"),),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=CALLBACK,
             ),
         ),

@@ -22,8 +22,8 @@ from typing import Final
 from ..conditions import value_at
 from ..decisions import Outgoing, command, random_id
 from ..messages import CommandKind
-from ..rules import Operation, Rule, Slot
-from ..state import Phase, ProcessState, StepStatus, TaskRecord
+from ..rules import Operation, Slot, on_wait
+from ..state import ProcessState, TaskRecord
 from ..workflow import Timer
 from .kind import Kind, MoveContext
 
@@ -68,7 +68,7 @@ class TimerWait(Kind[Timer]):
         # Its wake-up at its time ends it; the next step may be another wait (two waits in a row).
         (
             Slot.ENDS,
-            Rule(
+            on_wait(
                 Operation.WAKE,
                 ProcessState.WAITING,
                 (
@@ -76,20 +76,16 @@ class TimerWait(Kind[Timer]):
                     (ProcessState.WAITING, "timer due, next step waits"),
                     (ProcessState.PROCESSED, "timer due, done"),
                 ),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=TIMER,
             ),
         ),
         # Its wake-up was lost: sent again, no failure (nothing failed).
         (
             Slot.EXPIRES,
-            Rule(
+            on_wait(
                 Operation.REWAKE,
                 ProcessState.WAITING,
                 ((ProcessState.WAITING, "wake-up lost (Supervisor re-sends)"),),
-                phase=Phase.FORWARD,
-                step=StepStatus.WAITING,
                 wait=TIMER,
             ),
         ),
