@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from engine.scheduler import Scheduler
 from engine.state import TaskRecord
 from engine.supervisor import Supervisor
 from engine.tasks import Caller, TaskService
-from engine.workflow import WorkflowDefinition
+from engine.workflow import Timer, WorkflowDefinition
 from orders.callbacks import Callbacks
 
 from .bus import Message
@@ -267,9 +268,29 @@ class Client:
             fields = workflow.input.model_validate(example).model_dump(by_alias=True, mode="json")
             if self.sim.storefronts and isinstance(fields.get(FIELD), str):
                 fields[FIELD] = f"{fields[FIELD]}-{client_id}"
+            self._timers_within_the_run(workflow, fields, order_id)
             document = {"orderId": client_id, **fields}
         self.documents[order_id] = document
         return document
+
+    def _timers_within_the_run(
+        self, workflow: WorkflowDefinition, fields: dict[str, Any], order_id: str
+    ) -> None:
+        """An example's time for a timer ``until`` an input field is a date of the real world, which the run's
+        virtual clock may be hours or months before: the order would wait that long, and every sweep of
+        every process run meanwhile. As the profile shortens a declared delay (``timer_seconds``), the time
+        is moved to within the run: already past, or up to two of the profile's timers from now, by the
+        order's id (no draw from the seed's generator: catalogs without such a timer run as before). An
+        example that leaves the field out keeps it out (the wait ends at once)."""
+        for step in workflow.steps:
+            if not isinstance(step.wait, Timer) or step.wait.until is None:
+                continue
+            name = step.wait.until.removeprefix("input.")
+            if "." in name or fields.get(name) is None:
+                continue  # a nested field is left as the example has it
+            share = int(hashlib.sha256(order_id.encode()).hexdigest()[:4], 16) % 3  # past, half, whole
+            seconds = (-1.0, 1.0, 2.0)[share] * max(self.sim.profile.timer_seconds, 1.0)
+            fields[name] = (self.sim.clock.now() + timedelta(seconds=seconds)).isoformat()
 
     def body(self, order_id: str, variant: int) -> tuple[dict[str, Any], str]:
         """The order's body and its hash (another variant: another hash, as for a body that differs; the
