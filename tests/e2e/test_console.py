@@ -722,8 +722,11 @@ def drawn(browser: WebDriver, selector: str) -> list[dict[str, Any]]:
 
 def retried_and_extended(stack: LocalStack) -> dict[str, Any]:
     """A finished order whose first step's first dispatch hung until the Supervisor sent the step again,
-    and whose second dispatch an operator extended once the service was back (the re-sent call answered):
-    two dispatches of one step, a recovery, an operator's action, and a call with what it sent."""
+    and whose second dispatch an operator extended while it hung too, before the service came back (the
+    call sent after the extension answered): dispatches of one step, a recovery, an operator's action, and
+    a call with what it sent. Extended before the service is back, as the step is then sure to be current:
+    extended after, the Supervisor's next call could answer and the order end first (seen on a busy
+    machine: the extend answered 409, the order at its last step)."""
     service = FIRST_STEP.call_agent
     before = stack.hung_calls(service)
     stack.faults(**{service: HANG})
@@ -735,9 +738,11 @@ def retried_and_extended(stack: LocalStack) -> dict[str, Any]:
 
     stack.wait_state(order_id, sent_again, timeout=30, what="the Supervisor sending the step again")
     stack.wait_hung(service, more_than=before + 1)  # the second call hangs too: it ends only when re-sent
-    stack.clear_faults()
-    extended = stack.act(order_id, f"steps/{FIRST}/extend", {"seconds": 30, "note": "the service is back"})
+    extended = stack.act(
+        order_id, f"steps/{FIRST}/extend", {"seconds": 5, "note": "the service is coming back"}
+    )
     assert extended.status_code == 202, extended.text
+    stack.clear_faults()
     order = stack.wait_terminal(order_id)
     assert order["processState"] == "Processed", order
     return order
