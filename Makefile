@@ -67,7 +67,7 @@ refresh-contracts: $(STAMP)
 # What comes before the suite runs side by side, as each part uses about one core: the three installs, then
 # the linters beside the infra's checks (each one's output kept together). About a minute less than one by one.
 test:
-	@$(MAKE) --no-print-directory -j3 --output-sync=target $(STAMP) node_modules/.installed $(CHECKOV_STAMP)
+	@$(MAKE) --no-print-directory -j3 --output-sync=target install $(CHECKOV_STAMP)
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint check-infra
 	$(BIN)/python -m pytest
 

@@ -288,7 +288,7 @@ class Client:
             name = step.wait.until.removeprefix("input.")
             if "." in name or fields.get(name) is None:
                 continue  # a nested field is left as the example has it
-            share = int(hashlib.sha256(order_id.encode()).hexdigest()[:4], 16) % 3  # past, half, whole
+            share = int(hashlib.sha256(order_id.encode()).hexdigest()[:4], 16) % 3  # past, one timer, two
             seconds = (-1.0, 1.0, 2.0)[share] * max(self.sim.profile.timer_seconds, 1.0)
             fields[name] = (self.sim.clock.now() + timedelta(seconds=seconds)).isoformat()
 
