@@ -16,7 +16,7 @@ from .backfill import Answer, Backfill, BackfillPage, Backfills, Progress
 from .breaker import BreakerRecord, BreakerState, BreakerStore
 from .calls import AgentCall, CallEntry
 from .clock import Clock, SystemClock
-from .conditions import Declared, Test, refuse_unknown
+from .conditions import Declared, Test, check_value, field_at, refuse_unknown, tests_in
 from .deadletters import (
     DeadLetter,
     DeadLetterAction,
@@ -163,6 +163,8 @@ __all__ = [
     "awaits",
     "callback_context",
     "calls",
+    "check_value",
+    "field_at",
     "formats",
     "instance_id",
     "metrics",
@@ -179,6 +181,7 @@ __all__ = [
     "sealing",
     "sensitive",
     "telemetry",
+    "tests_in",
     "tracing",
     "wait_seconds",
 ]

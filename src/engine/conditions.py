@@ -21,6 +21,8 @@ import json
 import re
 import types
 from collections.abc import Iterator, Mapping
+from datetime import date, time
+from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -159,6 +161,11 @@ def parts(condition: Test | AllOf | AnyOf | Not) -> Iterator[Declared]:
         yield from parts(part)
 
 
+def tests_in(condition: Test | AllOf | AnyOf | Not | None) -> list[Test]:
+    """Every test a condition makes (none for no condition), to check each against its field's type."""
+    return [part for part in parts(condition) if isinstance(part, Test)] if condition is not None else []
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "missing"
@@ -233,27 +240,91 @@ def _equal(a: Any, b: Any) -> bool:
 
 def check_input_path(path: str, model: type[BaseModel]) -> str | None:
     """Why ``path`` (an ``input.`` path) does not name a field of ``model``, or None if it does."""
+    return field_at(path, model)[0]
+
+
+def field_at(path: str, model: type[BaseModel]) -> tuple[str | None, Any]:
+    """Why ``path`` (``input.`` or ``results.`` and the fields below, read in ``model``) names no field of
+    ``model``, or None; and the type a value at the path has (an element's, through ``[]``)."""
     current: Any = model
-    walked = "input"
-    for part in path.split(".")[1:]:
+    root, *names = path.split(".")
+    walked = root
+    for part in names:
         name, through = _part(part)
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return f"{walked} has no fields"
+            return f"{walked} has no fields", None
         fields: dict[str, Any] = {(f.alias or n): f.annotation for n, f in current.model_fields.items()}
         # A computed field is dumped with the input, so it is stored and can be read like any other.
         fields.update({(c.alias or n): c.return_type for n, c in current.model_computed_fields.items()})
         if name not in fields:
             declared = ", ".join(sorted(fields)) or "none"
-            return f"{walked} declares no field {name!r} (it declares: {declared})"
+            return f"{walked} declares no field {name!r} (it declares: {declared})", None
         annotation = _unwrap(fields[name])
         walked = f"{walked}.{part}"
         if through:
             if get_origin(annotation) not in (list, tuple):
-                return f"{walked}: {name} is not a list, so it takes no []"
+                return f"{walked}: {name} is not a list, so it takes no []", None
             annotation = _unwrap(get_args(annotation)[0])
         elif get_origin(annotation) in (list, tuple):
-            return f"{walked}: {name} is a list; write {name}[] to test its elements"
+            return f"{walked}: {name} is a list; write {name}[] to test its elements", None
         current = annotation
+    return None, current
+
+
+def check_value(test: Test, annotation: Any) -> str | None:
+    """Why ``test`` can never pass as meant on a field declared ``annotation`` (a number compared with a
+    text, a flag ordered, a text matched with a choice the field does not have), or None. A type this
+    cannot tell (a model, a union of several) is not checked."""
+    if test.op in ("exists", "absent"):
+        return None
+    kind, choices = _kind(annotation)
+    if kind is None:
+        return None
+    if kind == "flag" and test.op in (">", ">=", "<", "<="):
+        return f"{test.field} is true or false: it has no order, so {test.op} never holds"
+    values = test.value if test.op in ("in", "not in") else [test.value]
+    if test.op in ("in", "not in") and not isinstance(test.value, list):
+        return f"{test.op} takes a list of values, not {json.dumps(test.value)}"
+    for value in values if isinstance(values, list) else []:
+        if _kind_of(value) != kind:
+            return (
+                f"{test.field} is {_WORDS[kind]}, so comparing it with {json.dumps(value)} "
+                f"({_WORDS.get(_kind_of(value) or '', 'null')}) never holds as meant"
+            )
+        if choices and value not in choices:
+            listed = ", ".join(json.dumps(c) for c in choices)
+            return f"{test.field} is one of {listed}, never {json.dumps(value)}"
+    return None
+
+
+_WORDS = {"number": "a number", "text": "a text", "flag": "true or false"}
+
+
+def _kind(annotation: Any) -> tuple[str | None, tuple[Any, ...]]:
+    """What a declared type holds on the wire (number, text, flag; None when that cannot be told), and its
+    choices for a ``Literal``."""
+    if get_origin(annotation) is Literal:
+        choices = get_args(annotation)
+        kinds = {_kind_of(c) for c in choices}
+        return (kinds.pop(), choices) if len(kinds) == 1 else (None, ())
+    if not isinstance(annotation, type):
+        return None, ()
+    if issubclass(annotation, bool):
+        return "flag", ()
+    if issubclass(annotation, (int, float, Decimal)):
+        return "number", ()
+    if issubclass(annotation, (str, date, time)):  # a time is stored as its ISO 8601 text
+        return "text", ()
+    return None, ()
+
+
+def _kind_of(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "flag"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
     return None
 
 

@@ -8,11 +8,19 @@ keeps the version it started on until it ends.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from .conditions import Condition, Declared, check_input_path, parts, refuse_unknown
+from .conditions import Condition, Declared, check_value, field_at, parts, refuse_unknown, tests_in
 
 # The mark of a sensitive input field in its JSON Schema (``json_schema_extra``): the API's document shows it.
 SENSITIVE = "x-sensitive"
@@ -176,6 +184,11 @@ class StepDefinition(Declared):
             raise ValueError(f"step {self.name}: a wait calls nothing: no agent, action or compensation")
         if self.wait is not None and self.group is not None:
             raise ValueError(f"step {self.name}: a wait cannot be in a group (a group's steps call agents)")
+        if self.wait is not None and self.complete_by_seconds is not None:
+            raise ValueError(
+                f"step {self.name}: a wait takes no complete_by_seconds (it would be ignored): a timer ends "
+                "at its time, an approval at its deadline_seconds"
+            )
         return self
 
     @property
@@ -333,19 +346,23 @@ class WorkflowDefinition(BaseModel):
     @model_validator(mode="after")
     def _conditions_read_declared_input(self) -> WorkflowDefinition:
         for step in self.steps:
-            for path in step.when.fields() if step.when is not None else ():
-                if not path.startswith("input."):
-                    continue
+            for test in tests_in(step.when):
+                if not test.field.startswith("input."):
+                    continue  # a result's type is its service's: orders.services.declaration checks it
                 where = (
-                    f"workflow {self.name} version {self.version}, step {step.name}: the condition on {path}"
+                    f"workflow {self.name} version {self.version}, step {step.name}: the condition on "
+                    f"{test.field}"
                 )
                 if self.input is None:
                     raise ValueError(f"{where} needs an input model: declare input= on the workflow")
-                problem = check_input_path(path, self.input)
+                problem, annotation = field_at(test.field, self.input)
                 if problem:
                     model = f"{self.input.__name__} ({self.input.__module__})"
                     fix = f"; add the field to {model}" if "declares no field" in problem else ""
                     raise ValueError(f"{where}: {problem}{fix}")
+                mistyped = check_value(test, annotation)
+                if mistyped:
+                    raise ValueError(f"{where}: {mistyped}")
         return self
 
     @model_validator(mode="after")
@@ -357,7 +374,7 @@ class WorkflowDefinition(BaseModel):
             where = f"{named}: the timer on {step.wait.until}"
             if self.input is None:
                 raise ValueError(f"{where} needs an input model: declare input= on the workflow")
-            problem = check_input_path(step.wait.until, self.input)
+            problem = field_at(step.wait.until, self.input)[0] or _not_a_time(step.wait.until, self.input)
             if problem:
                 raise ValueError(f"{where}: {problem}")
         return self
@@ -383,6 +400,42 @@ class WorkflowDefinition(BaseModel):
     def agents(self) -> list[str]:
         """Every agent the workflow uses, in step order, without repeats."""
         return list(dict.fromkeys(s.agent for s in self.steps if s.agent is not None))
+
+
+def _not_a_time(path: str, model: type[BaseModel]) -> str | None:
+    """Why the input field at ``path`` may hold something other than a time with its zone (which a timer
+    could not wait for: it would end at once), or None. Asked of the field's own validation, so that a
+    text with a strict pattern passes as an ``AwareDatetime`` does."""
+    *outer, last = path.split(".")[1:]
+    current: type[BaseModel] = model
+    for name in outer:  # field_at has walked this path: each is a model
+        current = next(
+            _unwrap_model(f.annotation) for n, f in current.model_fields.items() if (f.alias or n) == name
+        )
+    info = next(f for n, f in current.model_fields.items() if (f.alias or n) == last)
+    typed: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    adapter: TypeAdapter[Any] = TypeAdapter(typed)
+
+    def accepts(value: str) -> bool:
+        try:
+            adapter.validate_json(f'"{value}"')  # as a body comes: JSON (which strict models take too)
+        except ValidationError:
+            return False
+        return True
+
+    if not accepts("2026-01-01T00:00:00Z") and not accepts("2026-01-01T00:00:00+00:00"):
+        return f"{last} must hold a time with its zone (declare it AwareDatetime): it refuses one"
+    for value in ("soon", "2026-01-01T00:00:00"):
+        if accepts(value):
+            return f"{last} must hold a time with its zone (declare it AwareDatetime): it accepts {value!r}"
+    return None
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel]:
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    raise ValueError(f"{annotation} is not a model")
 
 
 def _check_breakers(workflows: list[WorkflowDefinition]) -> None:

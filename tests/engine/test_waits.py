@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from engine import telemetry, transitions
 from engine.clock import ManualClock
@@ -38,7 +38,18 @@ class Shipping(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    ship_after: str | None = Field(default=None, alias="shipAfter")
+    ship_after: AwareDatetime | None = Field(default=None, alias="shipAfter")
+
+
+class Lax(BaseModel):
+    """Times a timer cannot wait for: any text, a time without its zone, a date."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    naive: datetime
+    day: date
+    stamped: str = Field(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")  # a strict text: a time
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -309,6 +320,34 @@ def test_a_wait_declares_no_call_and_a_call_declares_no_wait() -> None:
         Timer()
     with pytest.raises(ValueError, match=r"the timer on input\.when.*needs an input model"):
         WorkflowDefinition(name="w", steps=(StepDefinition(name="t", wait=Timer(until="input.when")),))
+    with pytest.raises(ValueError, match="step t: a wait takes no complete_by_seconds"):
+        StepDefinition(name="t", wait=Timer(after_seconds=1), complete_by_seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("field", "refused"),
+    [
+        ("text", "accepts 'soon'"),
+        ("naive", "accepts '2026-01-01T00:00:00'"),
+        ("day", ""),
+        ("stamped", None),
+    ],
+)
+def test_a_timer_waits_only_on_a_field_that_holds_a_time_with_its_zone(
+    field: str, refused: str | None
+) -> None:
+    def declare() -> WorkflowDefinition:
+        step = StepDefinition(name="t", wait=Timer(until=f"input.{field}"))
+        return WorkflowDefinition(name="w", input=Lax, steps=(step,))
+
+    if refused is None:
+        declare()
+        return
+    with pytest.raises(
+        ValueError,
+        match=rf"w version 1, step t: the timer on input\.{field}: .*a time with its zone.*{refused}",
+    ):
+        declare()
 
 
 # ---- the engine's actors on a store in memory ---------------------------------------------------------

@@ -11,7 +11,7 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +54,12 @@ class Purchase(BaseModel):
     items: list[Line]
     currency: str
     to: str | None = None
+
+
+class Gift(Purchase):
+    """The shop's input with a flag."""
+
+    gift: bool = False
 
 
 class Card(ServiceResult):
@@ -253,6 +259,63 @@ def test_a_missing_field_s_message_says_which_model_to_add_it_to() -> None:
     step = SEND.model_copy(update={"when": Test(field="input.total", op=">", value=0)})
     with pytest.raises(ValueError, match=re.escape("add the field to Purchase")):
         shop(CHARGE, ISSUE, step)
+
+
+@pytest.mark.parametrize(
+    ("test", "problem"),
+    [
+        (
+            Test(field="input.items[].quantity", op=">", value="100"),
+            'a number, so comparing it with "100" (a text)',
+        ),
+        (Test(field="input.currency", op="==", value=1), "a text, so comparing it with 1 (a number)"),
+        (Test(field="input.currency", op="in", value="EUR"), "in takes a list of values"),
+        (Test(field="input.currency", op="in", value=["EUR", 2]), "comparing it with 2 (a number)"),
+        (Test(field="input.gift", op=">", value=False), "input.gift is true or false: it has no order"),
+        (Test(field="input.gift", op="==", value=None), "comparing it with null"),
+    ],
+)
+def test_a_condition_whose_value_is_not_of_its_input_field_s_type_is_refused(
+    test: Test, problem: str
+) -> None:
+    step = SEND.model_copy(update={"when": test})
+    where = f"workflow shop version 3, step send: the condition on {test.field}: "
+    with pytest.raises(ValueError, match=re.escape(where) + ".*" + re.escape(problem)):
+        shop(CHARGE, ISSUE, step, input=Gift)
+    fits = {"number": 100, "text": "EUR", "flag": True}
+    kind = "number" if "quantity" in test.field else "flag" if "gift" in test.field else "text"
+    op = "==" if test.op in (">", "==") and kind == "flag" else test.op
+    value = [fits[kind]] if op in ("in", "not in") else fits[kind]
+    shop(
+        CHARGE,
+        ISSUE,
+        SEND.model_copy(update={"when": Test(field=test.field, op=op, value=value)}),
+        input=Gift,
+    )
+
+
+class TieredCard(Card):
+    tier: Literal["gold", "basic"]
+
+
+def test_a_condition_on_a_returned_value_is_typed_by_the_service_s_result() -> None:
+    tiered = service("cards", result=TieredCard)
+    for test, problem in [
+        (
+            Test(field="results.tier", op="==", value="platinum"),
+            'is one of "gold", "basic", never "platinum"',
+        ),
+        (Test(field="results.cardNumber", op=">", value=5), "a text, so comparing it with 5 (a number)"),
+        (Test(field="results.tier.level", op="exists"), "results.tier has no fields"),
+    ]:
+        message = refused((PAY, tiered, MAIL), CHARGE, ISSUE, SEND.model_copy(update={"when": test}))
+        assert f"step send of workflow shop version 3: its condition on {test.field}: " in message
+        assert problem in message
+        assert "(TieredCard declares it)" in message
+    gold = Test(field="results.tier", op="in", value=["gold"])
+    check_catalog(
+        (PAY, tiered, MAIL), WorkflowCatalog.of(shop(CHARGE, ISSUE, SEND.model_copy(update={"when": gold})))
+    )
 
 
 # ---- steps that cannot be undone --------------------------------------------------------------------

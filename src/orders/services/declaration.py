@@ -19,7 +19,17 @@ from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from engine import Declared, StepDefinition, WorkflowCatalog, WorkflowDefinition, refuse_unknown
+from engine import (
+    Declared,
+    StepDefinition,
+    Test,
+    WorkflowCatalog,
+    WorkflowDefinition,
+    check_value,
+    field_at,
+    refuse_unknown,
+    tests_in,
+)
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 NAME = r"^[a-z][a-z0-9-]{0,40}$"
@@ -297,6 +307,14 @@ def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCata
             and step.action in by_name[step.agent].actions
             for name in by_name[step.agent].resource(step.action)[0].result_names
         }
+        result_models = {  # the model that declares each result name, to type a condition on it
+            name: model
+            for step in workflow.steps
+            if step.name in producers.values()
+            for model in [by_name[step.call_agent].resource(step.action or "")[0].result]
+            if model is not None
+            for name in model.names()
+        }
         # A group's steps run side by side: none reads what another returns, so what they return is known
         # only after the group (held here until then).
         beside: dict[str, tuple[str, bool]] = {}
@@ -305,10 +323,11 @@ def check_catalog(services: tuple[ServiceDefinition, ...], catalog: WorkflowCata
                 returned.update(beside)
                 beside = {}
             where = f"step {step.name} of workflow {workflow.name} version {workflow.version}"
-            for path in step.when.fields() if step.when is not None else ():
-                if path.startswith("results."):
-                    name = path.split(".")[1].removesuffix("[]")
+            for test in tests_in(step.when):
+                if test.field.startswith("results."):
+                    name = test.field.split(".")[1].removesuffix("[]")
                     _check_reads(where, "its condition", name, returned, producers, required=False)
+                    _check_result_test(where, test, result_models[name])
             if not step.calls:
                 continue  # a wait calls no service: nothing of a service's to check
             resource = _resource(by_name, step, where)
@@ -351,6 +370,14 @@ def _check_input(workflow: WorkflowDefinition) -> None:
             workflow.input.model_validate(example)
         except ValidationError as exc:
             raise ValueError(f"{named}: an example of {workflow.input.__name__} is refused: {exc}") from None
+
+
+def _check_result_test(where: str, test: Test, model: type[ServiceResult]) -> None:
+    # A returned value is typed by its service's result model, as an input field by the input model.
+    problem, annotation = field_at(test.field, model)
+    mistyped = problem or check_value(test, annotation)
+    if mistyped:
+        raise ValueError(f"{where}: its condition on {test.field}: {mistyped} ({model.__name__} declares it)")
 
 
 def _resource(by_name: dict[str, ServiceDefinition], step: StepDefinition, where: str) -> Resource:
