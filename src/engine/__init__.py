@@ -35,6 +35,7 @@ from .errors import (
     EngineError,
     InvalidContinuation,
     InvalidState,
+    InvalidUpdate,
     NotFound,
     NotUnderstood,
     PermanentError,
@@ -65,12 +66,13 @@ from .settings import EngineSettings
 from .state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from .supervisor import Supervisor
 from .tasks import Caller, TaskService
-from .transitions import awaits
+from .transitions import awaits, open_updates
 from .waits import APPROVAL, PARKED, TIMER, WAIT_KINDS, WaitKind
 from .workflow import (
     Approval,
     StepDefinition,
     Timer,
+    Update,
     WorkflowCatalog,
     WorkflowDefinition,
     sensitive,
@@ -123,6 +125,7 @@ __all__ = [
     "InputKey",
     "InvalidContinuation",
     "InvalidState",
+    "InvalidUpdate",
     "Keyring",
     "MessageSender",
     "NotFound",
@@ -157,6 +160,7 @@ __all__ = [
     "TransientError",
     "UnknownStep",
     "UnknownWorkflow",
+    "Update",
     "WaitKind",
     "WorkflowCatalog",
     "WorkflowDefinition",
@@ -168,6 +172,7 @@ __all__ = [
     "formats",
     "instance_id",
     "metrics",
+    "open_updates",
     "operator_actions",
     "order_id_of",
     "parse_callback_context",

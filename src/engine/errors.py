@@ -39,6 +39,15 @@ class InvalidState(EngineError):
         )
 
 
+class InvalidUpdate(EngineError):
+    """An update of an order's input that its workflow does not let change, or whose values its input model
+    refuses: nothing was changed."""
+
+    def __init__(self, order_id: str, reason: str) -> None:
+        self.order_id = order_id
+        super().__init__(f"order {order_id}: {reason}")
+
+
 class UnknownStep(EngineError):
     """The task's workflow has no step with that name."""
 

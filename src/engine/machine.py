@@ -275,6 +275,11 @@ _LISTED: tuple[Rule | Slot, ...] = (
         phase=FORWARD,
         step=RUNNING,
     ),
+    # An update of the input, going forward (the declared fence, a step not yet started, is the move's).
+    Rule(Op.UPDATE_INPUT, P, ((P, "input updated"),), phase=FORWARD),
+    Rule(Op.UPDATE_INPUT, R, ((R, "input updated"),), phase=FORWARD),
+    Rule(Op.UPDATE_INPUT, W, ((W, "input updated"),), phase=FORWARD),
+    Rule(Op.UPDATE_INPUT, E, ((E, "input updated"),), phase=FORWARD),
     # A task on a workflow version no longer deployed is never run on another definition.
     Rule(Op.WORKFLOW_GONE, P, ((E, "workflow version not deployed (alert)"),)),
     Rule(Op.WORKFLOW_GONE, R, ((E, "workflow version not deployed (alert)"),)),

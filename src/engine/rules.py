@@ -39,6 +39,7 @@ class Operation(StrEnum):
     REJECT = "reject"  # an approver or operator rejects a waiting step: undo the task
     DEADLINE = "deadline"  # the Supervisor applies a waiting approval's policy once its deadline passed
     REDISPATCH = "redispatch"  # a Scheduler dispatches one step of a group again (a retry asked for it)
+    UPDATE_INPUT = "update input"  # the submitter or an operator changes input fields a workflow lets change
 
 
 @dataclass(frozen=True)

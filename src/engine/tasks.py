@@ -230,14 +230,21 @@ class TaskService:
         step: str | None = None,
         seconds: float = 0.0,
         note: str | None = None,
+        changes: dict[str, Any] | None = None,
     ) -> TaskRecord:
         """Carry out an operator action (engine.operator_actions) on the order, on its ``step`` if the action
-        acts on one; the move is told ``note`` if given, else the caller's note (the audit entry's)."""
+        acts on one; the move is told ``note`` if given, else the caller's note (the audit entry's), and the
+        input fields ``changes`` sets, for an update."""
         caller = caller or Caller()
         index: int | None = None
         if action.on_step:
             index = await self._step_index(order_id, step or "")
-        given = Given(step=index or 0, seconds=seconds, note=caller.note or "" if note is None else note)
+        given = Given(
+            step=index or 0,
+            seconds=seconds,
+            note=caller.note or "" if note is None else note,
+            changes=changes or {},
+        )
         return await self._change(order_id, action, given, caller, index)
 
     # Each action by name, for code that names one.
@@ -274,6 +281,13 @@ class TaskService:
         """A person rejects the step's waiting approval: what the order did is undone."""
         return await self.act(order_id, operator_actions.REJECT, action, step)
 
+    async def update(
+        self, order_id: str, changes: dict[str, Any], action: Caller | None = None
+    ) -> TaskRecord:
+        """Change input fields of an order going forward, as its workflow's updates let them change
+        (:func:`engine.transitions.update_input`)."""
+        return await self.act(order_id, operator_actions.UPDATE, action, changes=changes)
+
     async def _step_index(self, order_id: str, step: str) -> int:
         # The steps of the version the order runs, as recorded with it.
         names = [s.name for s in (await self.get(order_id)).steps]
@@ -309,6 +323,7 @@ class TaskService:
             before = record.state.process_state
             current = record.state.current_step if index is None else index
             step_before = record.steps[current].status if current < len(record.steps) else None
+            input_before = dict(record.input)
             decision = action.move(record, ctx, given)
             if decision.outcome is Outcome.REFUSED:
                 raise InvalidState(
@@ -332,7 +347,7 @@ class TaskService:
                     step_state_before=step_before,
                     step_state_after=record.steps[current].status if current < len(record.steps) else None,
                     note=caller.note,
-                    detail=action.detail(given),
+                    detail=action.detail(given, input_before),
                 )
             )
             # A span in the order's trace, linked to the request that asked for it: what the action sends

@@ -142,6 +142,17 @@ def wait_seconds(wait: Wait) -> float:
     return wait.seconds
 
 
+class Update(Declared):
+    """Input fields (wire names, of the input model's top level) an update to a running order may change,
+    until step ``until`` starts: the first step that reads them, whose call (or condition) must see the
+    value it will keep. Once that step has started (or been left out), an update of them is refused
+    naming it; the steps before it, and every undo, must not read them (the declaration refuses a
+    condition or a timer before ``until`` that does)."""
+
+    fields: tuple[str, ...] = Field(min_length=1)
+    until: str = Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")
+
+
 class StepDefinition(Declared):
     """One step: the agent that runs it, its action, the action that undoes it, and when it runs; or a
     wait (a timer or an approval) that calls nothing and has nothing to undo."""
@@ -224,6 +235,10 @@ class WorkflowDefinition(BaseModel):
         default=(),
         max_length=5,
         description="input fields (wire names) an order can be found by: GET /api/orders?<field>=<value>",
+    )
+    updates: tuple[Update, ...] = Field(
+        default=(),
+        description="the input fields an update of a running order may change, each until a step starts",
     )
 
     @model_validator(mode="before")
@@ -379,6 +394,85 @@ class WorkflowDefinition(BaseModel):
                 raise ValueError(f"{where}: {problem}")
         return self
 
+    @model_validator(mode="after")
+    def _updates_declared(self) -> WorkflowDefinition:
+        named = f"workflow {self.name} version {self.version}, updates"
+        for update in self.updates:
+            if update.unknown():
+                raise ValueError(
+                    f"{named}: unknown field {', '.join(update.unknown())} (it declares: fields, until)"
+                )
+        if not self.updates:
+            return self
+        if self.input is None:
+            raise ValueError(f"{named} need an input model: declare input= on the workflow")
+        names = {f.alias or n for n, f in self.input.model_fields.items()}
+        steps = [step.name for step in self.steps]
+        seen: set[str] = set()
+        for update in self.updates:
+            if update.until not in steps:
+                raise ValueError(f"{named}: until names no step of the workflow: {update.until!r}")
+            fence = steps.index(update.until)
+            for field in update.fields:
+                where = f"{named}: the field {field}"
+                if field not in names:
+                    raise ValueError(f"{where} is not a field of {self.input.__name__}")
+                if field in seen:
+                    raise ValueError(f"{where} is named by two updates")
+                seen.add(field)
+                if field in self.searchable or field in self.sensitive:
+                    kind = "searchable" if field in self.searchable else "sensitive"
+                    raise ValueError(f"{where} is {kind}: an update cannot change it")
+                for step in self.steps[:fence]:
+                    if _reads(step, field):
+                        raise ValueError(
+                            f"{where} is read by step {step.name}, before {update.until}: name "
+                            f"until={step.name!r}, the first step that reads it"
+                        )
+        return self
+
+    def update_of(self, field: str) -> Update | None:
+        """The declared update that lets ``field`` change, or None."""
+        return next((u for u in self.updates if field in u.fields), None)
+
+    def check_update_fields(self, changes: dict[str, Any]) -> None:
+        """ValueError, naming them, for fields of ``changes`` no declared update lets change."""
+        undeclared = sorted(f for f in changes if self.update_of(f) is None)
+        if undeclared or not changes:
+            declared = ", ".join(f for u in self.updates for f in u.fields) or "none"
+            raise ValueError(
+                f"an update of workflow {self.name} version {self.version} cannot change "
+                f"{', '.join(undeclared) or 'nothing'} (it may change: {declared})"
+            )
+
+    def updated_input(self, stored: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        """The stored input with ``changes``, validated by the input model and dumped as a submission's is;
+        its sensitive fields (which no update changes) as stored. ValueError, saying why, for a field no
+        update declares or a value the model refuses."""
+        self.check_update_fields(changes)
+        model = self.input
+        assert model is not None  # an update is declared only with an input model
+        declared = {f.alias or n for n, f in model.model_fields.items()}
+        hidden = set(self.sensitive)
+        # What the model reads: not its computed fields, nor what the submission's envelope stored beside
+        # (the order's id), nor a sensitive field (sealed, or gone once no step needs it).
+        given = {k: v for k, v in {**stored, **changes}.items() if k in declared and k not in hidden}
+        try:
+            validated = model.model_validate(given)
+        except ValidationError as exc:
+            problems = [
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False)
+                if not e["loc"] or e["loc"][0] not in hidden  # a sensitive field left out here
+            ]
+            if problems:
+                raise ValueError("the updated input is refused: " + "; ".join(problems)) from None
+            validated = model.model_construct(**given)  # refused only for the fields kept as stored
+        dumped = validated.model_dump(by_alias=True, mode="json")
+        computed = {c.alias or n for n, c in model.model_computed_fields.items()}
+        beside = {k: v for k, v in stored.items() if (k not in declared and k not in computed) or k in hidden}
+        return {**beside, **dumped}
+
     def examples(self) -> list[dict[str, Any]]:
         """The example inputs its input model declares (none without one)."""
         if self.input is None:
@@ -400,6 +494,14 @@ class WorkflowDefinition(BaseModel):
     def agents(self) -> list[str]:
         """Every agent the workflow uses, in step order, without repeats."""
         return list(dict.fromkeys(s.agent for s in self.steps if s.agent is not None))
+
+
+def _reads(step: StepDefinition, field: str) -> bool:
+    """Whether ``step``'s condition or timer reads the input field ``field`` (a top-level wire name)."""
+    paths = [*(step.when.fields() if step.when is not None else ())]
+    if isinstance(step.wait, Timer) and step.wait.until is not None:
+        paths.append(step.wait.until)
+    return any(p.split(".")[:2] == ["input", field] or p.startswith(f"input.{field}[]") for p in paths)
 
 
 def _not_a_time(path: str, model: type[BaseModel]) -> str | None:

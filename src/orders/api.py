@@ -29,6 +29,7 @@ from engine import (
     EngineError,
     InvalidContinuation,
     InvalidState,
+    InvalidUpdate,
     NotFound,
     NotUnderstood,
     OperatorAction,
@@ -59,6 +60,7 @@ from .models import (
     OrderPage,
     OrderRequest,
     StateCount,
+    UpdateRequest,
     WaitCount,
     action_body,
     audit_view,
@@ -146,6 +148,7 @@ _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     Purged: (409, "Purged"),
     Conflict: (409, "Conflict"),
     InvalidState: (409, "InvalidState"),
+    InvalidUpdate: (400, "ValidationFailed"),
     InvalidContinuation: (400, "ValidationFailed"),
     UnknownStep: (404, "NotFound"),
     UnknownWorkflow: (400, "ValidationFailed"),
@@ -153,6 +156,12 @@ _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     # Stored by a later release (or unreadable): answered, not failed on (that release reads it).
     NotUnderstood: (409, "NotUnderstood"),
 }
+
+
+def _view(tasks: TaskService, record: TaskRecord, storefront: str | None) -> dict[str, Any]:
+    """The order as GET answers it, on the definition the engine runs it by (its version's)."""
+    workflow = tasks.parts.catalog.find(record.state.workflow, record.state.workflow_version)
+    return status_view(record, storefront, workflow).wire()
 
 
 def engine_error(exc: EngineError) -> Reply:
@@ -353,12 +362,13 @@ class OrdersApi:
         if wanted is None:
             return engine_error(NotFound(order_id))
         try:
-            record = await (await self._tasks()).get(wanted)
+            tasks = await self._tasks()
+            record = await tasks.get(wanted)
         except EngineError as exc:
             return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)
         if not scope.sees(record.state.submitter):  # the id's shape says it already; the record has the say
             return engine_error(NotFound(order_id))
-        return Reply(200, status_view(record, scope.storefront).wire(), {"ETag": etag(record)})
+        return Reply(200, _view(tasks, record, scope.storefront), {"ETag": etag(record)})
 
     async def audit(self, order_id: str, scope: Scope = NO_STOREFRONT) -> Reply:
         """``GET /api/orders/{orderId}/audit``: who did what to the order, oldest first."""
@@ -453,7 +463,8 @@ class OrdersApi:
 
         def change(tasks: TaskService, task: str, by: Caller, body: ActionRequest) -> Awaitable[TaskRecord]:
             seconds = body.seconds if isinstance(body, ExtendRequest) else 0.0
-            return tasks.act(task, action, by, step, seconds)
+            changes = dict(body.input) if isinstance(body, UpdateRequest) else None
+            return tasks.act(task, action, by, step, seconds, changes=changes)
 
         return await self._act(order_id, call, model, change, required)
 
@@ -495,7 +506,7 @@ class OrdersApi:
             record = await change(tasks, task, action, body)
         except EngineError as exc:
             return engine_error(NotFound(order_id) if isinstance(exc, NotFound) else exc)
-        return Reply(202, status_view(record, call.scope.storefront).wire(), {"ETag": etag(record)})
+        return Reply(202, _view(tasks, record, call.scope.storefront), {"ETag": etag(record)})
 
     @staticmethod
     def health() -> Reply:

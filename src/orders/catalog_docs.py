@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from engine import StepDefinition, WorkflowCatalog, WorkflowDefinition, queues
+from engine import StepDefinition, Update, WorkflowCatalog, WorkflowDefinition, queues
 
 from .services.declaration import Resource, ServiceDefinition
 
@@ -46,6 +46,7 @@ def render(services: tuple[ServiceDefinition, ...], catalog: WorkflowCatalog) ->
             "",
             _input_line(workflow),
             "",
+            *_updates_lines(workflow.updates),
             "| # | step | service | action | runs | returns | reads | undone by | budget (s) "
             "| tries per attempt |",
             "|---|---|---|---|---|---|---|---|---|---|",
@@ -110,6 +111,17 @@ def _step_row(number: int, step: StepDefinition, resource: Resource | None) -> s
 
 def _names(names: list[str]) -> str:
     return ", ".join(f"`{name}`" for name in names) or NONE
+
+
+def _updates_lines(updates: tuple[Update, ...]) -> list[str]:
+    """What an update of a running order may change, and until which step (nothing without updates)."""
+    if not updates:
+        return []
+    each = "; ".join(
+        f"{', '.join(f'`{field}`' for field in update.fields)} until step `{update.until}` starts"
+        for update in updates
+    )
+    return [f"Updates (`POST /api/orders/{{orderId}}/update`) may change: {each}.", ""]
 
 
 def _input_line(workflow: WorkflowDefinition) -> str:

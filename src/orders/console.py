@@ -55,6 +55,7 @@ OPERATOR_ACTIONS = escape(
                 "onStep": action.on_step,
                 "seconds": action.takes_seconds,
                 "note": action.note_required,
+                "input": action.takes_input,
             }
             for action in operator_actions.ACTIONS
         },

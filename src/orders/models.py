@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
 from engine import (
     AuditEntry,
@@ -19,6 +19,7 @@ from engine import (
     TaskState,
     WaitKind,
     WorkflowDefinition,
+    open_updates,
     queues,
     sealing,
     tracing,
@@ -130,6 +131,13 @@ class OrderSummary(_View):
     )
 
 
+class Updatable(_View):
+    """Input fields an update may still change, and the step that fences them."""
+
+    fields: list[str]
+    until: str = Field(description="the step that reads them: once it starts, they no longer change")
+
+
 class OrderStatus(OrderSummary):
     """An order's task state, every step and its input (``GET /api/orders/{orderId}``)."""
 
@@ -140,8 +148,14 @@ class OrderStatus(OrderSummary):
     )
     steps: list[StepView]
     input: dict[str, Any] = Field(
-        description="the order as stored and handed to its steps; a sensitive field (writeOnly in its "
-        "workflow's input schema) shows [redacted], and is absent once no step needs it"
+        description="the order as stored and handed to its steps, with every update applied; a sensitive "
+        "field (writeOnly in its workflow's input schema) shows [redacted], and is absent once no step "
+        "needs it"
+    )
+    updatable: list[Updatable] = Field(
+        default_factory=list,
+        description="the input fields POST .../update may still change, each until a step starts (none "
+        "once that step has started, or the order is being undone or has ended)",
     )
 
 
@@ -268,6 +282,13 @@ class ExtendRequest(ActionRequest):
     seconds: WholeNumber = Field(ge=1, le=86_400)
 
 
+class UpdateRequest(ActionRequest):
+    """The body of ``.../update``: the input fields to change and their new values (the workflow's input
+    model validates the order's input with them)."""
+
+    input: dict[str, JsonValue] = Field(min_length=1, max_length=50)
+
+
 class SkipRequest(ActionRequest):
     """The body of ``.../skip``: why the step is done by hand (required)."""
 
@@ -276,6 +297,8 @@ class SkipRequest(ActionRequest):
 
 def action_body(action: OperatorAction) -> tuple[type[ActionRequest], bool]:
     """The body an operator action's route takes, and whether it is required."""
+    if action.takes_input:
+        return UpdateRequest, True
     if action.takes_seconds:
         return ExtendRequest, True
     if action.note_required:
@@ -344,6 +367,10 @@ def status_view(
         steps=steps,
         # Sensitive fields never leave the store in a read: "[redacted]" (absent once no step needs them).
         input=sealing.redacted_input(record.input, workflow.sensitive if workflow is not None else ()),
+        updatable=[
+            Updatable(fields=list(u.fields), until=u.until)
+            for u in (open_updates(record, workflow) if workflow is not None else ())
+        ],
     )
 
 

@@ -354,6 +354,13 @@ ROUTES: tuple[Route, ...] = (
     _action(operator_actions.RETRY, "retry_step", OPERATE, "Re-dispatch the current step now"),
     _action(operator_actions.EXTEND, "extend_step", OPERATE, "Push a running step's CompleteBy"),
     _action(operator_actions.SKIP, "skip_step", OPERATE, "Mark the current step done by hand"),
+    # The submitter changes its own orders, as it cancels nothing: a storefront corrects an address.
+    _action(
+        operator_actions.UPDATE,
+        "update_order",
+        SUBMIT,
+        "Change input fields of an order in flight, as its workflow's updates allow",
+    ),
     _action(
         operator_actions.APPROVE,
         "approve_step",

@@ -9,16 +9,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from engine import machine, telemetry, transitions
 from engine.breaker import BreakerRecord, BreakerState
-from engine.decisions import Decision, Outcome
+from engine.decisions import REFUSED, Decision, Outcome
+from engine.errors import InvalidState
 from engine.machine import Operation
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome, reply_message_id, request_message_id
 from engine.settings import EngineSettings
 from engine.state import Phase, ProcessState, StepState, StepStatus, TaskRecord, TaskState
 from engine.transitions import Context
-from engine.workflow import Approval, RetryPolicy, StepDefinition, Timer, WorkflowDefinition
+from engine.workflow import Approval, RetryPolicy, StepDefinition, Timer, Update, WorkflowDefinition
 
 ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 WORKFLOW = WorkflowDefinition(
@@ -31,11 +33,20 @@ WORKFLOW = WorkflowDefinition(
 SETTINGS = EngineSettings(step_complete_by_seconds=10, supervisor_max_failures=2, cancel_grace_seconds=1)
 
 
+class Counted(BaseModel):
+    """An input whose number may change until the second call reads it."""
+
+    model_config = ConfigDict(extra="forbid")
+    n: int
+
+
 def waiting_workflow(on_deadline: str) -> WorkflowDefinition:
     """A call, a timer then an approval with the given deadline policy (a wait after a wait), a timer then
-    a call, and a timer last (a wait ends the order)."""
+    a call, and a timer last (a wait ends the order); its input may be updated until the second call."""
     return WorkflowDefinition(
         name="waits",
+        input=Counted,
+        updates=(Update(fields=("n",), until="second"),),
         steps=(
             StepDefinition(name="first", agent="alpha", action="do-a", compensation="undo-a"),
             StepDefinition(name="window", wait=Timer(after_seconds=30)),
@@ -132,6 +143,7 @@ def test_every_in_flight_state_can_be_recovered_by_the_supervisor_and_terminal_o
         Operation.SKIP_STEP,
         Operation.APPROVE,
         Operation.REJECT,
+        Operation.UPDATE_INPUT,
     }
     assert {op for state, op in outgoing if state is ProcessState.ERROR} == operator
 
@@ -211,6 +223,15 @@ def moves(record: TaskRecord, workflow: WorkflowDefinition = WORKFLOW) -> list[M
             lambda r: transitions.workflow_not_deployed(r, Context(None, SETTINGS, T0, "sched-1")),
         ),
     ]
+    if workflow.updates:
+
+        def update(r: TaskRecord) -> Decision:
+            try:
+                return transitions.update_input(r, at(), {"n": r.input["n"] + 1})
+            except InvalidState:  # fenced: the step that reads it has started
+                return REFUSED
+
+        out.append((Operation.UPDATE_INPUT, None, update))
     # The current step, or each step of the group it is in (other steps are refused whatever the state:
     # tested below).
     for index in at().group(record.state.current_step):
@@ -300,13 +321,15 @@ def _explore(workflow: WorkflowDefinition) -> set[tuple[Operation, ProcessState,
             if not decision.changed:
                 assert after.model_dump() == before, f"{operation} changed a record it refused"
                 assert not decision.messages and not decision.alerts
-                assert rule is None or not rule.changes or operation is Operation.REDISPATCH, (
+                fenced = (Operation.REDISPATCH, Operation.UPDATE_INPUT)  # by the move, past the table's row
+                assert rule is None or not rule.changes or operation in fenced, (
                     f"{operation} refused what the table allows"
                 )
                 continue
             assert rule is not None, f"{operation} moved a {record.state.process_state} task"
             assert after.state.process_state in rule.target_states, (operation, after.state.process_state)
-            assert (decision.outcome is Outcome.ERRORED) == (after.state.process_state is ProcessState.ERROR)
+            entered_error = ProcessState.ERROR is after.state.process_state is not record.state.process_state
+            assert (decision.outcome is Outcome.ERRORED) == entered_error
             assert bool(decision.alerts) == (decision.outcome is Outcome.ERRORED)
             used.add((operation, rule.source, after.state.process_state))
             if key(after) not in seen:

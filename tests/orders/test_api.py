@@ -13,12 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engine.backfill import BackfillPage, Backfills, Progress
 from engine.clock import ManualClock
 from engine.errors import ConcurrencyError, InvalidState, NotFound, NotUnderstood
-from engine.operator_actions import CANCEL, EXTEND, RESUBMIT, RETRY, SKIP
+from engine.operator_actions import CANCEL, EXTEND, RESUBMIT, RETRY, SKIP, UPDATE
 from engine.parts import EngineParts
 from engine.settings import EngineSettings
-from engine.state import ProcessState, TaskState
+from engine.state import ProcessState, StepStatus, TaskState
 from engine.tasks import TaskService
-from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import StepDefinition, Update, WorkflowCatalog, WorkflowDefinition
 from orders import release
 from orders.api import (
     MAX_BODY_BYTES,
@@ -64,13 +64,31 @@ REFILL = WorkflowDefinition(
 )
 
 
+class Delivery(BaseModel):
+    """A third workflow's input, whose address may change until the shipment starts."""
+
+    model_config = ConfigDict(extra="forbid")
+    parcel: str
+    address: str = Field(min_length=5)
+
+
+DELIVERY = WorkflowDefinition(
+    name="delivery",
+    input=Delivery,
+    steps=(
+        StepDefinition(name="label", agent="alpha", action="do", compensation="undo"),
+        StepDefinition(name="ship", agent="beta", action="do", compensation="undo"),
+    ),
+    updates=(Update(fields=("address",), until="ship"),),
+)
+
+
 class Harness:
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.store = store or MemoryStore()
         self.sender = RecordingSender()
-        parts = EngineParts(
-            WorkflowCatalog.of(WORKFLOW, REFILL), self.store, self.sender, ManualClock(), EngineSettings()
-        )
+        catalog = WorkflowCatalog.of(WORKFLOW, REFILL, DELIVERY)
+        parts = EngineParts(catalog, self.store, self.sender, ManualClock(), EngineSettings())
         self.tasks = TaskService(parts)
         self.api = OrdersApi(self._tasks, BASE)
 
@@ -446,6 +464,45 @@ async def test_resubmit_and_cancel_follow_the_state_machine(h: Harness) -> None:
     assert code(await h.api.act(CANCEL, "o-1", None, guarded(cancelled))) == (409, "InvalidState")
     assert code(await h.api.act(CANCEL, "o-2", None, guarded(read))) == (404, "NotFound")
     assert code(await h.api.act(RESUBMIT, "bad id", None, guarded(read))) == (404, "NotFound")
+
+
+async def test_an_update_is_etag_guarded_audited_validated_and_fenced_by_the_step_that_reads_it(
+    h: Harness,
+) -> None:
+    await h.submit({"workflow": "delivery", "orderId": "o-1", "parcel": "p", "address": "1 Main St"})
+    read = await h.api.get("o-1")
+    assert read.body["updatable"] == [{"fields": ["address"], "until": "ship"}]
+    before = h.store.state("o-1").model_dump()
+    refused = {
+        "weight": (400, "cannot change parcel (it may change: address)", {"parcel": "q"}),
+        "short": (400, "address: String should have at least 5 characters", {"address": "x"}),
+        "empty": (400, "input", {}),
+    }
+    for name, (status, text, changes) in refused.items():
+        answer = await h.api.act(UPDATE, "o-1", None, guarded(read, {"input": changes}))
+        assert answer.status == status and text in json.dumps(answer.body), (name, answer.body)
+    assert h.store.state("o-1").model_dump() == before and not await h.store.audit("o-1")
+    moved = {"input": {"address": "2 High St"}, "note": "the customer moved"}
+    updated = await h.api.act(UPDATE, "o-1", None, guarded(read, moved))
+    assert updated.status == 202 and updated.body["input"]["address"] == "2 High St"
+    stale = await h.api.act(UPDATE, "o-1", None, guarded(read, {"input": {"address": "3 Low St"}}))
+    assert code(stale) == (412, "PreconditionFailed")
+    (entry,) = (await h.api.audit("o-1")).body["items"]
+    assert (entry["action"], entry["note"]) == ("update", "the customer moved")
+    assert json.loads(entry["detail"]) == {"address": {"before": "1 Main St", "after": "2 High St"}}
+    assert (await h.store.load("o-1")).input["address"] == "2 High St"
+    record = await h.store.load("o-1")
+    record.steps[1].status = StepStatus.RUNNING  # the shipment has started: it read the address
+    await h.store.save(record)
+    fenced = await h.api.act(
+        UPDATE, "o-1", None, guarded(await h.api.get("o-1"), {"input": {"address": "4 Ln"}})
+    )
+    assert code(fenced) == (409, "InvalidState"), fenced.body
+    assert (
+        "address can no longer change: step ship, which reads it, is Running"
+        in fenced.body["error"]["message"]
+    )
+    assert (await h.api.get("o-1")).body["updatable"] == []
 
 
 async def test_get_returns_the_version_as_an_etag_that_changes_with_the_order(h: Harness) -> None:

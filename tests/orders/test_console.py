@@ -216,7 +216,12 @@ def test_the_page_takes_each_operator_action_s_shape_from_the_engine_s_table() -
     marked.feed(console.console({}, can_act=True).body.decode())
     declared = json.loads(marked.body_attrs["data-operator-actions"] or "")
     assert declared == {
-        a.name: {"onStep": a.on_step, "seconds": a.takes_seconds, "note": a.note_required}
+        a.name: {
+            "onStep": a.on_step,
+            "seconds": a.takes_seconds,
+            "note": a.note_required,
+            "input": a.takes_input,
+        }
         for a in operator_actions.ACTIONS
     }
     script = parts().inline["script"][0]

@@ -44,7 +44,15 @@ from .context import (
 from .endings import error_alert, workflow_not_deployed
 from .forward import claim, new_record_state
 from .groups import redispatch
-from .operator import cancel, extend_step, resubmit, retry_step, skip_step
+from .operator import (
+    cancel,
+    extend_step,
+    open_updates,
+    resubmit,
+    retry_step,
+    skip_step,
+    update_input,
+)
 from .recovery import recover_expired
 from .replies import apply_reply, awaits, reply_operation, step_failed, step_succeeded
 from .wait_ends import approve, reject, wake, wake_early
@@ -67,6 +75,7 @@ __all__ = [
     "error_alert",
     "extend_step",
     "new_record_state",
+    "open_updates",
     "random_id",
     "recover_expired",
     "redispatch",
@@ -79,6 +88,7 @@ __all__ = [
     "status",
     "step_failed",
     "step_succeeded",
+    "update_input",
     "wake",
     "wake_command",
     "wake_early",

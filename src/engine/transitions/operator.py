@@ -3,16 +3,20 @@ task is handed back to a Scheduler after one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from .. import machine, waits
 from ..decisions import REFUSED, UNCHANGED, Decision, command
+from ..errors import InvalidState, InvalidUpdate
 from ..machine import Operation
 from ..messages import (
     CommandKind,
     StatusEvent,
 )
 from ..state import Phase, ProcessState, StepStatus, TaskRecord
+from ..workflow import Update, WorkflowDefinition
 from .call_log import _log_end
 from .context import (
     _IN_FLIGHT,
@@ -231,3 +235,59 @@ def skip_step(record: TaskRecord, ctx: Context, index: int, note: str) -> Decisi
         _at_group(record, ctx, ctx.group(index))  # the others of its group run on
         return _moved(done)
     return _hand_back(record, ctx, f"operator: skip {step.name}").after(done)
+
+
+# ---- an update of the input ------------------------------------------------------------------------
+def open_updates(record: TaskRecord, workflow: WorkflowDefinition) -> list[Update]:
+    """The updates ``workflow`` (the order's version) declares that may still be made: the order going
+    forward, and each update's step (``until``) not started."""
+    if allows(Operation.UPDATE_INPUT, record) is None or len(record.steps) != len(workflow.steps):
+        return []
+    names = [step.name for step in record.steps]
+    return [
+        update
+        for update in workflow.updates
+        if update.until in names and record.steps[names.index(update.until)].status is StepStatus.NOT_STARTED
+    ]
+
+
+def update_input(record: TaskRecord, ctx: Context, changes: Mapping[str, Any]) -> Decision:
+    """Change input fields of an order going forward, as its workflow's updates declare: each field only
+    while the step it is fenced by (``Update.until``) has not started. Sends nothing: every step from the
+    fence on reads the new input from the saved record, and a decision made on a copy saved before (a
+    message's saved task) is refused at its save by the ETag, as for any change.
+
+    Raises :class:`~engine.errors.InvalidUpdate` for a field the workflow does not let change or a value
+    its input model refuses, :class:`~engine.errors.InvalidState` naming the step that fences a field."""
+    workflow = ctx.workflow
+    order_id = record.order_id
+    if workflow is None:
+        return REFUSED
+    try:
+        workflow.check_update_fields(dict(changes))
+    except ValueError as exc:
+        raise InvalidUpdate(order_id, str(exc)) from None
+    if allows(Operation.UPDATE_INPUT, record) is None:
+        return REFUSED
+    names = [step.name for step in record.steps]
+    still = open_updates(record, workflow)
+    for field in sorted(changes):
+        update = workflow.update_of(field)
+        if update is not None and update not in still:
+            step = record.steps[names.index(update.until)]
+            raise InvalidState(
+                order_id,
+                record.state.process_state.value,
+                [s.value for s in machine.sources(Operation.UPDATE_INPUT)],
+                reason=f"order {order_id}: {field} can no longer change: step {step.name}, which reads it, "
+                f"is {step.status.value}",
+            )
+    try:
+        updated = workflow.updated_input(record.input, dict(changes))
+    except ValueError as exc:
+        raise InvalidUpdate(order_id, str(exc)) from None
+    if updated == record.input:
+        return UNCHANGED
+    record.change_input(updated)
+    _touch(record, ctx)
+    return _moved()

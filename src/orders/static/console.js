@@ -140,12 +140,16 @@
   }
 
   // ---- the confirmation dialog ---------------------------------------------------------------
-  function confirmAction({ title, text, seconds = false, noteRequired = false }) {
+  function confirmAction({ title, text, seconds = false, noteRequired = false, input = null }) {
     const dialog = $("confirm");
     $("confirm-title").textContent = title;
     $("confirm-text").textContent = text;
     $("confirm-seconds-row").hidden = !seconds;
     $("confirm-seconds").required = seconds;
+    // An update asks for the new values, shown as they stand now.
+    $("confirm-input-row").hidden = input === null;
+    $("confirm-input").required = input !== null;
+    $("confirm-input").value = input === null ? "" : JSON.stringify(input, null, 2);
     $("confirm-note").value = "";
     $("confirm-note").required = noteRequired;
     $("confirm-note-label").textContent = noteRequired
@@ -157,6 +161,13 @@
         const note = $("confirm-note").value.trim();
         const answer = note ? { note } : {};
         if (seconds) answer.seconds = Number($("confirm-seconds").value);
+        if (input !== null) {
+          try {
+            answer.input = JSON.parse($("confirm-input").value);
+          } catch (e) {
+            answer.input = $("confirm-input").value; // refused by the API with 400, which the page says
+          }
+        }
         resolve(answer);
       }, { once: true });
       dialog.showModal();
@@ -207,6 +218,7 @@
     // The order's input as stored: what its steps' bodies and conditions read.
     $("order-input-box").hidden = order.input === undefined;
     $("order-input").textContent = order.input === undefined ? "" : JSON.stringify(order.input, null, 2);
+    $("order-update").hidden = !(order.updatable || []).length;
     const live = (s) => s.state === "Running" || s.state === "Compensating" || s.state === "Waiting";
     // Steps of a group run side by side: bracketed together, the group named on its first row.
     const firstOfGroup = (i) => order.steps[i].group && (i === 0 || order.steps[i - 1].group !== order.steps[i].group);
@@ -537,6 +549,7 @@
     cancel: "Undo every step that may have had an effect.",
     approve: "Approve what this step waits for: the order goes on with its next step.",
     reject: "Reject it: the order is undone (every step that may have had an effect).",
+    update: "Change input fields of this order: the steps that read them have not started yet.",
   };
 
   async function act(verb, title, step) {
@@ -544,9 +557,14 @@
     const { order, etag } = selected;
     const declared = ACTIONS[verb];
     const path = declared.onStep ? `steps/${enc(step)}/${verb}` : verb;
+    // An update offers the fields the order may still change, with their values now.
+    const fields = declared.input ? (order.updatable || []).flatMap((u) => u.fields) : [];
+    const current = Object.fromEntries(fields.map((f) => [f, (order.input || {})[f] ?? null]));
+    const until = (order.updatable || []).map((u) => `${u.fields.join(", ")} until ${u.until} starts`);
     const answer = await confirmAction({
-      title: `${title} of order ${order.orderId}?`, text: WHAT[verb],
-      seconds: declared.seconds, noteRequired: declared.note,
+      title: `${title} of order ${order.orderId}?`,
+      text: declared.input ? `${WHAT[verb]} (${until.join("; ")})` : WHAT[verb],
+      seconds: declared.seconds, noteRequired: declared.note, input: declared.input ? current : null,
     });
     if (!answer) {
       say("Nothing was changed.");
@@ -930,6 +948,7 @@
   if (CAN_ACT) {
     $("order-resubmit").addEventListener("click", guard(() => act("resubmit", "Resubmit")));
     $("order-cancel").addEventListener("click", guard(() => act("cancel", "Cancel")));
+    $("order-update").addEventListener("click", guard(() => act("update", "Update input")));
   }
   $("open-order").addEventListener("submit", guard((event) => {
     event.preventDefault();
