@@ -26,6 +26,9 @@ were found on, whatever the declaration (``orders.catalog``) says today. The fix
   and call back), the shipment unless every item is digital (left out inside the group) and a notice to the
   customer (no undo); then the confirmation, which carries the group's tracking number. No waits (so no
   parking: its seeds draw nothing of them). For the planted bugs of groups and ``test_groups.py``.
+- ``UPDATES``: the workflow of ``WAITS`` whose input carries a delivery address that an update may change
+  until the shipment starts (``Update``): half the run's customers correct it while the order runs, before
+  the shipment, racing it or after it. For the planted bug of updates and ``test_updates.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from engine.conditions import Test
-from engine.workflow import Approval, StepDefinition, Timer, WorkflowCatalog, WorkflowDefinition
+from engine.workflow import Approval, StepDefinition, Timer, Update, WorkflowCatalog, WorkflowDefinition
 from orders.services.declaration import (
     AmountBody,
     Document,
@@ -251,6 +254,39 @@ WAITS = WorkflowCatalog(
 )
 check_catalog(CONSTRUCTS_SERVICES, WAITS)
 
+
+class _DeliveredOrder(_ReviewedOrder):
+    """``_ReviewedOrder`` with where the goods go, which the customer may correct until the shipment."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {**example, "deliveryAddress": address}
+                for example, address in zip(
+                    _ReviewedOrder.model_config["json_schema_extra"]["examples"],  # type: ignore[index]
+                    ("1 Main Street", "2 High Street", "3 Low Road"),
+                    strict=True,
+                )
+            ]
+        }
+    )
+
+    delivery_address: str = Field(alias="deliveryAddress", min_length=1)
+
+
+# The waits' workflow whose delivery address may change until the shipment starts (in the cancellation
+# window, or before): an update races the step that reads it.
+UPDATES = WorkflowCatalog(
+    workflows=(
+        WAITS.workflows[0].revise(
+            version=4,
+            input=_DeliveredOrder,
+            updates=(Update(fields=("deliveryAddress",), until="create-shipment"),),
+        ),
+    )
+)
+check_catalog(CONSTRUCTS_SERVICES, UPDATES)
+
 CALLBACKS_SERVICES: tuple[ServiceDefinition, ...] = tuple(
     ServiceDefinition(
         name="payment",
@@ -342,4 +378,5 @@ PINNED: dict[str, tuple[WorkflowCatalog, Sequence[ServiceDefinition]]] = {
     "waits": (WAITS, CONSTRUCTS_SERVICES),
     "callbacks": (CALLBACKS, CALLBACKS_SERVICES),
     "groups": (GROUPS, GROUPS_SERVICES),
+    "updates": (UPDATES, CONSTRUCTS_SERVICES),
 }

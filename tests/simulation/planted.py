@@ -45,7 +45,7 @@ from engine.state import Phase, ProcessState, StepStatus, TaskRecord
 from engine.transitions import Context
 from engine.waits import APPROVAL, TIMER
 from engine.waits import timer as timer_kind
-from engine.workflow import Approval, Timer
+from engine.workflow import Approval, Timer, Update, WorkflowDefinition
 from orders.callbacks import CallbackBody, Callbacks, Refused, Taken, verify
 from tests.simulation.moves import replace
 
@@ -784,6 +784,15 @@ def timer_due_twice_its_setting(record: TaskRecord, timer: Timer, ctx: Context) 
     return due + (due - ctx.now) if timer.until is None else due
 
 
+# ---- updates of a running order ------------------------------------------------------------------------
+def open_updates_whatever_the_fence(record: TaskRecord, workflow: WorkflowDefinition) -> list[Update]:
+    """``transitions.operator.open_updates`` that looks at the order's state but not at the step that reads
+    the field: an update lands after the shipment started, and its retry carries another address."""
+    if transitions.allows(Operation.UPDATE_INPUT, record) is None:
+        return []
+    return list(workflow.updates)
+
+
 # ---- conditions and carried results -------------------------------------------------------------------
 def dispatch_forward_judging_without_the_input(record: TaskRecord, ctx: Context) -> Decision:
     """``transitions.forward._dispatch_forward`` whose conditions read the results but not the input (the
@@ -1102,6 +1111,12 @@ PLANTS: dict[str, Plant] = {
         "its condition holds",
         None,
         seed=4,
+    ),
+    "an update let through after the step that reads it started": Plant(
+        lambda mp: replace(mp, transitions.operator, "open_updates", open_updates_whatever_the_fence),
+        "which reads it, started",
+        "updates",
+        seed=1,
     ),
     "a step's result recorded without its values": Plant(
         lambda mp: replace(mp, transitions.replies, "_step_succeeded", step_succeeded_without_its_result),

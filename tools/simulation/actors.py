@@ -349,6 +349,12 @@ class Operator:
         state = record.state
         step = record.steps[state.current_step]
         version = record.version if rng.random() < 0.5 else None
+        definition = sim.catalog.find(state.workflow, state.workflow_version)
+        # An update of the input, where the order's workflow declares one (no draw otherwise): a customer
+        # corrects the order, racing the step that reads the field.
+        if definition is not None and definition.updates and rng.random() < 0.4:
+            await self.update(order_id, record.input, definition, version)
+            return
         action = rng.random()
         if step.status.value == "Waiting":  # a wait (only in a catalog that has waits: no draw otherwise)
             if state.process_state.value == "Error":  # an approval past its deadline, policy error
@@ -373,6 +379,34 @@ class Operator:
         seconds = rng.uniform(0.5, sim.profile.complete_by_seconds * 2)
         await self.send(order_id, operator_actions.BY_NAME[choice], version, name, seconds)
 
+    async def correct(self, order_id: str) -> None:
+        """The customer corrects the order (its workflow declares updates): read it, then update it, with the
+        version read or without one."""
+        sim = self.sim
+        try:
+            record = await in_process(sim, lambda host: host.tasks.get(order_id))
+        except (Crash, StoreUnavailable, EngineError):
+            return
+        state = record.state
+        workflow = sim.catalog.find(state.workflow, state.workflow_version)
+        if workflow is not None and workflow.updates:
+            version = record.version if sim.world.rng.random() < 0.5 else None
+            await self.update(order_id, record.input, workflow, version)
+
+    async def update(
+        self, order_id: str, current: dict[str, Any], workflow: WorkflowDefinition, version: str | None
+    ) -> None:
+        """Change one field an update of ``workflow`` may change to another value its examples hold (valid
+        for its input model), as the order's submitter would."""
+        rng = self.sim.world.rng
+        update = workflow.updates[rng.randrange(len(workflow.updates))]
+        name = update.fields[rng.randrange(len(update.fields))]
+        values = [e[name] for e in workflow.examples() if name in e and e[name] != current.get(name)]
+        if not values:
+            return
+        changes = {name: values[rng.randrange(len(values))]}
+        await self.send(order_id, operator_actions.UPDATE, version, changes=changes, actor="application")
+
     async def send(
         self,
         order_id: str,
@@ -381,6 +415,7 @@ class Operator:
         step: str | None = None,
         seconds: float = 0.0,
         actor: str = "operator:simulated",
+        changes: dict[str, Any] | None = None,
     ) -> None:
         """Send the action (on ``step`` if it acts on one; ``seconds`` if it takes them); the oracle learns
         what was asked (its token rides in the audit entry's note), and whether it was answered as done."""
@@ -396,7 +431,11 @@ class Operator:
         # An action that needs a reason is told one of its own; the audit entry keeps the token.
         note = "done by hand" if action.note_required else None
         try:
-            await in_process(sim, lambda host: host.tasks.act(order_id, action, caller, step, seconds, note))
+            # Only an update carries changes (an earlier release's TaskService, beside, takes none).
+            more = {"changes": changes} if changes is not None else {}
+            await in_process(
+                sim, lambda host: host.tasks.act(order_id, action, caller, step, seconds, note, **more)
+            )
         except (Crash, StoreUnavailable):
             # Not answered: it may have been saved (and audited) or not.
             truth.operator_unsure[what] = truth.operator_unsure.get(what, 0) + 1

@@ -42,6 +42,7 @@ from .world import StoreUnavailable, Worker, World
 _STOREFRONTS: tuple[str | None, ...] = ("web", "kiosk", None)
 _SAME_ID = 0.1
 _SEARCHED = 0.05
+_UPDATED = 0.5  # the share of orders whose customer corrects them, where a workflow lets them
 # The cyclic garbage collector's youngest generation while a run lasts: a run makes garbage in reference
 # cycles (tasks and their coroutines, exceptions and their tracebacks) at a high rate, and at Python's
 # default of 2,000 allocations the collector ran about 350 times a run of 300 orders, 7% of its CPU, mostly
@@ -369,6 +370,11 @@ class Simulation:
                 self.cancel_while_deciding[order_id] = deciding[rng.randrange(len(deciding))]
             if any(step.wait is not None for step in current.steps):  # drawn only where there are waits
                 self._plan_waits(order_id, current, at)
+            if current.updates and rng.random() < _UPDATED:  # drawn only where the workflow declares updates
+                # The customer corrects the order while it runs: before the step that reads the field, or
+                # racing it, or after it (refused).
+                when = at + rng.uniform(0.0, profile.complete_by_seconds * 4)
+                self.later(when, self.operator.correct, order_id)
             if rng.random() < profile.poison_rate:
                 queue = rng.choice((queues.SCHEDULER_QUEUE, queues.REPLY_QUEUE))
                 self.loop.call_at(

@@ -110,7 +110,9 @@ class LedgerObserver(Protocol):
 
     def effect_undone(self, effect: Effect) -> None: ...
 
-    def called(self, effect: Effect, compensating: bool, carried: Mapping[str, Any]) -> None: ...
+    def called(
+        self, effect: Effect, compensating: bool, carried: Mapping[str, Any], given: Mapping[str, Any]
+    ) -> None: ...
 
     def withdrawn(
         self, effect: Effect, taken_at: float, decide_at: float, due: float, slow: bool
@@ -284,7 +286,8 @@ class Services:
         later = None
         if self.declarations.asynchronous(service, request.action):
             later = Later(request.action, callback_context(request), at_seconds(request.complete_by))
-        self.observer.called(effect, compensating, built[1] if built is not None else {})
+        given = request.payload.get("input") or {}  # the order's input the request carried
+        self.observer.called(effect, compensating, built[1] if built is not None else {}, given)
         rng = world.rng
         outage = self._outage(service, self.loop.time())
         if outage is not None:

@@ -61,6 +61,9 @@ At the services, on every call and every effect:
 - the join holds at the services too (no call of a step after a group before the group joined), and a failed
   or cancelled group lets its steps settle before its undo: no step of a group that can be undone is applied
   after its own undo landed.
+- updates are fenced by the step that reads their fields (:meth:`Oracle._fenced`): every call from that
+  step on carries the value the input holds, as the last update saved left it, the same on every call (no
+  update is saved once that step started).
 
 At the callback route, on every callback it answers (:meth:`Oracle.callback_answered`): a forged one is
 refused 401; one its service signed is taken only for the dispatch the order waited for meanwhile, as the

@@ -161,6 +161,10 @@ class OrderTruth:
     client_id: str = ""
     statuses: set[str] = field(default_factory=set)
     created_at: datetime | None = None
+    # updates: each input field an update may change, by the step that fences it (its index: from it on,
+    # every call must carry the value it keeps); and the value the first call from its fence on carried
+    fences: dict[str, int] = field(default_factory=dict)
+    fenced: dict[str, Any] = field(default_factory=dict)
 
 
 class OracleCore:
@@ -270,6 +274,11 @@ class OracleCore:
                 groups=[definition.group_range(i) for i in range(len(definition.steps))],
                 storefront=storefront,
                 client_id=client_id or order_id,
+                fences={
+                    name: [s.name for s in definition.steps].index(update.until)
+                    for update in definition.updates
+                    for name in update.fields
+                },
             )
         return found
 

@@ -76,13 +76,17 @@ class Ledger(Waits, Groups):
                     f"{effect.key} was undone while {other.key}, a later step, was still applied",
                 )
 
-    def called(self, effect: Effect, compensating: bool, carried: Mapping[str, Any]) -> None:
+    def called(
+        self, effect: Effect, compensating: bool, carried: Mapping[str, Any], given: Mapping[str, Any]
+    ) -> None:
         """A call reached a service, carrying ``carried``: the result values its body reads, by name (None:
-        one it goes without)."""
+        one it goes without); its request carried the order's input ``given``."""
         truth = self.orders.get(effect.order_id)
         if truth is None:
             return
         index = effect.step_index
+        if not compensating:
+            self._fenced(truth, index, given)
         if carried:
             self.note(effect.order_id, "call {} undo={} carried {}", effect.key, compensating, dict(carried))
         if index >= len(truth.steps):
@@ -107,6 +111,24 @@ class Ledger(Waits, Groups):
                     effect.order_id,
                     f"a result passed on is not the one returned: the {'undo' if compensating else 'call'} "
                     f"of {truth.steps[index]} carried {name}={value!r}, {made} returned {expected!r}",
+                )
+
+    def _fenced(self, truth: OrderTruth, index: int, given: Mapping[str, Any]) -> None:
+        """Updates are fenced by the step that reads their fields: every call from that step on carries the
+        value the input holds (no update was saved once that step started), the same on every call."""
+        for name, fence in truth.fences.items():
+            if index < fence:
+                continue
+            value = given.get(name)
+            first = truth.fenced.setdefault(name, value)
+            self.count("calls from an update's fence on")
+            if value != first or value != truth.input.get(name):
+                self.violation(
+                    truth.order_id,
+                    f"the call of {truth.steps[index]} carried {name}={value!r}, but the first call from "
+                    f"{truth.steps[fence]} on carried {first!r} and the input holds "
+                    f"{truth.input.get(name)!r}: an update of {name} was saved after {truth.steps[fence]}, "
+                    "which reads it, started",
                 )
 
 

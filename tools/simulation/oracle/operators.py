@@ -5,6 +5,8 @@ action on the order took over (with the orders past their bound the run did not 
 
 from __future__ import annotations
 
+import json
+
 from engine.state import AuditEntry, Phase, ProcessState, StepState, StepStatus, TaskState
 from engine.waits import CALLBACK, TIMER
 
@@ -48,7 +50,15 @@ class Operators(Bounds):
         problems: list[str] = []
         if not actions:
             return problems
-        truth.acted_at = now
+        for entry in actions:
+            if entry.action == "update" and entry.detail:
+                # What the order's steps read from now on: each field's value after, as audited.
+                truth.input.update(
+                    {name: change["after"] for name, change in json.loads(entry.detail).items()}
+                )
+        if any(entry.action != "update" for entry in actions):
+            # An update moves nothing: what an earlier action leads to still follows it.
+            truth.acted_at = now
         running = [i for i, view in enumerate(truth.views) if view.status is StepStatus.RUNNING]
         if any(e.action == "cancel" for e in actions) and not all(_undoable(truth, i) for i in running):
             self.count("cancelled while a step without undo ran")
@@ -93,6 +103,15 @@ class Operators(Bounds):
         """What the saved action fails to show of its effect (None: it shows it), as ``engine.tasks`` and
         ``engine.transitions`` promise it."""
         was, became = before.process_state, after.process_state
+        if act.what == "update":  # the input changed (applied above), nothing else
+            if (
+                became is not was
+                or after.current_step != before.current_step
+                or after.attempt != before.attempt
+            ):
+                return f"the task went {was.value} -> {became.value}, step {after.current_step}"
+            self.count("updates saved")
+            return None
         step = next((s for s in steps if s.index == act.index), None)
         fresh = after.complete_by is not None and at_seconds(after.complete_by) > now
         wait = _wait_of(truth, act.index)
@@ -202,7 +221,10 @@ class Operators(Bounds):
             return
         act.answered = True
         if act.saved_at is None:
-            # Only a cancel is done without a change: of an order already being undone.
+            # Only a cancel is done without a change: of an order already being undone; and an update to the
+            # values the order already holds.
+            if act.what == "update":
+                return
             if act.what != "cancel" or truth.phase is not Phase.COMPENSATE:
                 self.violation(order_id, f"the {act.name} was answered as done, but nothing was saved")
             return
@@ -214,8 +236,8 @@ class Operators(Bounds):
                     f"the {act.name} was answered as done, but no request of attempt {act.attempts} carries "
                     f"its new deadline {act.complete_by:.3f}",
                 )
-        elif act.beside and act.what != "retry":
-            return  # a skip of a step of a group whose others run on: nothing to send
+        elif (act.beside and act.what != "retry") or act.what == "update":
+            return  # a skip of a step of a group whose others run on, an update: nothing to send
         elif act.after is not ProcessState.COMPENSATED and truth.commands_at < act.saved_at:
             self.violation(order_id, f"the {act.name} was answered as done, but no command was sent")
 
