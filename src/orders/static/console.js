@@ -218,7 +218,8 @@
     // The order's input as stored: what its steps' bodies and conditions read.
     $("order-input-box").hidden = order.input === undefined;
     $("order-input").textContent = order.input === undefined ? "" : JSON.stringify(order.input, null, 2);
-    $("order-update").hidden = !(order.updatable || []).length;
+    const update = $("order-update"); // absent for a reader
+    if (update) update.hidden = !(order.updatable || []).length;
     const live = (s) => s.state === "Running" || s.state === "Compensating" || s.state === "Waiting";
     // Steps of a group run side by side: bracketed together, the group named on its first row.
     const firstOfGroup = (i) => order.steps[i].group && (i === 0 || order.steps[i - 1].group !== order.steps[i].group);
