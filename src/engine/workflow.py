@@ -340,22 +340,21 @@ class WorkflowDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _nothing_unknown(self) -> WorkflowDefinition:
+        models: list[tuple[str, Declared]] = []
         for step in self.steps:
-            models: list[tuple[str, Declared]] = [
-                (f"step {step.name}", step),
-                (f"step {step.name} retry", step.retry),
-            ]
+            models += [(f"step {step.name}", step), (f"step {step.name} retry", step.retry)]
             if step.when is not None:
                 models += [(f"step {step.name} condition", part) for part in parts(step.when)]
             if step.wait is not None:
                 models.append((f"step {step.name} wait", step.wait))
-            for where, model in models:
-                if model.unknown():
-                    declared = ", ".join(type(model).model_fields)
-                    raise ValueError(
-                        f"workflow {self.name} version {self.version}, {where}: unknown field "
-                        f"{', '.join(model.unknown())} (it declares: {declared})"
-                    )
+        models += [("updates", update) for update in self.updates]
+        for where, model in models:
+            if model.unknown():
+                declared = ", ".join(type(model).model_fields)
+                raise ValueError(
+                    f"workflow {self.name} version {self.version}, {where}: unknown field "
+                    f"{', '.join(model.unknown())} (it declares: {declared})"
+                )
         return self
 
     @model_validator(mode="after")
@@ -397,11 +396,6 @@ class WorkflowDefinition(BaseModel):
     @model_validator(mode="after")
     def _updates_declared(self) -> WorkflowDefinition:
         named = f"workflow {self.name} version {self.version}, updates"
-        for update in self.updates:
-            if update.unknown():
-                raise ValueError(
-                    f"{named}: unknown field {', '.join(update.unknown())} (it declares: fields, until)"
-                )
         if not self.updates:
             return self
         if self.input is None:

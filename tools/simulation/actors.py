@@ -370,8 +370,7 @@ class Operator:
         else:
             choice = ("retry", "extend", "skip", "cancel", "resubmit")[int(action * 5)]
         name = step.name
-        workflow = sim.catalog.find(state.workflow, state.workflow_version)
-        group = workflow.group_range(state.current_step) if workflow is not None else range(0)
+        group = definition.group_range(state.current_step) if definition is not None else range(0)
         if len(group) > 1:  # any step of the group that runs (drawn only where the order has groups)
             name = record.steps[group[rng.randrange(len(group))]].name
         if rng.random() < 0.1:  # another step than the current one: refused
