@@ -67,6 +67,18 @@ class UnknownWorkflow(EngineError):
         super().__init__(f"no workflow {workflow!r}; the workflows are {', '.join(self.workflows)}")
 
 
+class NotServedYet(EngineError):
+    """A submission named a workflow that a deployment under way adds, which not every instance serves yet
+    (``engine.formats.Formats.served_by_all``): an instance without it would put the order in Error."""
+
+    def __init__(self, workflow: str) -> None:
+        self.workflow = workflow
+        super().__init__(
+            f"workflow {workflow!r} is not served by every instance yet (a deployment is under way): "
+            "submit it again in a minute"
+        )
+
+
 class PreconditionFailed(EngineError):
     """The caller acted on a version of the task that is no longer current: nothing was changed."""
 

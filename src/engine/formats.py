@@ -108,12 +108,14 @@ class SwitchStore(Protocol):
 
 @dataclass(frozen=True)
 class Instance:
-    """An instance's word that it runs: its release, the newest record format it reads, and when."""
+    """An instance's word that it runs: its release, the newest record format it reads, when, and the
+    workflow versions it serves (``<workflow>@<version>``; None: a word that does not say)."""
 
     name: str
     release: str
     reads: int
     seen_at: datetime
+    serves: frozenset[str] | None = None
 
 
 class Formats:
@@ -125,7 +127,14 @@ class Formats:
     :data:`UNSEEN_FOR` (each instance says so when it reads the switch). An operator may flip it at once or
     hold it (``python -m orders.formats_switch``).
     Every instance reads both formats whatever the switch says, so instances that read it at different
-    moments never disagree on what they can read."""
+    moments never disagree on what they can read.
+
+    Each instance also says which workflow versions it serves (``serves``, ``<workflow>@<version>``), and
+    :meth:`served_by_all` answers whether every instance that may claim an order serves one: those that
+    said so within :data:`UNSEEN_FOR`, and, until the switch flips, the release before's (``before``, what
+    it declared; it says nothing itself). New orders take the newest version that all of them serve
+    (``engine.workflow.WorkflowCatalog.for_new``), so a rolling deployment that adds a version never
+    sends a new order to an instance that would put it in Error as not deployed."""
 
     def __init__(
         self,
@@ -133,12 +142,30 @@ class Formats:
         store: SwitchStore | None = None,
         instance: str = "",
         release: str = "",
+        serves: frozenset[str] = frozenset(),
+        before: frozenset[str] | None = None,
     ) -> None:
         self.writes = writes
         self._store = store
         self._instance = instance
         self._release = release
+        self._serves = serves
+        self._before = before
+        # What each other instance seen lately serves (None: it did not say), read with the switch.
+        self._others: list[frozenset[str] | None] = []
         self._read_at: datetime | None = None
+
+    def served_by_all(self, version: str) -> bool:
+        """Whether every instance that may claim an order serves ``version`` (``<workflow>@<version>``):
+        the others seen lately and, until the switch flips, the release before's. True without a store
+        (one process: itself)."""
+        if self._store is None:
+            return True
+        if self.writes < AFTER_SWITCH and self._before is not None and version not in self._before:
+            return False
+        # An instance that did not say what it serves serves what the release before did, at most.
+        known = [self._before if serves is None else serves for serves in self._others]
+        return all(serves is None or version in serves for serves in known)
 
     @property
     def seals(self) -> bool:
@@ -153,8 +180,11 @@ class Formats:
         self._read_at = now
         try:
             if self._instance:
-                await self._store.announce(Instance(self._instance, self._release, RECORDS_READ, now))
+                await self._store.announce(
+                    Instance(self._instance, self._release, RECORDS_READ, now, self._serves)
+                )
             switch = await self.settle(self._store, now)
+            seen = await self._store.instances()
         except Exception:  # the store unreachable: what it wrote so far, until the next read
             log.warning(
                 "could not read the formats switch; still writing format %d", self.writes, exc_info=True
@@ -163,6 +193,17 @@ class Formats:
         if switch.writes != self.writes:
             log.info("the formats switch says format %d (was %d)", switch.writes, self.writes)
         self.writes = min(switch.writes, AFTER_SWITCH)
+        self._others = [i.serves for i in seen if i.name != self._instance and now - i.seen_at <= UNSEEN_FOR]
+
+    async def withdraw(self) -> None:
+        """Take back this instance's word as it stops, so that new orders need not wait :data:`UNSEEN_FOR`
+        for versions only it lacked (an instance that crashes is forgotten by that silence instead)."""
+        if self._store is None or not self._instance:
+            return
+        try:
+            await self._store.forget(Instance(self._instance, self._release, RECORDS_READ, datetime.min))
+        except Exception:  # the store unreachable: its silence says the same, later
+            log.warning("could not take back this instance's word", exc_info=True)
 
     @staticmethod
     async def settle(store: SwitchStore, now: datetime) -> Switch:

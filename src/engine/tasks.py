@@ -26,6 +26,7 @@ from .errors import (
     Conflict,
     InvalidState,
     NotFound,
+    NotServedYet,
     PreconditionFailed,
     UnknownStep,
     UnknownWorkflow,
@@ -75,6 +76,19 @@ class TaskService:
         self.parts = parts
         self._scheduler = scheduler
 
+    def workflow_for_new(self, workflow_name: str | None) -> WorkflowDefinition:
+        """The version a new order of ``workflow_name`` (None: the default) takes: the newest that every
+        instance serves (``WorkflowCatalog.for_new``). Raises :class:`UnknownWorkflow` for a workflow not
+        declared, :class:`NotServedYet` for one a deployment under way adds."""
+        catalog = self.parts.catalog
+        name = workflow_name or catalog.default
+        if catalog.current(name) is None:
+            raise UnknownWorkflow(name, catalog.names)
+        workflow = catalog.for_new(name, self.parts.formats.served_by_all)
+        if workflow is None:
+            raise NotServedYet(name)
+        return workflow
+
     async def submit(
         self,
         order_id: str,
@@ -107,10 +121,7 @@ class TaskService:
         scoped id (:func:`engine.queues.scoped_id`), and the task's status messages go to that
         application's own queue (:func:`engine.queues.status_queue`).
         """
-        catalog = self.parts.catalog
-        workflow = catalog.current(workflow_name or catalog.default)
-        if workflow is None:
-            raise UnknownWorkflow(workflow_name or catalog.default, catalog.names)
+        workflow = self.workflow_for_new(workflow_name)
         ctx = self.parts.context()
         same_as = frozenset({input_hash})
         plain = task_input

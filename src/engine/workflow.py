@@ -7,6 +7,7 @@ keeps the version it started on until it ends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any, Literal, get_args
 
@@ -264,6 +265,11 @@ class WorkflowDefinition(BaseModel):
         if unknown:
             raise ValueError(f"workflow {self.name}: searchable names no field of its input: {unknown}")
         return self
+
+    @property
+    def key(self) -> str:
+        """``<workflow>@<version>``: how instances name the versions they serve (``engine.formats``)."""
+        return f"{self.name}@{self.version}"
 
     @property
     def sensitive(self) -> dict[str, str | None]:
@@ -587,9 +593,22 @@ class WorkflowCatalog(BaseModel):
         versions = [w for w in self.workflows if w.name == name]
         return max(versions, key=lambda w: w.version) if versions else None
 
+    def for_new(self, name: str, served: Callable[[str], bool]) -> WorkflowDefinition | None:
+        """The version of the workflow ``name`` a new order takes: the latest that ``served`` says every
+        instance serves (``engine.formats.Formats.served_by_all``, by ``<workflow>@<version>``); while a
+        deployment adds a version, the one before it. None when no version is served by all (a workflow
+        this deployment adds, until every instance has it) or none is declared."""
+        versions = sorted((w for w in self.workflows if w.name == name), key=lambda w: -w.version)
+        return next((w for w in versions if served(w.key)), None)
+
     def find(self, name: str, version: int) -> WorkflowDefinition | None:
         """One version of one workflow, or None when it is not deployed."""
         return next((w for w in self.workflows if w.name == name and w.version == version), None)
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """Every version it serves, ``<workflow>@<version>`` (what its instances say they serve)."""
+        return frozenset(w.key for w in self.workflows)
 
     @property
     def agents(self) -> list[str]:

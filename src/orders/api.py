@@ -31,6 +31,7 @@ from engine import (
     InvalidState,
     InvalidUpdate,
     NotFound,
+    NotServedYet,
     NotUnderstood,
     OperatorAction,
     Page,
@@ -152,6 +153,8 @@ _ENGINE_ERRORS: dict[type[EngineError], tuple[int, str]] = {
     InvalidContinuation: (400, "ValidationFailed"),
     UnknownStep: (404, "NotFound"),
     UnknownWorkflow: (400, "ValidationFailed"),
+    # A deployment under way adds the workflow; an instance without it would put the order in Error.
+    NotServedYet: (409, "NotServedYet"),
     PreconditionFailed: (412, "PreconditionFailed"),
     # Stored by a later release (or unreadable): answered, not failed on (that release reads it).
     NotUnderstood: (409, "NotUnderstood"),
@@ -331,10 +334,11 @@ class OrdersApi:
             tasks = await self._tasks()
             catalog = tasks.parts.catalog
             workflow = order.workflow if order.workflow is not None else catalog.default
-            definition = catalog.current(workflow)
-            if definition is None:
+            if catalog.current(workflow) is None:
                 detail = FieldError(field="workflow", message=f"declared: {', '.join(catalog.names)}")
                 return error(400, "ValidationFailed", f"no workflow {workflow!r} is declared", [detail])
+            # Validated as the version it will run on: the newest every instance serves.
+            definition = tasks.workflow_for_new(workflow)
             try:
                 document = order_document(order_id, order_input(definition, order.input_fields()))
             except ValidationError as exc:

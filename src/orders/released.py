@@ -7,6 +7,10 @@ tests hold the declaration to it (tests/orders/test_released.py). A change is a 
 
     python -m orders.released --record   # at a release: add the versions declared since (never changes one)
 
+``previous_release.json`` names the versions the release before this one serves: until the formats
+switch flips, its instances may run beside this release's and claim new orders, so new orders take only
+versions it serves (``engine.formats.Formats.served_by_all``). ``--record`` writes it for the next release.
+
 What the shape leaves out is what does not change how an order runs or which inputs it accepts: the input
 model's titles, descriptions and examples, and how a field is kept at rest (its sensitivity, a storage
 format with its own entry in CHANGELOG.md).
@@ -23,15 +27,17 @@ from typing import Any
 
 from engine import WorkflowCatalog, WorkflowDefinition
 
+from . import release
 from .catalog import CATALOG
 
 RELEASED = Path(__file__).with_name("released_workflows.json")
+PREVIOUS = Path(__file__).with_name("previous_release.json")
 # JSON Schema keywords that document a field or say how it is stored, not what is accepted.
 _NOT_SHAPE = frozenset({"title", "description", "examples", "writeOnly", "readOnly"})
 
 
 def key(workflow: WorkflowDefinition) -> str:
-    return f"{workflow.name}@{workflow.version}"
+    return workflow.key
 
 
 def shape(workflow: WorkflowDefinition) -> dict[str, Any]:
@@ -54,6 +60,12 @@ def released() -> dict[str, Any]:
     return dict(json.loads(RELEASED.read_text(encoding="utf-8"))) if RELEASED.exists() else {}
 
 
+def previous_release() -> frozenset[str]:
+    """The versions (``<workflow>@<version>``) the release before this one serves."""
+    kept = json.loads(PREVIOUS.read_text(encoding="utf-8"))
+    return frozenset(kept["serves"])
+
+
 def changed(catalog: WorkflowCatalog = CATALOG) -> list[str]:
     """The released versions whose declaration differs from their release (each must be a new version)."""
     kept = released()
@@ -68,6 +80,9 @@ def record(catalog: WorkflowCatalog = CATALOG) -> list[str]:
     added = [key(w) for w in catalog.workflows if key(w) not in kept]
     kept.update({key(w): shape(w) for w in catalog.workflows if key(w) not in kept})
     RELEASED.write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    # The release being made is the next one's release before: it serves every version declared now.
+    served = {"release": release.VERSION, "serves": sorted(catalog.keys)}
+    PREVIOUS.write_text(json.dumps(served, indent=2) + "\n", encoding="utf-8")
     return added
 
 

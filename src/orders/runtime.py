@@ -42,7 +42,7 @@ from engine import (
     queues,
 )
 
-from . import release
+from . import release, released
 from .catalog import CATALOG, SERVICES
 from .deadletters import DeadLetterParts
 from .gauges import Gauges
@@ -156,8 +156,12 @@ async def build(settings: Settings) -> Runtime:
     opening = asyncio.create_task(sender.open(queues.all_queues(workflows.agents)))
     closers.insert(0, functools.partial(_cancel, opening))
     # What it writes: the previous release's formats until the switch says otherwise (engine.formats).
-    formats = Formats(BEFORE_SWITCH, store, instance, release.VERSION)
+    # Which versions new orders may take: those every instance serves, the release before's included.
+    formats = Formats(
+        BEFORE_SWITCH, store, instance, release.VERSION, workflows.keys, released.previous_release()
+    )
     store.formats = formats
+    closers.insert(0, formats.withdraw)  # before the store closes: it says it has gone
     await formats.refresh(clock.now())
     # What this release adds to orders stored before it: written by the backfill function's runs; runtime()
     # reads their progress right after the build, and now and then until they have finished.

@@ -175,8 +175,11 @@ async def test_instances_say_they_run_and_are_forgotten(store: TableStateStore) 
     await store.announce(
         formats.Instance("host:1:ab", "1.1.0", formats.RECORDS_READ, NOW + timedelta(seconds=30))
     )
-    await store.announce(formats.Instance("host:2:cd", "1.2.0", formats.RECORDS_READ + 1, NOW))
+    serves = frozenset({"order-fulfilment@3", "order-return@2"})
+    await store.announce(formats.Instance("host:2:cd", "1.2.0", formats.RECORDS_READ + 1, NOW, serves))
     seen = {i.name: i for i in await store.instances()}
+    # What each serves, as it said (a word that says nothing of it reads as None).
+    assert (seen["host:1:ab"].serves, seen["host:2:cd"].serves) == (None, serves)
     assert set(seen) == {"host:1:ab", "host:2:cd"} and seen["host:1:ab"].seen_at == NOW + timedelta(
         seconds=30
     )

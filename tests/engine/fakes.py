@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from engine import formats
 from engine.errors import ConcurrencyError, InvalidContinuation
 from engine.ports import CreateOutcome, ExpiredEntry, Page, PurgeReport, StateCounts
 from engine.state import AuditEntry, ProcessState, TaskRecord, TaskState
@@ -246,3 +247,36 @@ class RecordingSender:
         taken = [s for s in self.sent if queue is None or s.queue == queue]
         self.sent = [s for s in self.sent if s not in taken]
         return taken
+
+
+class SwitchKept:
+    """A switch store in memory, with its ETag check (the table store's is tested on Azurite)."""
+
+    def __init__(self, tasks: bool) -> None:
+        self.tasks = tasks
+        self.switch: formats.Switch | None = None
+        self.writes = 0
+        self.seen: dict[str, formats.Instance] = {}
+
+    async def read_switch(self) -> formats.Switch | None:
+        return self.switch
+
+    async def write_switch(self, switch: formats.Switch) -> formats.Switch | None:
+        current = self.switch.etag if self.switch is not None else None
+        if switch.etag != current:
+            return None  # another instance wrote it first
+        self.writes += 1
+        self.switch = formats.Switch(switch.writes, switch.flips_at, f"e{self.writes}")
+        return self.switch
+
+    async def holds_tasks(self) -> bool:
+        return self.tasks
+
+    async def announce(self, instance: formats.Instance) -> None:
+        self.seen[instance.name] = instance
+
+    async def instances(self) -> list[formats.Instance]:
+        return list(self.seen.values())
+
+    async def forget(self, instance: formats.Instance) -> None:
+        del self.seen[instance.name]

@@ -18,7 +18,7 @@ from engine.messages import AgentReply, AgentRequest, CommandKind, ReplyOutcome,
 from engine.parts import EngineParts
 from engine.settings import EngineSettings
 from engine.workflow import StepDefinition, WorkflowCatalog, WorkflowDefinition
-from tests.engine.fakes import MemoryStore, RecordingSender
+from tests.engine.fakes import MemoryStore, RecordingSender, SwitchKept
 
 pytestmark = pytest.mark.anyio
 
@@ -139,39 +139,6 @@ async def test_a_record_the_handler_cannot_read_passes_the_message_over_too() ->
     assert [(s.queue, s.message_id) for s in sender.take()] == [("scheduler", "m-1~p1")]
 
 
-class SwitchKept:
-    """A switch store in memory, with its ETag check (the table store's is tested on Azurite)."""
-
-    def __init__(self, tasks: bool) -> None:
-        self.tasks = tasks
-        self.switch: formats.Switch | None = None
-        self.writes = 0
-        self.seen: dict[str, formats.Instance] = {}
-
-    async def read_switch(self) -> formats.Switch | None:
-        return self.switch
-
-    async def write_switch(self, switch: formats.Switch) -> formats.Switch | None:
-        current = self.switch.etag if self.switch is not None else None
-        if switch.etag != current:
-            return None  # another instance wrote it first
-        self.writes += 1
-        self.switch = formats.Switch(switch.writes, switch.flips_at, f"e{self.writes}")
-        return self.switch
-
-    async def holds_tasks(self) -> bool:
-        return self.tasks
-
-    async def announce(self, instance: formats.Instance) -> None:
-        self.seen[instance.name] = instance
-
-    async def instances(self) -> list[formats.Instance]:
-        return list(self.seen.values())
-
-    async def forget(self, instance: formats.Instance) -> None:
-        del self.seen[instance.name]
-
-
 async def test_a_new_deployment_writes_its_own_formats_at_once() -> None:
     kept = SwitchKept(tasks=False)
     mine = formats.Formats(formats.BEFORE_SWITCH, kept)
@@ -230,3 +197,17 @@ async def test_a_switch_that_cannot_be_read_keeps_what_the_instance_wrote() -> N
     mine = formats.Formats(formats.BEFORE_SWITCH, Unreachable(tasks=False))
     await mine.refresh(ManualClock().now())
     assert mine.writes == formats.BEFORE_SWITCH
+
+
+async def test_an_instance_that_stops_takes_back_its_word() -> None:
+    """A deployment's stop (not a crash) need not wait UNSEEN_FOR for versions only that instance lacked."""
+    kept, clock = SwitchKept(tasks=True), ManualClock()
+    mine = formats.Formats(formats.AFTER_SWITCH, kept, "new-1", "1.1.0", frozenset({"w@1"}))
+    other = formats.Formats(formats.AFTER_SWITCH, kept, "new-2", "1.1.0", frozenset({"w@1", "w@2"}))
+    await mine.refresh(clock.now())
+    await other.refresh(clock.now())
+    assert kept.seen["new-1"].serves == {"w@1"} and not other.served_by_all("w@2")
+    await mine.withdraw()
+    clock.advance(formats.SWITCH_REFRESH.total_seconds())
+    await other.refresh(clock.now())
+    assert set(kept.seen) == {"new-2"} and other.served_by_all("w@2")

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from engine import queues, telemetry
+from engine import formats, queues, telemetry
 from engine.agent import Agent
 from engine.clock import ManualClock
-from engine.errors import InvalidState, UnknownWorkflow
+from engine.errors import InvalidState, NotServedYet, UnknownWorkflow
 from engine.messages import AgentReply, AgentRequest, ReplyOutcome
 from engine.parts import EngineParts
 from engine.scheduler import Scheduler
@@ -19,7 +19,7 @@ from engine.state import ProcessState
 from engine.supervisor import Supervisor
 from engine.tasks import Caller, TaskService
 from engine.workflow import RetryPolicy, StepDefinition, WorkflowCatalog, WorkflowDefinition
-from tests.engine.fakes import MemoryStore, RecordingSender
+from tests.engine.fakes import MemoryStore, RecordingSender, SwitchKept
 
 pytestmark = pytest.mark.anyio
 
@@ -46,9 +46,14 @@ class Deployment:
     """The engine as one deploy runs it: the store, queues and clock outlive it, the catalog does not."""
 
     def __init__(
-        self, catalog: WorkflowCatalog, store: MemoryStore, sender: RecordingSender, clock: ManualClock
+        self,
+        catalog: WorkflowCatalog,
+        store: MemoryStore,
+        sender: RecordingSender,
+        clock: ManualClock,
+        versions: formats.Formats | None = None,
     ):
-        parts = EngineParts(catalog, store, sender, clock, SETTINGS)
+        parts = EngineParts(catalog, store, sender, clock, SETTINGS, formats=versions or formats.Formats())
         self.tasks = TaskService(parts)
         self.scheduler = Scheduler(parts, instance="sched")
         self.supervisor = Supervisor(parts)
@@ -201,3 +206,44 @@ def test_an_agent_runs_each_request_with_its_versions_retry_policy() -> None:
     agent = Agent.for_catalog(WorkflowCatalog.of(one, two), "alpha", {}, RecordingSender(), ManualClock())
     assert agent.policy_for("s", "w", 1).max_tries == 1
     assert agent.policy_for("s", "w", 2).max_tries == 4
+
+
+async def test_in_a_rolling_deployment_new_orders_take_the_newest_version_every_instance_serves() -> None:
+    """An instance that adds version 2 beside one that serves only version 1 sends new orders to version 1
+    until the other has gone (silent for UNSEEN_FOR) or serves it too; while the switch has not flipped,
+    the release before's instances (which say nothing) count as serving what it declared."""
+    world, kept = World(), SwitchKept(tasks=True)
+    old_formats = formats.Formats(formats.AFTER_SWITCH, kept, "old", "1.1.0", frozenset({"w@1"}))
+    new_formats = formats.Formats(formats.AFTER_SWITCH, kept, "new", "1.2.0", frozenset({"w@1", "w@2"}))
+    new = Deployment(WorkflowCatalog.of(V1, V2), world.store, world.sender, world.clock, new_formats)
+    await old_formats.refresh(world.clock.now())
+    await new_formats.refresh(world.clock.now())
+    await new.tasks.submit("during", {}, "h")
+    assert world.store.state("during").state.workflow_version == 1  # the other instance lacks v2
+    # A workflow only the new instance has is refused, not sent where it would be put in Error.
+    other = WorkflowDefinition(name="other", steps=V1.steps)
+    newer = Deployment(WorkflowCatalog.of(V1, V2, other), world.store, world.sender, world.clock, new_formats)
+    with pytest.raises(NotServedYet, match="'other'"):
+        await newer.tasks.submit("refused", {}, "h", "other")
+    assert await world.store.load("refused") is None
+    # The old instance gone (silent past UNSEEN_FOR): version 2 from the next read of the switch on.
+    world.clock.advance(formats.SWITCH_AFTER.total_seconds() + formats.UNSEEN_FOR.total_seconds())
+    await new_formats.refresh(world.clock.now())
+    await new.tasks.submit("after", {}, "h")
+    assert world.store.state("after").state.workflow_version == 2
+
+
+async def test_before_the_switch_new_orders_take_only_versions_the_release_before_serves() -> None:
+    world, kept = World(), SwitchKept(tasks=True)
+    mine = formats.Formats(
+        formats.BEFORE_SWITCH, kept, "new", "1.1.0", frozenset({"w@1", "w@2"}), frozenset({"w@1"})
+    )
+    deployment = Deployment(WorkflowCatalog.of(V1, V2), world.store, world.sender, world.clock, mine)
+    await mine.refresh(world.clock.now())
+    await deployment.tasks.submit("before", {}, "h")
+    assert world.store.state("before").state.workflow_version == 1
+    world.clock.advance(formats.SWITCH_AFTER.total_seconds())
+    await mine.refresh(world.clock.now())  # no older instance seen: the switch flips by itself
+    assert mine.writes == formats.AFTER_SWITCH
+    await deployment.tasks.submit("after", {}, "h")
+    assert world.store.state("after").state.workflow_version == 2

@@ -32,6 +32,7 @@ def test_a_change_in_place_is_caught_and_recording_refuses_it(
     kept = tmp_path / "released.json"
     kept.write_text(released.RELEASED.read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.setattr(released, "RELEASED", kept)
+    monkeypatch.setattr(released, "PREVIOUS", tmp_path / "previous.json")
     before = kept.read_text(encoding="utf-8")
     with pytest.raises(SystemExit):
         released.record(catalog)
@@ -41,3 +42,11 @@ def test_a_change_in_place_is_caught_and_recording_refuses_it(
     assert released.record(WorkflowCatalog.of(newer)) == [released.key(newer)]
     after = json.loads(kept.read_text(encoding="utf-8"))
     assert {k: v for k, v in after.items() if k != released.key(newer)} == json.loads(before)
+    # The release recorded is the next one's release before: it serves what the catalog recorded declares.
+    assert released.previous_release() == {released.key(newer)}
+
+
+def test_the_release_before_serves_only_released_versions() -> None:
+    """New orders take, until the switch flips, only what the release before serves (engine.formats): it
+    can name only versions that were released."""
+    assert released.previous_release() <= set(released.released())

@@ -58,6 +58,9 @@ class FormatsSwitch(Unit):
             "Reads": instance.reads,
             "SeenAt": instance.seen_at,
         }
+        if instance.serves is not None:
+            # The workflow versions it serves, for new orders to take only those every instance has.
+            entity["Serves"] = " ".join(sorted(instance.serves))
         self.counter.add(table=STATE, entities=1)
         await self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
 
@@ -71,7 +74,9 @@ class FormatsSwitch(Unit):
             reads, seen_at = e.get("Reads"), e.get("SeenAt")
             if isinstance(reads, int) and isinstance(seen_at, datetime):  # else not an instance's word
                 name = e["RowKey"].removeprefix(INSTANCE_ROW)
-                found.append(formats.Instance(name, str(e.get("Release", "")), reads, seen_at))
+                serves = e.get("Serves")
+                said = frozenset(serves.split()) if isinstance(serves, str) else None
+                found.append(formats.Instance(name, str(e.get("Release", "")), reads, seen_at, said))
         return found
 
     async def forget(self, instance: formats.Instance) -> None:

@@ -3,8 +3,9 @@ declared finish on version 1; new orders take version 2; an order whose version 
 to Error with the reason and an alert, never on to another definition.
 
 The deploys are real: a copy of the repository whose declaration (src/orders/catalog.py) is rewritten,
-and workers killed mid-flight that the devhost restarts on the new code. Version 1 has a step on a
-service (invoicing) that version 2 no longer uses: its agent must still serve version 1's orders.
+and workers stopped mid-flight, as a deployment stops them, that the devhost restarts on the new code.
+Version 1 has a step on a service (invoicing) that version 2 no longer uses: its agent must still serve
+version 1's orders.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ def deploy(copy: RepoCopy, *workflows: str) -> None:
 
 
 def restart_workers(running: launch.RunningDevhost) -> None:
-    """Kill every worker mid-flight; the devhost starts each again, on the copy's code as it is now."""
+    """Stop every worker mid-flight, as a deployment does (SIGTERM: in-flight invocations get their
+    shutdown time, then it exits, taking back its word that it serves its versions); the devhost starts each
+    again, on the copy's code as it is now."""
     state = running.data_dir / "devhost.json"
     before = [w["pid"] for w in json.loads(state.read_text())["workers"]]
     for pid in before:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGTERM)
 
     def restarted() -> bool:
         now = [w["pid"] for w in json.loads(state.read_text())["workers"]]
