@@ -183,8 +183,7 @@ class Formats:
                 await self._store.announce(
                     Instance(self._instance, self._release, RECORDS_READ, now, self._serves)
                 )
-            switch = await self.settle(self._store, now)
-            seen = await self._store.instances()
+            switch, lately = await self._settle(self._store, now)
         except Exception:  # the store unreachable: what it wrote so far, until the next read
             log.warning(
                 "could not read the formats switch; still writing format %d", self.writes, exc_info=True
@@ -193,7 +192,7 @@ class Formats:
         if switch.writes != self.writes:
             log.info("the formats switch says format %d (was %d)", switch.writes, self.writes)
         self.writes = min(switch.writes, AFTER_SWITCH)
-        self._others = [i.serves for i in seen if i.name != self._instance and now - i.seen_at <= UNSEEN_FOR]
+        self._others = [i.serves for i in lately if i.name != self._instance]
 
     async def withdraw(self) -> None:
         """Take back this instance's word as it stops, so that new orders need not wait :data:`UNSEEN_FOR`
@@ -208,6 +207,11 @@ class Formats:
     @staticmethod
     async def settle(store: SwitchStore, now: datetime) -> Switch:
         """The switch as it stands, set or flipped first if it is time to."""
+        return (await Formats._settle(store, now))[0]
+
+    @staticmethod
+    async def _settle(store: SwitchStore, now: datetime) -> tuple[Switch, list[Instance]]:
+        """:meth:`settle`, and the instances that said they run within :data:`UNSEEN_FOR` (read once)."""
         switch = await store.read_switch()
         if switch is None:
             if await store.holds_tasks():
@@ -215,23 +219,26 @@ class Formats:
             else:
                 wanted = Switch(AFTER_SWITCH)
             switch = await store.write_switch(wanted) or await store.read_switch() or wanted
-        older = await Formats._older_seen(store, now)  # and forgets the long silent
+        lately = await Formats._seen_lately(store, now)  # and forgets the long silent
+        # An instance that cannot read this release's formats holds the flip (release 1.0.0's say nothing:
+        # the switch's delay covers them).
+        older = any(instance.reads < AFTER_SWITCH for instance in lately)
         if switch.due(now) and not older:
             flipped = await store.write_switch(replace(switch, writes=AFTER_SWITCH, flips_at=None))
             switch = flipped or await store.read_switch() or switch
-        return switch
+        return switch, lately
 
     @staticmethod
-    async def _older_seen(store: SwitchStore, now: datetime) -> bool:
-        """Whether an instance that cannot read this release's formats said it runs within
-        :data:`UNSEEN_FOR` (release 1.0.0's say nothing: the switch's delay covers them)."""
-        older = False
+    async def _seen_lately(store: SwitchStore, now: datetime) -> list[Instance]:
+        """The instances that said they run within :data:`UNSEEN_FOR`; those silent for
+        :data:`FORGOTTEN_AFTER` are forgotten."""
+        lately = []
         for instance in await store.instances():
             if now - instance.seen_at > FORGOTTEN_AFTER:
                 await store.forget(instance)
-            elif instance.reads < AFTER_SWITCH and now - instance.seen_at <= UNSEEN_FOR:
-                older = True
-        return older
+            elif now - instance.seen_at <= UNSEEN_FOR:
+                lately.append(instance)
+        return lately
 
 
 def record_format(value: object) -> int:

@@ -36,10 +36,6 @@ PREVIOUS = Path(__file__).with_name("previous_release.json")
 _NOT_SHAPE = frozenset({"title", "description", "examples", "writeOnly", "readOnly"})
 
 
-def key(workflow: WorkflowDefinition) -> str:
-    return workflow.key
-
-
 def shape(workflow: WorkflowDefinition) -> dict[str, Any]:
     """What a version promises the orders running on it: its steps as declared and its input contract."""
     steps = [step.model_dump(mode="json") for step in workflow.steps]
@@ -69,7 +65,7 @@ def previous_release() -> frozenset[str]:
 def changed(catalog: WorkflowCatalog = CATALOG) -> list[str]:
     """The released versions whose declaration differs from their release (each must be a new version)."""
     kept = released()
-    return [key(w) for w in catalog.workflows if key(w) in kept and kept[key(w)] != shape(w)]
+    return [w.key for w in catalog.workflows if w.key in kept and kept[w.key] != shape(w)]
 
 
 def record(catalog: WorkflowCatalog = CATALOG) -> list[str]:
@@ -77,8 +73,8 @@ def record(catalog: WorkflowCatalog = CATALOG) -> list[str]:
     kept = released()
     if stale := changed(catalog):
         raise SystemExit(f"released versions changed in place (declare a new version): {', '.join(stale)}")
-    added = [key(w) for w in catalog.workflows if key(w) not in kept]
-    kept.update({key(w): shape(w) for w in catalog.workflows if key(w) not in kept})
+    added = [w.key for w in catalog.workflows if w.key not in kept]
+    kept.update({w.key: shape(w) for w in catalog.workflows if w.key not in kept})
     RELEASED.write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     # The release being made is the next one's release before: it serves every version declared now.
     served = {"release": release.VERSION, "serves": sorted(catalog.keys)}

@@ -21,14 +21,14 @@ def test_every_released_version_is_declared_as_it_was_released() -> None:
 def test_a_change_in_place_is_caught_and_recording_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    workflow = next(w for w in CATALOG.workflows if released.key(w) in released.released())
+    workflow = next(w for w in CATALOG.workflows if w.key in released.released())
     step = workflow.steps[-1]
     budget = (step.complete_by_seconds or 30) + 1
     edited = workflow.revise(
         steps=(*workflow.steps[:-1], step.model_copy(update={"complete_by_seconds": budget}))
     )
     catalog = WorkflowCatalog.of(edited)
-    assert released.changed(catalog) == [released.key(workflow)]
+    assert released.changed(catalog) == [workflow.key]
     kept = tmp_path / "released.json"
     kept.write_text(released.RELEASED.read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.setattr(released, "RELEASED", kept)
@@ -39,11 +39,11 @@ def test_a_change_in_place_is_caught_and_recording_refuses_it(
     assert kept.read_text(encoding="utf-8") == before
     # A new version is recorded beside the released ones, which stay as they were.
     newer = edited.revise(version=max(w.version for w in CATALOG.workflows) + 1)
-    assert released.record(WorkflowCatalog.of(newer)) == [released.key(newer)]
+    assert released.record(WorkflowCatalog.of(newer)) == [newer.key]
     after = json.loads(kept.read_text(encoding="utf-8"))
-    assert {k: v for k, v in after.items() if k != released.key(newer)} == json.loads(before)
+    assert {k: v for k, v in after.items() if k != newer.key} == json.loads(before)
     # The release recorded is the next one's release before: it serves what the catalog recorded declares.
-    assert released.previous_release() == {released.key(newer)}
+    assert released.previous_release() == {newer.key}
 
 
 def test_the_release_before_serves_only_released_versions() -> None:
